@@ -1,0 +1,39 @@
+# Set-up and checks. `make demo` and `make test` work on a fresh machine with Python 3.11 and make.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast lint bench clean
+
+install: $(STAMP)
+
+# torch is pinned and installed first: the 2.13.0 CPU wheel is on local disk, and letting another
+# package pull torch in would fetch a multi-GB CUDA build instead.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m torch.distributed.run --nnodes=1 --nproc_per_node=2 \
+		--master_addr=127.0.0.1 --master_port=29511 \
+		-m distrl.train --config configs/cartpole_ppo.yaml --run-dir runs/demo --overwrite --distributed
+	$(BIN)/distrl eval --checkpoint runs/demo --episodes 10
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/cartpole_bench.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

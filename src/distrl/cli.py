@@ -1,0 +1,168 @@
+"""``distrl`` command line: train and eval. User errors become one line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from distrl.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="distrl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a policy (one process, torchrun or srun)")
+    add_train_arguments(train)
+
+    ev = sub.add_parser("eval", help="evaluate a checkpoint deterministically")
+    ev.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
+    ev.add_argument("--episodes", type=int, default=None, help="episodes (default: eval.episodes)")
+    ev.add_argument("--seed", type=int, default=None, help="first episode seed (default: eval.seed)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="YAML config file")
+    parser.add_argument("--env", help="Gymnasium env id or module:Class (env.id)")
+    parser.add_argument("--run-dir", type=Path, help="output dir (default: runs/<config name>)")
+    parser.add_argument("--seed", type=int, help="train.seed")
+    parser.add_argument("--total-steps", type=int, help="env steps summed over all ranks")
+    parser.add_argument("--num-envs", type=int, help="envs per rank (env.num_envs)")
+    parser.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --run-dir")
+    parser.add_argument(
+        "--distributed", action="store_true", help="require torchrun/srun variables (fail without)"
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
+
+
+def _flag_overrides(args: argparse.Namespace) -> list[str]:
+    flags = {
+        "env.id": args.env,
+        "train.seed": args.seed,
+        "train.total_steps": args.total_steps,
+        "env.num_envs": args.num_envs,
+        "train.device": args.device,
+    }
+    # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
+    return [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
+
+
+def default_run_dir(args: argparse.Namespace, env_id: str) -> Path:
+    name = args.config.stem if args.config else re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id)
+    return Path("runs") / name
+
+
+def command_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from distrl.config import load_config
+    from distrl.envs import env_factory
+    from distrl.io import checkpoint as ckpt
+    from distrl.launch import connect, discover_topology, resolve_device
+    from distrl.runners.on_policy import OnPolicyRunner
+
+    if args.resume and args.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    for arg in args.overrides:
+        if "=" not in arg:
+            raise UserError(f"unexpected argument {arg!r}: overrides look like dotted.key=value")
+    cfg = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
+    topology = discover_topology(require_launcher=args.distributed)
+    device = resolve_device(cfg.train.device, topology)
+    torch.set_num_threads(cfg.train.torch_threads)
+    env_factory(cfg.env)  # reject an unknown env id before any process group exists
+    run_dir = args.run_dir or default_run_dir(args, cfg.env.id)
+
+    comm = connect(topology, device, cfg.train.timeout_s)
+    try:
+        payload = comm.run_on_main(lambda: _prepare_run_dir(run_dir, args, cfg))
+        runner = OnPolicyRunner(cfg, comm, device, run_dir)
+        if args.resume:
+            runner.restore(ckpt.unpack(payload))
+        row = runner.learn()
+    finally:
+        comm.close()
+    if comm.is_main:
+        ret = row.get("episode_return_mean", float("nan"))
+        print(
+            f"distrl: trained {row.get('global_step', 0)} env steps on {comm.world_size} rank(s) "
+            f"in {row.get('time_s', 0.0):.1f}s, recent episode return {ret:.1f}; run dir {run_dir}"
+        )
+    return 0
+
+
+def _prepare_run_dir(run_dir: Path, args: argparse.Namespace, cfg: Any) -> bytes:
+    """On rank 0: refuse to clobber another run, write config.yaml, load the resume checkpoint."""
+    import yaml
+
+    from distrl.config import config_to_dict
+    from distrl.io import checkpoint as ckpt
+
+    existing = ckpt.list_checkpoints(run_dir / "checkpoints")
+    payload = b""
+    if args.resume:
+        if not existing:
+            raise UserError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+        payload = ckpt.pack(ckpt.load_checkpoint(existing[-1]))
+    elif existing and not args.overwrite:
+        raise UserError(
+            f"run dir {run_dir} already holds a run; pass --resume to continue it "
+            "or --overwrite to replace it"
+        )
+    elif args.overwrite and run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    return payload
+
+
+def command_eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from distrl.evaluate import evaluate, load_policy
+
+    loaded = load_policy(args.checkpoint)
+    episodes = args.episodes if args.episodes is not None else loaded.cfg.eval.episodes
+    if episodes < 1:
+        raise UserError(f"--episodes {episodes}: must be at least 1")
+    seed = args.seed if args.seed is not None else loaded.cfg.eval.seed
+    returns = evaluate(loaded.cfg, loaded.policy, loaded.obs_rms, episodes, seed)
+    result = {
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "episodes": episodes,
+        "returns": returns,
+        "env": loaded.cfg.env.id,
+        "checkpoint": str(loaded.checkpoint),
+        "global_step": loaded.global_step,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{result['env']}: return {result['return_mean']:.1f} +- {result['return_std']:.1f} "
+            f"over {episodes} deterministic episodes ({loaded.checkpoint})"
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return command_train(args) if args.command == "train" else command_eval(args)
+    except UserError as exc:
+        print(f"distrl: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

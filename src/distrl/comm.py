@@ -1,0 +1,186 @@
+"""The small communicator the rest of distrl talks to.
+
+``Comm`` is the single-process version: every collective is the identity, so one code path
+serves one or many ranks. ``TorchComm`` implements the same calls on a torch.distributed process
+group. Nothing outside ``distrl.launch`` creates one; nothing outside this module calls
+torch.distributed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from distrl.errors import UserError
+
+
+class Comm:
+    """Collectives for one process: identities. Subclassed for real process groups."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def __init__(self) -> None:
+        self.grad_sync_time_s = 0.0
+        """Wall time spent inside gradient all-reduces (waiting for peers included)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def allreduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        return tensor
+
+    def all_gather_bytes(self, payload: bytes) -> list[bytes]:
+        return [payload]
+
+    def broadcast_bytes(self, payload: bytes | None, src: int = 0) -> bytes:
+        assert payload is not None, "the source rank must provide the payload"
+        return payload
+
+    def barrier(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def run_on_main(self, fn: Callable[[], bytes]) -> bytes:
+        """Run ``fn`` on rank 0 only and hand every rank its result.
+
+        A UserError raised by ``fn`` is re-raised on every rank, so all ranks fail together
+        instead of the others waiting on a collective rank 0 never reaches.
+        """
+        payload = None
+        if self.is_main:
+            try:
+                payload = b"\x00" + fn()
+            except UserError as exc:
+                payload = b"\x01" + str(exc).encode()
+        payload = self.broadcast_bytes(payload)
+        if payload[:1] == b"\x01":
+            raise UserError(payload[1:].decode())
+        return payload[1:]
+
+    def sum_scalars(self, values: Sequence[float]) -> list[float]:
+        """Sum a few Python numbers over all ranks in one collective."""
+        buf = torch.tensor(values, dtype=torch.float64, device=self._scalar_device())
+        return self.allreduce_sum_(buf).tolist()
+
+    def merge_moments(
+        self, count: float, mean: torch.Tensor, m2: torch.Tensor
+    ) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """Combine per-rank (count, mean, sum of squared deviations) into the global ones.
+
+        Exact parallel-variance merge (Chan et al.): the global mean first, then each rank's M2
+        shifted to it, so the result equals the moments of the concatenated data.
+        """
+        if self.world_size == 1:
+            return count, mean, m2
+        head = torch.cat([torch.tensor([count], dtype=torch.float64), count * mean.double()])
+        head = self.allreduce_sum_(head)
+        total = float(head[0])
+        global_mean = head[1:] / max(total, 1.0)
+        shifted = m2.double() + count * (mean.double() - global_mean) ** 2
+        return total, global_mean, self.allreduce_sum_(shifted)
+
+    def allreduce_gradients_(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Average ``.grad`` of ``params`` over ranks with one all-reduce of a flat bucket."""
+        if self.world_size == 1:
+            return
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        start = time.perf_counter()
+        self.allreduce_mean_(flat)
+        self.grad_sync_time_s += time.perf_counter() - start
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def broadcast_parameters_(self, module: torch.nn.Module, src: int = 0) -> None:
+        """Make every rank hold rank ``src``'s parameters and buffers."""
+        if self.world_size == 1:
+            return
+        tensors = [t.data for t in (*module.parameters(), *module.buffers())]
+        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+        self.broadcast_(flat, src)
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+    def _scalar_device(self) -> torch.device:
+        return torch.device("cpu")
+
+
+class TorchComm(Comm):
+    """Collectives on an initialised torch.distributed process group."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        # NCCL only moves CUDA tensors; gloo moves CPU tensors.
+        self._device = device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._on_device(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
+
+    def allreduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        def reduce(t: torch.Tensor) -> None:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            t.div_(self.world_size)
+
+        return self._on_device(tensor, reduce)
+
+    def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        return self._on_device(tensor, lambda t: dist.broadcast(t, src=src))
+
+    def all_gather_bytes(self, payload: bytes) -> list[bytes]:
+        sizes = torch.zeros(self.world_size, dtype=torch.int64, device=self._device)
+        sizes[self.rank] = len(payload)
+        dist.all_reduce(sizes)
+        longest = int(sizes.max())
+        mine = torch.zeros(longest, dtype=torch.uint8, device=self._device)
+        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        chunks = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(chunks, mine)
+        return [bytes(c[: int(n)].cpu().numpy()) for c, n in zip(chunks, sizes, strict=True)]
+
+    def broadcast_bytes(self, payload: bytes | None, src: int = 0) -> bytes:
+        size = torch.tensor([len(payload) if self.rank == src else 0], device=self._device)
+        dist.broadcast(size, src=src)
+        buf = torch.zeros(int(size), dtype=torch.uint8, device=self._device)
+        if self.rank == src:
+            buf.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+        dist.broadcast(buf, src=src)
+        return bytes(buf.cpu().numpy())
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def _scalar_device(self) -> torch.device:
+        return self._device
+
+    def _on_device(self, tensor: torch.Tensor, op) -> torch.Tensor:
+        """Run ``op`` on ``tensor``, staging through the comm device when they differ."""
+        if tensor.device == self._device:
+            op(tensor)
+            return tensor
+        staged = tensor.to(self._device)
+        op(staged)
+        tensor.copy_(staged)
+        return tensor

@@ -1,0 +1,201 @@
+"""Typed run configuration: YAML file + dotted command-line overrides, validated by pydantic.
+
+Sizes are explicit about scope: ``num_envs`` and ``rollout_steps`` are per rank, while
+``total_steps`` counts environment steps summed over all ranks.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+
+from distrl.errors import UserError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EnvConfig(_Section):
+    id: str = "CartPole-v1"
+    """A registered Gymnasium id, or ``package.module:Class`` for a user's own gymnasium.Env."""
+    num_envs: PositiveInt = 8
+    """Environments per rank; the global count is ``num_envs * world_size``."""
+    backend: Literal["gymnasium"] = "gymnasium"
+    """Vectorisation backend (Gymnasium's SyncVectorEnv; EnvPool can be added behind the same API)."""
+    max_episode_steps: PositiveInt | None = None
+    """Override the env's own time limit; episodes cut by it are truncated, not terminated."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to the env constructor."""
+
+
+class ModelConfig(_Section):
+    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [64, 64])
+    """Hidden layer widths, shared by the separate actor and critic MLPs."""
+    activation: Literal["tanh", "relu", "elu"] = "tanh"
+    init_log_std: float = 0.0
+    """Initial state-independent log standard deviation for continuous actions."""
+
+
+class PPOConfig(_Section):
+    rollout_steps: PositiveInt = 128
+    """Steps collected per env per update (per rank)."""
+    num_minibatches: PositiveInt = 4
+    """Minibatches per epoch; each rank splits its own rollout into this many."""
+    update_epochs: PositiveInt = 4
+    learning_rate: PositiveFloat = 2.5e-4
+    anneal_lr: bool = True
+    """Linearly decay the learning rate to zero over ``train.total_steps``."""
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
+    clip_coef: PositiveFloat = 0.2
+    clip_value_loss: bool = True
+    value_coef: float = Field(0.5, ge=0.0)
+    entropy_coef: float = Field(0.0, ge=0.0)
+    max_grad_norm: PositiveFloat = 0.5
+    """Clip the global gradient norm, computed after the cross-rank average."""
+    normalize_advantages: bool = True
+    """Normalise advantages with the mean/std of the whole global rollout (all ranks)."""
+    adam_eps: PositiveFloat = 1e-5
+
+
+class NormalizeConfig(_Section):
+    observations: bool | None = None
+    """Running observation normalisation; ``None`` means on for continuous actions only."""
+    rewards: bool = False
+    """Scale rewards by the running std of the discounted return (CleanRL's NormalizeReward)."""
+    clip: PositiveFloat = 10.0
+    """Clip normalised observations and scaled rewards to [-clip, clip]."""
+
+
+class TrainConfig(_Section):
+    total_steps: PositiveInt = 100_000
+    """Environment steps summed over all ranks."""
+    seed: int = 1
+    device: str = "auto"
+    """``auto`` (cuda:LOCAL_RANK when CUDA is available, else cpu), ``cpu``, ``cuda`` or ``cuda:N``."""
+    stop_return: float | None = None
+    """Stop early once a deterministic evaluation (``eval.episodes`` episodes on seeds apart from
+    ``eval.seed``'s) reaches this mean return; checked on rank 0, the decision shared by all."""
+    stop_check_every: PositiveInt = 4
+    """Updates between those early-stop evaluations."""
+    return_window: PositiveInt = 20
+    """Recent training episodes per rank averaged into the logged ``episode_return_mean``."""
+    torch_threads: PositiveInt = 1
+    """Intra-op threads per rank on CPU; one per rank keeps ranks from fighting over cores."""
+    timeout_s: PositiveFloat = 300.0
+    """Process-group timeout: a collective waiting longer than this fails instead of hanging."""
+
+
+class CheckpointConfig(_Section):
+    interval_steps: PositiveInt = 50_000
+    """Write a checkpoint every this many global env steps (and always at the end)."""
+    keep_last: PositiveInt = 3
+
+
+class LogConfig(_Section):
+    tensorboard: bool = True
+    progress: bool = True
+    """Show a progress bar on rank 0 when stdout is a terminal."""
+
+
+class EvalConfig(_Section):
+    episodes: PositiveInt = 10
+    seed: int = 10_000
+    """First seed of the evaluation episodes (kept apart from training seeds)."""
+
+
+class RunConfig(_Section):
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algo: PPOConfig = Field(default_factory=PPOConfig)
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML config (or defaults when ``path`` is None) and apply ``a.b=value`` overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    for override in overrides:
+        key, value = _parse_override(override)
+        _set_dotted(data, key, value)
+    return config_from_dict(data, source=str(path) if path else "config")
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
+    """Validate a plain dict, turning pydantic's report into one line that names the key."""
+    _check_unknown_keys(data, RunConfig, prefix="")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise UserError(
+            f"{source}: {key}: {err['msg']} (got {err.get('input')!r})"
+        ) from None
+
+
+def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
+    return cfg.model_dump(mode="json")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise UserError(f"override {text!r}: expected dotted.key=value, e.g. algo.learning_rate=1e-3")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(f"override {key}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _check_unknown_keys(data: Any, model: type[BaseModel], prefix: str) -> None:
+    """Reject keys the schema does not know, suggesting the closest valid one."""
+    if not isinstance(data, dict):
+        return
+    fields = model.model_fields
+    for key, value in data.items():
+        if key not in fields:
+            where = f"{prefix}{key}"
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+            allowed = ", ".join(fields)
+            raise UserError(f"unknown config key {where}{hint} (allowed here: {allowed})")
+        annotation = fields[key].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            _check_unknown_keys(value, annotation, prefix=f"{prefix}{key}.")

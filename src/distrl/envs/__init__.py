@@ -1,0 +1,74 @@
+"""Environment construction behind one interface, with a backend switch."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+
+import gymnasium as gym
+
+from distrl.config import EnvConfig
+from distrl.envs.base import StepResult, VecEnv
+from distrl.envs.gymnasium_backend import GymnasiumVecEnv
+from distrl.errors import UserError
+
+__all__ = ["StepResult", "VecEnv", "env_factory", "make_vec_env"]
+
+
+def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
+    """Return a constructor for one env: a registered Gymnasium id or ``module:Class``."""
+    if ":" in cfg.id:
+        env_cls = _import_env_class(cfg.id)
+
+        def make_custom() -> gym.Env:
+            env = env_cls(**cfg.kwargs)
+            if cfg.max_episode_steps is not None:
+                env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps)
+            return env
+
+        return make_custom
+    try:
+        gym.spec(cfg.id)
+    except gym.error.Error as exc:
+        raise UserError(f"env.id {cfg.id!r}: {exc}") from None
+    return lambda: gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+
+
+def make_vec_env(cfg: EnvConfig, seeds: Sequence[int]) -> VecEnv:
+    """Build ``len(seeds)`` envs, env i seeded with ``seeds[i]``, and check their spaces."""
+    make_env = env_factory(cfg)
+    if cfg.backend != "gymnasium":
+        raise UserError(f"env.backend {cfg.backend!r}: only 'gymnasium' is available")
+    try:
+        vec_env = GymnasiumVecEnv(make_env, seeds)
+    except (TypeError, gym.error.Error) as exc:
+        raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
+    _check_spaces(cfg.id, vec_env)
+    return vec_env
+
+
+def _check_spaces(env_id: str, env: VecEnv) -> None:
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise UserError(
+            f"env {env_id!r}: observation space {obs_space} is not supported "
+            "(PPO's MLP policy needs a flat Box)"
+        )
+    if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
+        raise UserError(
+            f"env {env_id!r}: action space {act_space} is not supported (Discrete or Box only)"
+        )
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) != 1:
+        raise UserError(f"env {env_id!r}: action space {act_space} must be a flat Box")
+
+
+def _import_env_class(spec: str) -> type[gym.Env]:
+    module_name, _, class_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"env.id {spec!r}: cannot import module {module_name!r}: {exc}") from None
+    env_cls = getattr(module, class_name, None)
+    if env_cls is None:
+        raise UserError(f"env.id {spec!r}: module {module_name!r} has no attribute {class_name!r}")
+    return env_cls

@@ -1,0 +1,9 @@
+"""The one exception type for mistakes a user can fix (bad config, bad flags, missing files).
+
+The command line turns it into a single line on stderr and exit code 2; anything else is a bug
+and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+    """A problem with the user's input, reported as one line without a traceback."""

@@ -1,0 +1,126 @@
+"""Checkpoints as directories of safetensors + JSON files, never pickle.
+
+A checkpoint is held in memory as ``{file name: bytes}``; on disk it is a directory
+``checkpoints/step_<global step>/`` with those files plus ``manifest.json`` (sha256 of each
+file). It is written to a temporary directory and renamed into place, so a reader never sees a
+half-written checkpoint. The same bytes travel between ranks with ``pack``/``unpack``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from distrl.errors import UserError
+
+CheckpointFiles = dict[str, bytes]
+MANIFEST = "manifest.json"
+_PREFIX = "step_"
+
+
+def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    return save_tensors({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+
+
+def tensors_from_bytes(data: bytes) -> dict[str, torch.Tensor]:
+    return load_tensors(data)
+
+
+def json_to_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, indent=1, sort_keys=True).encode()
+
+
+def strip_prefix(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors whose names start with ``prefix``, with the prefix removed."""
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def checkpoint_dir_name(global_step: int) -> str:
+    return f"{_PREFIX}{global_step:012d}"
+
+
+def save_checkpoint(root: Path, global_step: int, files: CheckpointFiles, keep_last: int) -> Path:
+    """Atomically write ``files`` as ``root/step_<global_step>`` and prune old checkpoints."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_dir_name(global_step)
+    tmp = root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    for name, data in {**files, MANIFEST: json_to_bytes(manifest)}.items():
+        with open(tmp / name, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _prune(root, keep_last)
+    return final
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Checkpoint directories under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX))
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """Accept a checkpoint dir, a run dir or a run's ``checkpoints/`` dir; return the newest."""
+    if (path / MANIFEST).is_file():
+        return path
+    for root in (path / "checkpoints", path):
+        found = list_checkpoints(root)
+        if found:
+            return found[-1]
+    raise UserError(f"no checkpoint found at {path} (expected a run dir or a checkpoint dir)")
+
+
+def load_checkpoint(path: Path) -> CheckpointFiles:
+    """Read a checkpoint directory and verify every file against its manifest."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise UserError(f"checkpoint {path}: {MANIFEST} is missing")
+    manifest = json.loads(manifest_path.read_text())
+    files: CheckpointFiles = {}
+    for name, digest in manifest.items():
+        file = path / name
+        if not file.is_file():
+            raise UserError(f"checkpoint {path}: file {name} listed in the manifest is missing")
+        data = file.read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise UserError(f"checkpoint {path}: {name} does not match its checksum (corrupted)")
+        files[name] = data
+    return files
+
+
+def pack(files: CheckpointFiles) -> bytes:
+    """Frame ``{name: bytes}`` into one buffer: u64 header length, JSON index, then the data."""
+    index, offset = {}, 0
+    for name, data in files.items():
+        index[name] = [offset, len(data)]
+        offset += len(data)
+    header = json.dumps(index).encode()
+    return struct.pack("<Q", len(header)) + header + b"".join(files.values())
+
+
+def unpack(buffer: bytes) -> CheckpointFiles:
+    (header_len,) = struct.unpack_from("<Q", buffer)
+    index = json.loads(buffer[8 : 8 + header_len])
+    base = 8 + header_len
+    return {name: buffer[base + off : base + off + n] for name, (off, n) in index.items()}
+
+
+def _prune(root: Path, keep_last: int) -> None:
+    for old in list_checkpoints(root)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)

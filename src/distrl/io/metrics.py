@@ -1,0 +1,81 @@
+"""Rank 0's metrics sinks: metrics.jsonl, TensorBoard and a terminal progress bar.
+
+Other ranks get a logger with ``enabled=False`` that does nothing, so callers need no rank checks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _json_number(value: Any) -> Any:
+    """NaN/inf are not JSON; write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsLogger:
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        tensorboard: bool,
+        total_steps: int,
+        progress: bool,
+    ) -> None:
+        self.enabled = enabled
+        self._file = None
+        self._tb = None
+        self._progress = None
+        if not enabled:
+            return
+        self._file = open(run_dir / METRICS_FILE, "a", buffering=1)
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # slow import: only when asked
+
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        if progress and sys.stdout.isatty():
+            from rich.progress import Progress
+
+            self._progress = Progress(transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("training", total=total_steps)
+
+    def log(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps({k: _json_number(v) for k, v in row.items()}) + "\n")
+        step = int(row["global_step"])
+        if self._tb is not None:
+            for key, value in row.items():
+                if isinstance(value, int | float) and math.isfinite(value) and key != "global_step":
+                    self._tb.add_scalar(key, value, step)
+        if self._progress is not None:
+            ret = row.get("episode_return_mean")
+            label = f"return {ret:.1f}" if isinstance(ret, float) and math.isfinite(ret) else ""
+            self._progress.update(self._task, completed=step, description=label)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        if self._tb is not None:
+            self._tb.close()
+        if self._file is not None:
+            self._file.close()
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """Drop rows past ``last_step`` so a resumed run does not log the same update twice."""
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in rows if json.loads(line)["global_step"] <= last_step]
+    path.write_text("".join(line + "\n" for line in kept))

@@ -1,0 +1,58 @@
+"""Turn a Topology into a device and a communicator (a process group when there are peers)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from distrl.comm import Comm, TorchComm
+from distrl.errors import UserError
+from distrl.launch.topology import Topology
+
+
+def resolve_device(requested: str, topology: Topology) -> torch.device:
+    """``auto`` picks cuda:LOCAL_RANK when CUDA is available, else the CPU."""
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", topology.local_rank % torch.cuda.device_count())
+        return torch.device("cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise UserError(f"--device {requested!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {requested}: CUDA is not available on this machine")
+        if device.index is None:
+            device = torch.device("cuda", topology.local_rank % torch.cuda.device_count())
+    return device
+
+
+def connect(topology: Topology, device: torch.device, timeout_s: float) -> Comm:
+    """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
+    if not topology.is_distributed:
+        return Comm()
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    timeout = timedelta(seconds=timeout_s)
+    store = dist.TCPStore(
+        topology.master_addr,
+        topology.master_port,
+        topology.world_size,
+        is_master=topology.rank == 0 and not topology.agent_hosts_store,
+        timeout=timeout,
+    )
+    # torchrun's agent keeps one store across restarts; a fresh key space per attempt stops a
+    # restarted group from reading the dead attempt's peer addresses.
+    store = dist.PrefixStore(f"distrl/attempt{topology.restart_count}", store)
+    dist.init_process_group(
+        backend=backend,
+        store=store,
+        rank=topology.rank,
+        world_size=topology.world_size,
+        timeout=timeout,
+    )
+    return TorchComm(device)

@@ -1,0 +1,135 @@
+"""Where this process sits among its peers, read from whichever launcher started it.
+
+This module is the only place that knows about launchers. torchrun (and torch.distributed.run)
+exports RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; SLURM's srun exports SLURM_PROCID,
+SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID and the job's node list. With neither, the process
+runs alone and no process group is created.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distrl.errors import UserError
+
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_SLURM_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NODELIST")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Rank layout of one training job."""
+
+    launcher: str
+    """``single``, ``torchrun`` or ``slurm``."""
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    restart_count: int = 0
+    """How many times an elastic agent has restarted this group (torchrun --max-restarts)."""
+    agent_hosts_store: bool = False
+    """True when torchrun's agent already serves the TCP store on MASTER_PORT."""
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1 or self.launcher != "single"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+SINGLE_PROCESS = Topology(launcher="single", rank=0, local_rank=0, world_size=1)
+
+
+def discover_topology(env: Mapping[str, str] | None = None, require_launcher: bool = False) -> Topology:
+    """Read the topology from launcher variables; torchrun wins over SLURM when both are set."""
+    env = os.environ if env is None else env
+    if all(v in env for v in _TORCHRUN_VARS):
+        return _from_torchrun(env)
+    if all(v in env for v in _SLURM_VARS) and int(env["SLURM_NTASKS"]) > 1:
+        return _from_slurm(env)
+    if require_launcher:
+        raise UserError(
+            "--distributed was given but no launcher variables were found: start with "
+            "`python -m torch.distributed.run --nproc_per_node=N -m distrl.train ...` "
+            f"(sets {', '.join(_TORCHRUN_VARS)}) or srun (sets {', '.join(_SLURM_VARS)})"
+        )
+    return SINGLE_PROCESS
+
+
+def _int_var(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise UserError(f"environment variable {name}={env[name]!r} is not an integer") from None
+
+
+def _from_torchrun(env: Mapping[str, str]) -> Topology:
+    return Topology(
+        launcher="torchrun",
+        rank=_int_var(env, "RANK"),
+        local_rank=_int_var(env, "LOCAL_RANK"),
+        world_size=_int_var(env, "WORLD_SIZE"),
+        node_rank=_int_var(env, "GROUP_RANK") if "GROUP_RANK" in env else 0,
+        master_addr=env["MASTER_ADDR"],
+        master_port=_int_var(env, "MASTER_PORT"),
+        restart_count=_int_var(env, "TORCHELASTIC_RESTART_COUNT")
+        if "TORCHELASTIC_RESTART_COUNT" in env
+        else 0,
+        agent_hosts_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+    )
+
+
+def _from_slurm(env: Mapping[str, str]) -> Topology:
+    nodes = expand_nodelist(env["SLURM_JOB_NODELIST"])
+    if "MASTER_PORT" in env:
+        port = _int_var(env, "MASTER_PORT")
+    else:
+        # Derive the port from the job id so concurrent jobs sharing a node do not collide.
+        port = 20000 + _int_var(env, "SLURM_JOB_ID") % 20000 if "SLURM_JOB_ID" in env else 29500
+    return Topology(
+        launcher="slurm",
+        rank=_int_var(env, "SLURM_PROCID"),
+        local_rank=_int_var(env, "SLURM_LOCALID"),
+        world_size=_int_var(env, "SLURM_NTASKS"),
+        node_rank=_int_var(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0,
+        master_addr=env.get("MASTER_ADDR", nodes[0]),
+        master_port=port,
+    )
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Expand SLURM's compressed host list, e.g. ``gpu[01-03,07],cpu5`` -> 5 host names.
+
+    Uses ``scontrol show hostnames`` when it exists, else parses the format itself.
+    """
+    if shutil.which("scontrol"):
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.split()
+    hosts: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
+        if plain:
+            hosts.append(plain)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if not hi:
+                hosts.append(f"{prefix}{lo}")
+                continue
+            width = len(lo)
+            hosts.extend(f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
+    if not hosts:
+        raise UserError(f"SLURM_JOB_NODELIST={nodelist!r} names no hosts")
+    return hosts

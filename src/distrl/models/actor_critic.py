@@ -1,0 +1,93 @@
+"""MLP actor-critic with separate actor and critic networks (as in CleanRL's PPO)."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from distrl.config import ModelConfig
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:
+    """Orthogonal weights, zero bias: the initialisation PPO's reference results rely on."""
+    layer = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [_layer(n_in, width, math.sqrt(2)), _ACTIVATIONS[activation]()]
+        n_in = width
+    layers.append(_layer(n_in, n_out, out_gain))
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Categorical policy for Discrete actions, diagonal Gaussian with state-independent
+    log-std for Box actions; value head separate."""
+
+    def __init__(self, obs_dim: int, action_space: gym.spaces.Space, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.continuous = isinstance(action_space, gym.spaces.Box)
+        n_out = action_space.shape[0] if self.continuous else int(action_space.n)
+        self.actor = mlp(obs_dim, cfg.hidden_sizes, n_out, cfg.activation, out_gain=0.01)
+        self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
+        if self.continuous:
+            self.log_std = nn.Parameter(torch.full((n_out,), cfg.init_log_std))
+
+    def action_stats(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-prob of ``actions``, entropy, value) for the PPO loss, with gradients."""
+        out = self.actor(obs)
+        if self.continuous:
+            log_probs = gaussian_log_prob(out, self.log_std, actions)
+            entropy = gaussian_entropy(self.log_std).expand(out.shape[0])
+        else:
+            log_p = out.log_softmax(-1)
+            log_probs = log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_p.exp() * log_p).sum(-1)
+        return log_probs, entropy, self.value(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions; return (actions, log-probs, values) for the rollout."""
+        out = self.actor(obs)
+        if self.continuous:
+            actions = out + self.log_std.exp() * torch.randn_like(out)
+            log_probs = gaussian_log_prob(out, self.log_std, actions)
+        else:
+            log_p = out.log_softmax(-1)
+            actions = torch.multinomial(log_p.exp(), 1).squeeze(-1)
+            log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return actions, log_probs, self.value(obs)
+
+    @torch.no_grad()
+    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        """The Gaussian mean, or the most likely discrete action."""
+        out = self.actor(obs)
+        return out if self.continuous else out.argmax(dim=-1)
+
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Log-density of a diagonal Gaussian, summed over action dimensions."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    return (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)

@@ -1,0 +1,382 @@
+"""The DD-PPO loop: every rank collects with its own envs and policy copy, gradients are
+averaged across ranks, and after each update all ranks hold identical parameters.
+
+``learn()`` reads as the algorithm: collect -> compute returns -> update -> log -> checkpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from distrl.algos.ppo import PPO
+from distrl.comm import Comm
+from distrl.config import RunConfig, config_to_dict
+from distrl.envs import make_vec_env
+from distrl.evaluate import evaluate
+from distrl.io import checkpoint as ckpt
+from distrl.io.metrics import MetricsLogger, truncate_metrics
+from distrl.models.actor_critic import ActorCritic
+from distrl.models.normalizer import RunningMeanStd, batch_moments
+from distrl.seeding import env_seeds, seed_torch
+from distrl.storage.rollout import RolloutStorage
+
+_STOP_CHECK_SEED_OFFSET = 1_000_000
+
+
+def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bool:
+    """Explicit setting wins; by default normalise observations for continuous control only."""
+    if cfg.normalize.observations is not None:
+        return cfg.normalize.observations
+    return isinstance(action_space, gym.spaces.Box)
+
+
+def normalize_advantages(advantages: torch.Tensor, comm: Comm) -> torch.Tensor:
+    """Standardise with the mean/std of the whole global rollout, so N ranks match one batch."""
+    count, mean, m2 = comm.merge_moments(*batch_moments(advantages))
+    std = torch.sqrt(m2 / max(count - 1.0, 1.0))
+    return ((advantages - mean.to(advantages)) / (std.to(advantages) + 1e-8)).reshape(-1)
+
+
+class EpisodeTracker:
+    """Undiscounted returns and lengths of finished episodes of this rank's envs."""
+
+    def __init__(self, num_envs: int, window: int) -> None:
+        self.running_return = np.zeros(num_envs)
+        self.running_length = np.zeros(num_envs, dtype=np.int64)
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        self.finished = 0
+
+    def step(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        self.running_return += rewards
+        self.running_length += 1
+        for i in np.flatnonzero(dones):
+            self.returns.append(float(self.running_return[i]))
+            self.lengths.append(int(self.running_length[i]))
+            self.running_return[i] = 0.0
+            self.running_length[i] = 0
+            self.finished += 1
+
+
+class OnPolicyRunner:
+    def __init__(self, cfg: RunConfig, comm: Comm, device: torch.device, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.comm = comm
+        self.device = device
+        self.run_dir = run_dir
+        self.num_envs = cfg.env.num_envs
+        self.steps_per_update = cfg.algo.rollout_steps * self.num_envs * comm.world_size
+        self.num_updates = math.ceil(cfg.train.total_steps / self.steps_per_update)
+        self.global_step = 0
+        self.update_index = 0
+        self.launch_index = 0
+        """How many times this run was (re)started; shifts env seeds on resume."""
+
+        seed_torch(cfg.train.seed, comm.rank)
+        self.env = make_vec_env(cfg.env, self._env_seeds())
+        obs_dim = self.env.observation_space.shape[0]
+        self.policy = ActorCritic(obs_dim, self.env.action_space, cfg.model).to(device)
+        comm.broadcast_parameters_(self.policy)
+        self.obs_rms = (
+            RunningMeanStd((obs_dim,)).to(device)
+            if uses_obs_normalization(cfg, self.env.action_space)
+            else None
+        )
+        self.return_rms = RunningMeanStd(()).to(device) if cfg.normalize.rewards else None
+        self.algo = PPO(self.policy, cfg.algo, gradient_sync=comm.allreduce_gradients_)
+        continuous = self.policy.continuous
+        self.storage = RolloutStorage(
+            cfg.algo.rollout_steps,
+            self.num_envs,
+            obs_dim,
+            self.env.action_space.shape if continuous else (),
+            torch.float32 if continuous else torch.int64,
+            device,
+        )
+        self.raw_obs = np.zeros((cfg.algo.rollout_steps, self.num_envs, obs_dim))
+        self.discounted_return = np.zeros(self.num_envs)
+        self.raw_returns = np.zeros((cfg.algo.rollout_steps, self.num_envs))
+        self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window)
+
+    # ----------------------------------------------------------------------------- the loop
+    def learn(self) -> dict[str, Any]:
+        """Train until ``total_steps`` (or ``stop_return``); return the last metrics row."""
+        logger = self._make_logger()
+        obs = self.env.reset()
+        if self.global_step == 0:
+            self._update_obs_stats(obs)
+        start_time = time.perf_counter()
+        start_step = self.global_step
+        row: dict[str, Any] = {}
+        last_checkpoint = self.global_step
+        try:
+            while self.update_index < self.num_updates:
+                iteration_start = time.perf_counter()
+                sync_before = self.comm.grad_sync_time_s
+                self._anneal_learning_rate()
+
+                obs, last_values = self.collect(obs)
+                collect_s = time.perf_counter() - iteration_start
+                batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
+                if self.cfg.algo.normalize_advantages:
+                    batch.advantages = normalize_advantages(batch.advantages, self.comm)
+                losses = self.algo.update(batch)
+
+                self.update_index += 1
+                self.global_step += self.steps_per_update
+                iteration_s = time.perf_counter() - iteration_start
+                row = self._metrics_row(
+                    losses,
+                    sps=(self.global_step - start_step) / (time.perf_counter() - start_time),
+                    collect_share=collect_s / iteration_s,
+                    grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
+                    time_s=time.perf_counter() - start_time,
+                )
+                solved = self._reached_stop_return(row)
+                logger.log(row)
+                if (
+                    self.global_step - last_checkpoint >= self.cfg.checkpoint.interval_steps
+                    and not solved
+                    and self.update_index < self.num_updates
+                ):
+                    self.save_checkpoint()
+                    last_checkpoint = self.global_step
+                if solved:
+                    break
+            self.save_checkpoint()
+        finally:
+            logger.close()
+            self.env.close()
+        return row
+
+    # ----------------------------------------------------------------------------- collect
+    def collect(self, obs: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+        """Fill the rollout buffer from this rank's envs; return the next obs and its values."""
+        cfg = self.cfg
+        gamma = cfg.algo.gamma
+        for t in range(cfg.algo.rollout_steps):
+            self.raw_obs[t] = obs
+            obs_t = self._normalize_obs(obs)
+            actions, log_probs, values = self.policy.act(obs_t)
+            result = self.env.step(self._to_env_actions(actions))
+            dones = np.logical_or(result.terminated, result.truncated)
+            self.episodes.step(result.reward, dones)
+
+            rewards = self._scale_rewards(result.reward, dones, t)
+            # A truncated episode did not end in the MDP: bootstrap from its final observation.
+            truncated_only = np.logical_and(result.truncated, ~result.terminated)
+            if truncated_only.any():
+                with torch.no_grad():
+                    final_obs = self._normalize_obs(result.final_obs)
+                    final_values = self.policy.value(final_obs).cpu().numpy()
+                rewards = rewards + gamma * final_values * truncated_only
+            self.storage.add(
+                obs_t,
+                actions,
+                log_probs,
+                values,
+                torch.as_tensor(rewards, dtype=torch.float32, device=self.device),
+                torch.as_tensor(dones, dtype=torch.float32, device=self.device),
+            )
+            obs = result.obs
+        with torch.no_grad():
+            last_values = self.policy.value(self._normalize_obs(obs))
+        self._update_obs_stats(self.raw_obs.reshape(-1, self.raw_obs.shape[-1]))
+        self._update_return_stats()
+        return obs, last_values
+
+    def _to_env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        actions_np = actions.cpu().numpy()
+        space = self.env.action_space
+        if isinstance(space, gym.spaces.Box):
+            # Sample stays unclipped in the buffer (its log-prob is exact); the env gets it clipped.
+            return np.clip(actions_np, space.low, space.high)
+        return actions_np
+
+    # ----------------------------------------------------------------------------- normalisers
+    def _normalize_obs(self, obs: np.ndarray) -> torch.Tensor:
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        if self.obs_rms is None:
+            return obs_t
+        return self.obs_rms.normalize(obs_t, self.cfg.normalize.clip)
+
+    def _update_obs_stats(self, raw_obs: np.ndarray) -> None:
+        """Merge this update's observations from all ranks into the shared statistics."""
+        if self.obs_rms is not None:
+            self.obs_rms.update_from_moments(
+                *self.comm.merge_moments(*batch_moments(torch.as_tensor(raw_obs)))
+            )
+
+    def _scale_rewards(self, rewards: np.ndarray, dones: np.ndarray, t: int) -> np.ndarray:
+        if self.return_rms is None:
+            return rewards
+        self.discounted_return = self.discounted_return * self.cfg.algo.gamma + rewards
+        self.raw_returns[t] = self.discounted_return
+        self.discounted_return[dones] = 0.0
+        scaled = self.return_rms.scale(torch.as_tensor(rewards), self.cfg.normalize.clip)
+        return scaled.numpy()
+
+    def _update_return_stats(self) -> None:
+        if self.return_rms is not None:
+            moments = batch_moments(torch.as_tensor(self.raw_returns.reshape(-1)))
+            self.return_rms.update_from_moments(*self.comm.merge_moments(*moments))
+
+    def _anneal_learning_rate(self) -> None:
+        lr = self.cfg.algo.learning_rate
+        if self.cfg.algo.anneal_lr:
+            lr *= 1.0 - self.update_index / self.num_updates
+        self.algo.set_learning_rate(lr)
+
+    # ----------------------------------------------------------------------------- logging
+    def _metrics_row(self, losses: dict[str, float], **timing: float) -> dict[str, Any]:
+        """One row per update; episode statistics and losses are reduced over all ranks."""
+        ep = self.episodes
+        loss_keys = sorted(losses)
+        local = [
+            sum(ep.returns),
+            len(ep.returns),
+            sum(ep.lengths),
+            ep.finished,
+            *(losses[k] for k in loss_keys),
+        ]
+        total = self.comm.sum_scalars(local)
+        window_sum, window_count, length_sum, finished = total[:4]
+        row: dict[str, Any] = {
+            "global_step": self.global_step,
+            "update": self.update_index,
+            "episode_return_mean": window_sum / window_count if window_count else math.nan,
+            "episode_length_mean": length_sum / window_count if window_count else math.nan,
+            "episodes": int(finished),
+            "learning_rate": self.algo.optimizer.param_groups[0]["lr"],
+            **{k: v / self.comm.world_size for k, v in zip(loss_keys, total[4:], strict=True)},
+            **timing,
+        }
+        row["recent_episodes"] = int(window_count)
+        return row
+
+    def _reached_stop_return(self, row: dict[str, Any]) -> bool:
+        """Rank 0 evaluates the (identical) policy deterministically and tells every rank."""
+        target = self.cfg.train.stop_return
+        if target is None or self.update_index % self.cfg.train.stop_check_every:
+            return False
+        eval_cfg = self.cfg.eval
+        # Seeds kept apart from eval.seed's so the final `distrl eval` is not the stop test.
+        check_seed = eval_cfg.seed + _STOP_CHECK_SEED_OFFSET
+
+        def evaluate_on_main() -> bytes:
+            returns = evaluate(self.cfg, self.policy, self.obs_rms, eval_cfg.episodes, check_seed)
+            return json.dumps(float(np.mean(returns))).encode()
+
+        row["stop_check_return"] = json.loads(self.comm.run_on_main(evaluate_on_main))
+        return row["stop_check_return"] >= target
+
+    def _make_logger(self) -> MetricsLogger:
+        main = self.comm.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            truncate_metrics(self.run_dir, self.global_step)
+        return MetricsLogger(
+            self.run_dir,
+            enabled=main,
+            tensorboard=self.cfg.log.tensorboard,
+            total_steps=self.num_updates * self.steps_per_update,
+            progress=self.cfg.log.progress,
+        )
+
+    def _env_seeds(self) -> list[int]:
+        return env_seeds(
+            self.cfg.train.seed,
+            self.comm.rank,
+            self.num_envs,
+            self.comm.world_size,
+            start_index=self.launch_index,
+        )
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> Path | None:
+        """Collective: every rank contributes its RNG state and parameter digest; rank 0 writes."""
+        rng = base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()
+        digest = self.parameter_digest()
+        per_rank = [json.loads(b) for b in self.comm.all_gather_bytes(
+            json.dumps({"torch_rng": rng, "param_sha256": digest}).encode()
+        )]
+        digests = {r["param_sha256"] for r in per_rank}
+        if len(digests) != 1:
+            raise RuntimeError(f"ranks hold different parameters at step {self.global_step}: {digests}")
+        if not self.comm.is_main:
+            return None
+        files = self.state_files(per_rank)
+        return ckpt.save_checkpoint(
+            self.run_dir / "checkpoints", self.global_step, files, self.cfg.checkpoint.keep_last
+        )
+
+    def parameter_digest(self) -> str:
+        sha = hashlib.sha256()
+        for name, tensor in self.policy.state_dict().items():
+            sha.update(name.encode())
+            sha.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return sha.hexdigest()
+
+    def state_files(self, per_rank: list[dict[str, str]]) -> ckpt.CheckpointFiles:
+        model = {f"policy.{k}": v for k, v in self.policy.state_dict().items()}
+        for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
+            if rms is not None:
+                model.update({f"{prefix}.{k}": v for k, v in rms.state_dict().items()})
+        optim_state = self.algo.optimizer.state_dict()
+        optim_tensors = {
+            f"{idx}.{key}": torch.as_tensor(value)
+            for idx, state in optim_state["state"].items()
+            for key, value in state.items()
+        }
+        state = {
+            "global_step": self.global_step,
+            "update_index": self.update_index,
+            "launch_index": self.launch_index,
+            "world_size": self.comm.world_size,
+            "config": config_to_dict(self.cfg),
+            "optimizer_param_groups": optim_state["param_groups"],
+            "ranks": per_rank,
+        }
+        return {
+            "model.safetensors": ckpt.tensors_to_bytes(model),
+            "optimizer.safetensors": ckpt.tensors_to_bytes(optim_tensors),
+            "state.json": ckpt.json_to_bytes(state),
+        }
+
+    def restore(self, files: ckpt.CheckpointFiles) -> None:
+        """Load a checkpoint's state on every rank (the files came from rank 0)."""
+        state = json.loads(files["state.json"])
+        model = ckpt.tensors_from_bytes(files["model.safetensors"])
+        self.policy.load_state_dict(ckpt.strip_prefix(model, "policy."))
+        for prefix, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
+            if rms is not None:
+                rms.load_state_dict(ckpt.strip_prefix(model, f"{prefix}."))
+        optim_tensors = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
+        optim_state: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in optim_tensors.items():
+            idx, name = key.split(".", 1)
+            optim_state.setdefault(int(idx), {})[name] = value
+        self.algo.optimizer.load_state_dict(
+            {"state": optim_state, "param_groups": state["optimizer_param_groups"]}
+        )
+        self.global_step = state["global_step"]
+        self.update_index = state["update_index"]
+        self.launch_index = state["launch_index"] + 1
+        ranks = state["ranks"]
+        if self.comm.rank < len(ranks):
+            rng = base64.b64decode(ranks[self.comm.rank]["torch_rng"])
+            torch.set_rng_state(torch.frombuffer(bytearray(rng), dtype=torch.uint8))
+        # Fresh episodes after a resume get seeds no earlier launch used.
+        self.env.close()
+        self.env = make_vec_env(self.cfg.env, self._env_seeds())

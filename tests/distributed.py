@@ -1,0 +1,49 @@
+"""Run a function on N real processes joined in a gloo process group (127.0.0.1 only)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from distrl.launch import Topology, connect
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(target: Callable[..., None], world_size: int, *args: Any, timeout_s: float = 120) -> None:
+    """Call ``target(comm, *args)`` on each rank; fail if any rank fails or hangs."""
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=_rank_main, args=(target, rank, world_size, port, args))
+        for rank in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout_s)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    codes = [p.exitcode for p in procs]
+    assert codes == [0] * world_size, f"rank exit codes {codes}"
+
+
+def _rank_main(target: Callable[..., None], rank: int, world_size: int, port: int, args: tuple) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    topology = Topology(
+        launcher="test", rank=rank, local_rank=rank, world_size=world_size, master_port=port
+    )
+    comm = connect(topology, torch.device("cpu"), timeout_s=60)
+    try:
+        target(comm, *args)
+    finally:
+        comm.close()

@@ -1,0 +1,26 @@
+import torch
+
+from distrl.storage.rollout import compute_gae
+
+
+def test_gae_matches_values_worked_out_by_hand() -> None:
+    # One env, three steps; the episode ends after step 1 (dones[1] = 1).
+    rewards = torch.tensor([[1.0], [2.0], [3.0]])
+    values = torch.tensor([[0.5], [1.0], [1.5]])
+    dones = torch.tensor([[0.0], [1.0], [0.0]])
+    last_values = torch.tensor([2.0])
+    gamma, lam = 0.9, 0.8
+    # t=2: delta = 3 + 0.9*2 - 1.5 = 3.3                      adv = 3.3
+    # t=1: delta = 2 - 1.0 = 1.0 (no bootstrap past the end)   adv = 1.0
+    # t=0: delta = 1 + 0.9*1.0 - 0.5 = 1.4                    adv = 1.4 + 0.72*1.0 = 2.12
+    adv, ret = compute_gae(rewards, values, dones, last_values, gamma, lam)
+    torch.testing.assert_close(adv, torch.tensor([[2.12], [1.0], [3.3]]))
+    torch.testing.assert_close(ret, adv + values)
+
+
+def test_gae_with_lambda_one_is_discounted_return_minus_value() -> None:
+    rewards = torch.ones(4, 2)
+    values = torch.zeros(4, 2)
+    dones = torch.zeros(4, 2)
+    adv, _ = compute_gae(rewards, values, dones, torch.zeros(2), gamma=0.5, gae_lambda=1.0)
+    torch.testing.assert_close(adv[:, 0], torch.tensor([1.875, 1.75, 1.5, 1.0]))

@@ -1,0 +1,85 @@
+"""The communicator's collectives on a real 2-rank gloo group, against single-process answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distrl.comm import Comm
+from distrl.errors import UserError
+from distrl.models.normalizer import RunningMeanStd, batch_moments
+from tests.distributed import run_ranks
+
+# Different sizes per rank, so an unweighted merge would be caught.
+ROWS_PER_RANK = (7, 13)
+
+
+def rank_data(rank: int, update: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(100 * update + rank)
+    return torch.randn(ROWS_PER_RANK[rank], 3, generator=gen) * (rank + 1) + 5 * rank
+
+
+def _merge_worker(comm: Comm, out: Path) -> None:
+    rms = RunningMeanStd((3,))
+    for update in range(3):
+        rms.update_from_moments(*comm.merge_moments(*batch_moments(rank_data(comm.rank, update))))
+    out.joinpath(f"rank{comm.rank}.json").write_text(
+        json.dumps({k: v.tolist() for k, v in rms.state_dict().items()})
+    )
+
+
+def test_merged_normalizer_equals_statistics_of_concatenated_data(tmp_path: Path) -> None:
+    run_ranks(_merge_worker, 2, tmp_path)
+    every_row = torch.cat([rank_data(r, u) for u in range(3) for r in range(2)]).double()
+    states = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert states[0] == states[1]  # bit-identical on both ranks
+    np.testing.assert_allclose(states[0]["mean"], every_row.mean(0).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(states[0]["var"], every_row.var(0, unbiased=False).numpy(), rtol=1e-10)
+    assert states[0]["count"] == every_row.shape[0]
+
+
+def _collectives_worker(comm: Comm, out: Path) -> None:
+    sums = comm.sum_scalars([comm.rank + 1.0, 10.0])
+    gathered = comm.all_gather_bytes(b"x" * (comm.rank + 3))
+    model = torch.nn.Linear(3, 2)
+    torch.nn.init.constant_(model.weight, float(comm.rank))
+    comm.broadcast_parameters_(model)
+    try:
+        comm.run_on_main(lambda: (_ for _ in ()).throw(UserError("bad input on rank 0")))
+        error = ""
+    except UserError as exc:
+        error = str(exc)
+    result = {
+        "sums": sums,
+        "gathered": [g.decode() for g in gathered],
+        "weight": model.weight.flatten().tolist(),
+        "error": error,
+        "payload": comm.run_on_main(lambda: b"from rank 0").decode(),
+    }
+    out.joinpath(f"rank{comm.rank}.json").write_text(json.dumps(result))
+
+
+def test_collectives_agree_on_every_rank(tmp_path: Path) -> None:
+    run_ranks(_collectives_worker, 2, tmp_path)
+    for rank in range(2):
+        result = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert result["sums"] == [3.0, 20.0]
+        assert result["gathered"] == ["xxx", "xxxx"]
+        assert result["weight"] == [0.0] * 6  # rank 0's weights everywhere
+        assert result["error"] == "bad input on rank 0"
+        assert result["payload"] == "from rank 0"
+
+
+def test_single_process_comm_is_identity() -> None:
+    comm = Comm()
+    flat = torch.arange(4.0)
+    assert comm.allreduce_mean_(flat) is flat
+    assert comm.sum_scalars([1.5, 2.0]) == [1.5, 2.0]
+    count, mean, m2 = comm.merge_moments(*batch_moments(torch.ones(5, 2)))
+    assert count == 5 and mean.tolist() == [1.0, 1.0] and m2.tolist() == [0.0, 0.0]
+    with pytest.raises(UserError, match="boom"):
+        comm.run_on_main(lambda: (_ for _ in ()).throw(UserError("boom")))
