@@ -83,3 +83,23 @@ def test_single_process_comm_is_identity() -> None:
     assert count == 5 and mean.tolist() == [1.0, 1.0] and m2.tolist() == [0.0, 0.0]
     with pytest.raises(UserError, match="boom"):
         comm.run_on_main(lambda: (_ for _ in ()).throw(UserError("boom")))
+
+
+def _sum_worker(comm: Comm, out: Path) -> None:
+    gen = torch.Generator().manual_seed(comm.rank)
+    values = torch.randn(1000, generator=gen, dtype=torch.float32)
+    comm.allreduce_sum_(values)
+    np.save(out / f"rank{comm.rank}.npy", values.numpy())
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_allreduce_sum_is_correct_and_bit_identical(tmp_path: Path, world_size: int) -> None:
+    run_ranks(_sum_worker, world_size, tmp_path)
+    expected = sum(
+        torch.randn(1000, generator=torch.Generator().manual_seed(r), dtype=torch.float32).double()
+        for r in range(world_size)
+    ).numpy()
+    results = [np.load(tmp_path / f"rank{r}.npy") for r in range(world_size)]
+    for result in results[1:]:
+        np.testing.assert_array_equal(result, results[0])
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-5)

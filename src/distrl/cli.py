@@ -127,9 +127,11 @@ def _prepare_run_dir(run_dir: Path, args: argparse.Namespace, cfg: Any) -> bytes
 
 def command_eval(args: argparse.Namespace) -> int:
     import numpy as np
+    import torch
 
     from distrl.evaluate import evaluate, load_policy
 
+    torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
     loaded = load_policy(args.checkpoint)
     episodes = args.episodes if args.episodes is not None else loaded.cfg.eval.episodes
     if episodes < 1:

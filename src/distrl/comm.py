@@ -129,15 +129,20 @@ class TorchComm(Comm):
         super().__init__()
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        gloo = dist.get_backend() != "nccl"
         # NCCL only moves CUDA tensors; gloo moves CPU tensors.
-        self._device = device if dist.get_backend() == "nccl" else torch.device("cpu")
+        self._device = torch.device("cpu") if gloo else device
+        # gloo's all_reduce costs ~1 ms even for a few floats on small CPU hosts, 3-5x more than
+        # log2(N) rounds of paired isend/irecv (benchmarks/allreduce_bench.py); NCCL is fast.
+        power_of_two = self.world_size & (self.world_size - 1) == 0
+        self._sum_ = _recursive_doubling_sum_ if gloo and power_of_two else _all_reduce_sum_
 
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self._on_device(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
+        return self._on_device(tensor, self._sum_)
 
     def allreduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         def reduce(t: torch.Tensor) -> None:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            self._sum_(t)
             t.div_(self.world_size)
 
         return self._on_device(tensor, reduce)
@@ -184,3 +189,23 @@ class TorchComm(Comm):
         op(staged)
         tensor.copy_(staged)
         return tensor
+
+
+def _all_reduce_sum_(tensor: torch.Tensor) -> None:
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+
+
+def _recursive_doubling_sum_(tensor: torch.Tensor) -> None:
+    """In-place sum over a power-of-two group: in round k each rank swaps its partial sum with
+    rank ^ 2**k and adds. Both partners add the same two values and IEEE addition commutes, so
+    every rank ends with bit-identical sums."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    received = torch.empty_like(tensor)
+    mask = 1
+    while mask < world_size:
+        peer = rank ^ mask
+        ops = [dist.P2POp(dist.isend, tensor, peer), dist.P2POp(dist.irecv, received, peer)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        tensor.add_(received)
+        mask <<= 1

@@ -1,0 +1,47 @@
+"""Run distrl's command line as a user would: a real subprocess, torchrun included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.distributed import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+CARTPOLE = REPO / "configs" / "cartpole_ppo.yaml"
+_LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID")
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without launcher variables, one thread per process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "distrl", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=clean_env(),
+        timeout=timeout,
+    )
+
+
+def torchrun_train(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --nproc_per_node=N -m distrl.train ... --distributed``."""
+    return subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+            "-m", "distrl.train", *args, "--distributed",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=timeout,
+    )

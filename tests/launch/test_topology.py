@@ -1,0 +1,66 @@
+import pytest
+
+from distrl.errors import UserError
+from distrl.launch.topology import discover_topology, expand_nodelist
+
+TORCHRUN = {
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "5555",
+    "GROUP_RANK": "1",
+    "TORCHELASTIC_RESTART_COUNT": "2",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+}
+SLURM = {
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "8",
+    "SLURM_NODEID": "2",
+    "SLURM_JOB_NODELIST": "gpu[07-10]",
+    "SLURM_JOB_ID": "123456",
+}
+
+
+def test_torchrun_variables() -> None:
+    topo = discover_topology(TORCHRUN)
+    assert (topo.launcher, topo.rank, topo.local_rank, topo.world_size) == ("torchrun", 3, 1, 4)
+    assert (topo.node_rank, topo.master_addr, topo.master_port) == (1, "10.0.0.1", 5555)
+    assert topo.restart_count == 2 and topo.agent_hosts_store and not topo.is_main
+
+
+def test_slurm_variables_give_rank_and_first_node_as_master() -> None:
+    topo = discover_topology(SLURM)
+    assert (topo.launcher, topo.rank, topo.local_rank, topo.world_size) == ("slurm", 5, 1, 8)
+    assert topo.node_rank == 2 and topo.master_addr == "gpu07"
+    assert topo.master_port == 20000 + 123456 % 20000
+
+
+def test_torchrun_wins_over_slurm_when_both_are_set() -> None:
+    assert discover_topology({**SLURM, **TORCHRUN}).launcher == "torchrun"
+
+
+def test_no_launcher_is_a_single_process_without_process_group() -> None:
+    topo = discover_topology({})
+    assert topo.world_size == 1 and not topo.is_distributed and topo.is_main
+    # One SLURM task is also a lone process.
+    assert not discover_topology({**SLURM, "SLURM_NTASKS": "1"}).is_distributed
+
+
+def test_distributed_flag_without_launcher_is_a_clear_error() -> None:
+    with pytest.raises(UserError, match="no launcher variables"):
+        discover_topology({}, require_launcher=True)
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("node[01-02]", ["node01", "node02"]),
+        ("a[1-3,7],b5", ["a1", "a2", "a3", "a7", "b5"]),
+        ("solo", ["solo"]),
+        ("gpu[009-011]", ["gpu009", "gpu010", "gpu011"]),
+    ],
+)
+def test_expand_nodelist(nodelist: str, hosts: list[str]) -> None:
+    assert expand_nodelist(nodelist) == hosts

@@ -1,0 +1,81 @@
+"""Bad input: one clear line on stderr, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import CARTPOLE, distrl
+
+
+def assert_user_error(result, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("distrl: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture(scope="module")
+def typo_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cfg") / "typo.yaml"
+    path.write_text("algo:\n  learning_rte: 0.001\n")
+    return path
+
+
+CASES = {
+    "unknown env id": (["--env", "NoSuchEnv-v0"], ["env.id 'NoSuchEnv-v0'", "doesn't exist"]),
+    "unknown env class": (["--env", "no_such_module:Env"], ["cannot import module"]),
+    "missing config": (["--config", "missing.yaml"], ["config file not found: missing.yaml"]),
+    "wrong type": (["env.num_envs=many"], ["env.num_envs", "valid integer", "'many'"]),
+    "zero count": (["--total-steps", "0"], ["train.total_steps", "greater than 0"]),
+    "no launcher": (["--distributed"], ["--distributed", "no launcher variables"]),
+    "bad device": (["--device", "tpu:9"], ["--device"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_train_bad_input(case: str, tmp_path: Path) -> None:
+    args, fragments = CASES[case]
+    assert_user_error(distrl("train", "--run-dir", str(tmp_path / "run"), *args), *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_config_key_suggests_the_right_one(typo_config: Path, tmp_path: Path) -> None:
+    result = distrl("train", "--config", str(typo_config), "--run-dir", str(tmp_path))
+    assert_user_error(result, "unknown config key algo.learning_rte", "did you mean algo.learning_rate?")
+
+
+def test_resume_without_checkpoint(tmp_path: Path) -> None:
+    result = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--resume")
+    assert_user_error(result, "--resume: no checkpoint in")
+
+
+def test_eval_without_checkpoint(tmp_path: Path) -> None:
+    assert_user_error(distrl("eval", "--checkpoint", str(tmp_path)), "no checkpoint found")
+
+
+def test_train_eval_and_refuse_to_clobber(tmp_path: Path) -> None:
+    """A short run writes the run dir; a second launch into it must say --resume/--overwrite."""
+    run = tmp_path / "run"
+    args = ["train", "--config", str(CARTPOLE), "--run-dir", str(run), "--total-steps", "2048",
+            "train.stop_return=null"]
+    first = distrl(*args)
+    assert first.returncode == 0, first.stderr
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["global_step"] >= 2048
+    assert {"global_step", "episode_return_mean", "sps", "time_s"} <= set(rows[-1])
+    assert (run / "config.yaml").is_file() and list((run / "tensorboard").iterdir())
+
+    evaluation = distrl("eval", "--checkpoint", str(run), "--episodes", "3", "--json")
+    report = json.loads(evaluation.stdout)
+    assert report["episodes"] == 3 and len(report["returns"]) == 3
+    assert report["return_mean"] == pytest.approx(sum(report["returns"]) / 3)
+
+    saved = sorted((run / "checkpoints").iterdir())
+    assert_user_error(distrl(*args), "already holds a run", "--resume", "--overwrite")
+    assert sorted((run / "checkpoints").iterdir()) == saved  # nothing lost

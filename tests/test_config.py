@@ -1,0 +1,45 @@
+from pathlib import Path
+
+import pytest
+
+from distrl.config import load_config
+from distrl.errors import UserError
+
+CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_validate(path: Path) -> None:
+    load_config(path)
+
+
+def test_overrides_are_typed_and_dotted(tmp_path: Path) -> None:
+    cfg = load_config(None, ["algo.learning_rate=1e-3", "env.num_envs=3", "model.hidden_sizes=[8,8]"])
+    assert cfg.algo.learning_rate == 1e-3 and cfg.env.num_envs == 3
+    assert cfg.model.hidden_sizes == [8, 8]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algo.learning_rte=1"], r"unknown config key algo.learning_rte; did you mean algo.learning_rate\?"),
+        (["bogus.x=1"], "unknown config key bogus"),
+        (["env.num_envs=abc"], "env.num_envs: Input should be a valid integer"),
+        (["env.num_envs=0"], "env.num_envs: Input should be greater than 0"),
+        (["algo.anneal_lr=maybe"], "algo.anneal_lr: Input should be a valid boolean"),
+        (["noequals"], "expected dotted.key=value"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(overrides: list[str], message: str) -> None:
+    with pytest.raises(UserError, match=message) as info:
+        load_config(None, overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(UserError, match="top level must be a mapping"):
+        load_config(bad)
