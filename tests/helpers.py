@@ -24,6 +24,7 @@ def clean_env() -> dict[str, str]:
 def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "distrl", *args],
+        check=False,
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -36,10 +37,19 @@ def torchrun_train(nproc: int, *args: str, timeout: float = 600) -> subprocess.C
     """``python -m torch.distributed.run --nproc_per_node=N -m distrl.train ... --distributed``."""
     return subprocess.run(
         [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
-            "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-            "-m", "distrl.train", *args, "--distributed",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            "-m",
+            "distrl.train",
+            *args,
+            "--distributed",
         ],
+        check=False,
         capture_output=True,
         text=True,
         env=clean_env(),

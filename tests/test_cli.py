@@ -62,8 +62,16 @@ def test_eval_without_checkpoint(tmp_path: Path) -> None:
 def test_train_eval_and_refuse_to_clobber(tmp_path: Path) -> None:
     """A short run writes the run dir; a second launch into it must say --resume/--overwrite."""
     run = tmp_path / "run"
-    args = ["train", "--config", str(CARTPOLE), "--run-dir", str(run), "--total-steps", "2048",
-            "train.stop_return=null"]
+    args = [
+        "train",
+        "--config",
+        str(CARTPOLE),
+        "--run-dir",
+        str(run),
+        "--total-steps",
+        "2048",
+        "train.stop_return=null",
+    ]
     first = distrl(*args)
     assert first.returncode == 0, first.stderr
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -158,7 +158,14 @@ def command_eval(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may sit between flags (`--seed 3 a.b=1 --resume c.d=2`): collect the strays.
+    args, extra = parser.parse_known_args(argv)
+    unknown = [a for a in extra if a.startswith("-") or args.command != "train"]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "train":
+        args.overrides = [*args.overrides, *extra]
     try:
         return command_train(args) if args.command == "train" else command_eval(args)
     except UserError as exc:

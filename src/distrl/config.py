@@ -139,9 +139,7 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        raise UserError(
-            f"{source}: {key}: {err['msg']} (got {err.get('input')!r})"
-        ) from None
+        raise UserError(f"{source}: {key}: {err['msg']} (got {err.get('input')!r})") from None
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

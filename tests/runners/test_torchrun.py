@@ -13,8 +13,16 @@ from tests.helpers import CARTPOLE, distrl, torchrun_train
 
 def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> None:
     result = torchrun_train(
-        2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--total-steps", "16384",
-        "train.stop_return=null", "checkpoint.interval_steps=4096", "checkpoint.keep_last=2",
+        2,
+        "--config",
+        str(CARTPOLE),
+        "--run-dir",
+        str(tmp_path),
+        "--total-steps",
+        "16384",
+        "train.stop_return=null",
+        "checkpoint.interval_steps=4096",
+        "checkpoint.keep_last=2",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     checkpoints = ckpt.list_checkpoints(tmp_path / "checkpoints")

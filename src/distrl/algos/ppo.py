@@ -39,9 +39,7 @@ class PPO:
         self.generator = generator
         self.params = list(policy.parameters())
         # The fused kernel is several times faster than the per-tensor loop for small networks.
-        self.optimizer = torch.optim.Adam(
-            self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True
-        )
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
 
     def set_learning_rate(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

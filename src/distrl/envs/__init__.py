@@ -55,9 +55,7 @@ def _check_spaces(env_id: str, env: VecEnv) -> None:
             "(PPO's MLP policy needs a flat Box)"
         )
     if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
-        raise UserError(
-            f"env {env_id!r}: action space {act_space} is not supported (Discrete or Box only)"
-        )
+        raise UserError(f"env {env_id!r}: action space {act_space} is not supported (Discrete or Box only)")
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) != 1:
         raise UserError(f"env {env_id!r}: action space {act_space} must be a flat Box")
 

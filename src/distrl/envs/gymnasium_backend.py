@@ -15,9 +15,7 @@ class GymnasiumVecEnv:
     """SyncVectorEnv with same-step auto-reset, seeded once with one distinct seed per env."""
 
     def __init__(self, make_env: Callable[[], gym.Env], seeds: Sequence[int]) -> None:
-        self._env = SyncVectorEnv(
-            [make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP
-        )
+        self._env = SyncVectorEnv([make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
         self._seeds = [int(s) for s in seeds]
         self.num_envs = len(self._seeds)
         self.observation_space = self._env.single_observation_space

@@ -36,7 +36,8 @@ class MetricsLogger:
         self._progress = None
         if not enabled:
             return
-        self._file = open(run_dir / METRICS_FILE, "a", buffering=1)
+        # Held open for the whole run (line-buffered) and closed in close().
+        self._file = open(run_dir / METRICS_FILE, "a", buffering=1)  # noqa: SIM115
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # slow import: only when asked
 

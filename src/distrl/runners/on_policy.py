@@ -308,9 +308,12 @@ class OnPolicyRunner:
         """Collective: every rank contributes its RNG state and parameter digest; rank 0 writes."""
         rng = base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()
         digest = self.parameter_digest()
-        per_rank = [json.loads(b) for b in self.comm.all_gather_bytes(
-            json.dumps({"torch_rng": rng, "param_sha256": digest}).encode()
-        )]
+        per_rank = [
+            json.loads(b)
+            for b in self.comm.all_gather_bytes(
+                json.dumps({"torch_rng": rng, "param_sha256": digest}).encode()
+            )
+        ]
         digests = {r["param_sha256"] for r in per_rank}
         if len(digests) != 1:
             raise RuntimeError(f"ranks hold different parameters at step {self.global_step}: {digests}")
