@@ -89,6 +89,9 @@ def command_train(args: argparse.Namespace) -> int:
         if args.resume:
             runner.restore(ckpt.unpack(payload))
         row = runner.learn()
+        # Leave together: a rank tearing gloo down while rank 0 still writes the final
+        # checkpoint was seen to abort at exit (SIGABRT) and fail the whole launch.
+        comm.barrier()
     finally:
         comm.close()
     if comm.is_main:
