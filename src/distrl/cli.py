@@ -79,6 +79,8 @@ def command_train(args: argparse.Namespace) -> int:
     topology = discover_topology(require_launcher=args.distributed)
     device = resolve_device(cfg.train.device, topology)
     torch.set_num_threads(cfg.train.torch_threads)
+    # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
+    torch.set_flush_denormal(True)
     env_factory(cfg.env)  # reject an unknown env id before any process group exists
     run_dir = args.run_dir or default_run_dir(args, cfg.env.id)
 

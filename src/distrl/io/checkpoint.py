@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import struct
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,32 @@ def save_checkpoint(root: Path, global_step: int, files: CheckpointFiles, keep_l
     os.replace(tmp, final)
     _prune(root, keep_last)
     return final
+
+
+class BackgroundWriter:
+    """Writes checkpoints on one background thread: rank 0 hands over bytes and keeps training,
+    so the other ranks never wait at the next collective for rank 0's disk."""
+
+    def __init__(self, root: Path, keep_last: int) -> None:
+        self.root = root
+        self.keep_last = keep_last
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        self._pending: Future[Path] | None = None
+
+    def submit(self, global_step: int, files: CheckpointFiles) -> None:
+        self.wait()  # one write in flight at a time, and its errors surface here
+        self._pending = self._pool.submit(save_checkpoint, self.root, global_step, files, self.keep_last)
+
+    def wait(self) -> Path | None:
+        """Block until the pending write is on disk; return its directory."""
+        pending, self._pending = self._pending, None
+        return pending.result() if pending is not None else None
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()
 
 
 def list_checkpoints(root: Path) -> list[Path]:

@@ -108,11 +108,17 @@ class OnPolicyRunner:
         self.discounted_return = np.zeros(self.num_envs)
         self.raw_returns = np.zeros((cfg.algo.rollout_steps, self.num_envs))
         self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window)
+        self.checkpoint_writer: ckpt.BackgroundWriter | None = None
+        """Rank 0's checkpoint writer, open while ``learn()`` runs."""
 
     # ----------------------------------------------------------------------------- the loop
     def learn(self) -> dict[str, Any]:
         """Train until ``total_steps`` (or ``stop_return``); return the last metrics row."""
         logger = self._make_logger()
+        if self.comm.is_main:
+            self.checkpoint_writer = ckpt.BackgroundWriter(
+                self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
+            )
         obs = self.env.reset()
         if self.global_step == 0:
             self._update_obs_stats(obs)
@@ -156,6 +162,8 @@ class OnPolicyRunner:
                     break
             self.save_checkpoint()
         finally:
+            if self.checkpoint_writer is not None:
+                self.checkpoint_writer.close()
             logger.close()
             self.env.close()
         return row
@@ -304,7 +312,7 @@ class OnPolicyRunner:
         )
 
     # ----------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self) -> Path | None:
+    def save_checkpoint(self) -> None:
         """Collective: every rank contributes its RNG state and parameter digest; rank 0 writes."""
         rng = base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()
         digest = self.parameter_digest()
@@ -317,12 +325,8 @@ class OnPolicyRunner:
         digests = {r["param_sha256"] for r in per_rank}
         if len(digests) != 1:
             raise RuntimeError(f"ranks hold different parameters at step {self.global_step}: {digests}")
-        if not self.comm.is_main:
-            return None
-        files = self.state_files(per_rank)
-        return ckpt.save_checkpoint(
-            self.run_dir / "checkpoints", self.global_step, files, self.cfg.checkpoint.keep_last
-        )
+        if self.checkpoint_writer is not None:
+            self.checkpoint_writer.submit(self.global_step, self.state_files(per_rank))
 
     def parameter_digest(self) -> str:
         sha = hashlib.sha256()

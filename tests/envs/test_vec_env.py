@@ -1,0 +1,39 @@
+import numpy as np
+import pytest
+
+from distrl.config import EnvConfig
+from distrl.envs import make_vec_env
+from distrl.errors import UserError
+from distrl.seeding import env_seeds
+
+
+def test_user_env_class_with_kwargs_and_time_limit() -> None:
+    cfg = EnvConfig(id="tests.envs.toy:CountingEnv", kwargs={"scale": 2.0}, max_episode_steps=3)
+    env = make_vec_env(cfg, [0, 1])
+    assert env.reset()[:, 0].tolist() == [0.0, 0.0]
+    for _ in range(2):
+        result = env.step(np.zeros(2, dtype=np.int64))
+    assert not result.truncated.any()
+    result = env.step(np.zeros(2, dtype=np.int64))
+    # The time limit truncates (not terminates); obs is already the next episode's first one.
+    assert result.truncated.all() and not result.terminated.any()
+    assert result.final_obs[:, 0].tolist() == [6.0, 6.0]
+    assert result.obs[:, 0].tolist() == [0.0, 0.0]
+
+
+def test_gymnasium_envs_are_seeded_per_env() -> None:
+    env = make_vec_env(EnvConfig(id="CartPole-v1"), [5, 6, 5])
+    obs = env.reset()
+    assert np.array_equal(obs[0], obs[2]) and not np.array_equal(obs[0], obs[1])
+
+
+def test_env_seeds_are_distinct_across_ranks_and_launches() -> None:
+    seeds = [s for launch in range(3) for rank in range(4) for s in env_seeds(7, rank, 8, 4, launch)]
+    assert len(seeds) == len(set(seeds)) == 3 * 4 * 8
+
+
+def test_unsupported_spaces_are_user_errors() -> None:
+    with pytest.raises(UserError, match="observation space .* is not supported"):
+        make_vec_env(EnvConfig(id="Blackjack-v1"), [0])
+    with pytest.raises(UserError, match="has no attribute 'Nope'"):
+        make_vec_env(EnvConfig(id="tests.envs.toy:Nope"), [0])

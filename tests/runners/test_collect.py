@@ -1,0 +1,33 @@
+"""Rollout collection: truncated episodes bootstrap from their final observation."""
+
+import torch
+
+from distrl.comm import Comm
+from distrl.config import load_config
+from distrl.runners.on_policy import OnPolicyRunner
+
+
+def test_truncation_bootstraps_with_the_value_of_the_final_observation(tmp_path) -> None:
+    cfg = load_config(
+        None,
+        [
+            "env.id=tests.envs.toy:CountingEnv",
+            "env.max_episode_steps=3",
+            "env.num_envs=2",
+            "algo.rollout_steps=6",
+            "algo.gamma=0.5",
+            "normalize.observations=false",
+        ],
+    )
+    runner = OnPolicyRunner(cfg, Comm(), torch.device("cpu"), tmp_path)
+    runner.collect(runner.env.reset())
+    storage = runner.storage
+    final_obs = torch.tensor([[3.0, 1.0]])
+    with torch.no_grad():
+        bootstrap = 1.0 + 0.5 * float(runner.policy.value(final_obs))
+    # Steps 2 and 5 end an episode by truncation: reward 1 plus gamma * V(final obs).
+    expected = torch.tensor([1.0, 1.0, bootstrap, 1.0, 1.0, bootstrap])
+    for env_index in range(2):
+        torch.testing.assert_close(storage.rewards[:, env_index], expected)
+        assert storage.dones[:, env_index].tolist() == [0, 0, 1, 0, 0, 1]
+    assert list(runner.episodes.returns) == [3.0, 3.0, 3.0, 3.0]
