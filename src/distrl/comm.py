@@ -125,17 +125,22 @@ class Comm:
 class TorchComm(Comm):
     """Collectives on an initialised torch.distributed process group."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, sum_algorithm: str = "auto") -> None:
+        """``sum_algorithm``: ``auto``, ``all_reduce`` or ``recursive_doubling`` (gloo, 2^k ranks)."""
         super().__init__()
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         gloo = dist.get_backend() != "nccl"
         # NCCL only moves CUDA tensors; gloo moves CPU tensors.
         self._device = torch.device("cpu") if gloo else device
-        # gloo's all_reduce costs ~1 ms even for a few floats on small CPU hosts, 3-5x more than
-        # log2(N) rounds of paired isend/irecv (benchmarks/allreduce_bench.py); NCCL is fast.
-        power_of_two = self.world_size & (self.world_size - 1) == 0
-        self._sum_ = _recursive_doubling_sum_ if gloo and power_of_two else _all_reduce_sum_
+        if sum_algorithm == "auto":
+            # gloo's all_reduce costs ~1 ms even for a few floats on small CPU hosts, several times
+            # more than log2(N) rounds of paired isend/irecv (benchmarks/grad_sync_bench.py).
+            power_of_two = self.world_size & (self.world_size - 1) == 0
+            sum_algorithm = "recursive_doubling" if gloo and power_of_two else "all_reduce"
+        self._sum_ = {"all_reduce": _all_reduce_sum_, "recursive_doubling": _recursive_doubling_sum_}[
+            sum_algorithm
+        ]
 
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         return self._on_device(tensor, self._sum_)

@@ -1,0 +1,115 @@
+"""Gradient synchronisation on 2 CPU ranks (gloo): one flat bucket vs DDP, inside a real PPO step.
+
+For each network size, times full PPO minibatch steps (forward, backward, gradient sync, clip,
+Adam) on each rank with:
+  * flat bucket + torch.distributed.all_reduce
+  * flat bucket + recursive doubling over isend/irecv (distrl's default on gloo)
+  * torch DistributedDataParallel (bucketed all_reduce overlapped with backward)
+and the same step without any synchronisation as the floor.
+
+Usage: python benchmarks/grad_sync_bench.py   (re-launches itself under torchrun with 2 ranks)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from distrl.algos.ppo import PPO
+from distrl.comm import TorchComm
+from distrl.config import ModelConfig, PPOConfig
+from distrl.models.actor_critic import ActorCritic
+from distrl.storage.rollout import RolloutBatch
+
+STEPS = 300
+MINIBATCH = 256
+
+
+class ActionStats(nn.Module):
+    """DDP needs a forward call to arm its reducer: route the PPO loss inputs through one."""
+
+    def __init__(self, policy: ActorCritic) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor):
+        return self.policy.action_stats(obs, actions)
+
+
+def make_batch(policy: ActorCritic, obs_dim: int) -> RolloutBatch:
+    obs = torch.randn(MINIBATCH, obs_dim)
+    actions, log_probs, values = policy.act(obs)
+    return RolloutBatch(obs, actions, log_probs, values, torch.randn(MINIBATCH), torch.randn(MINIBATCH))
+
+
+def time_steps(ppo: PPO, batch: RolloutBatch) -> float:
+    for _ in range(20):
+        ppo.minibatch_step(batch)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(STEPS):
+        ppo.minibatch_step(batch)
+    return (time.perf_counter() - start) / STEPS * 1e6
+
+
+def bench(hidden: list[int]) -> dict[str, float]:
+    torch.manual_seed(0)
+    obs_dim = 17
+    policy = ActorCritic(obs_dim, gym.spaces.Box(-1, 1, (6,)), ModelConfig(hidden_sizes=hidden))
+    batch = make_batch(policy, obs_dim)
+    cfg = PPOConfig()
+    results = {"no sync (floor)": time_steps(PPO(policy, cfg), batch)}
+    for algorithm in ("all_reduce", "recursive_doubling"):
+        comm = TorchComm(torch.device("cpu"), sum_algorithm=algorithm)
+        results[f"flat bucket, {algorithm}"] = time_steps(
+            PPO(policy, cfg, gradient_sync=comm.allreduce_gradients_), batch
+        )
+    ddp = DistributedDataParallel(ActionStats(policy))
+    ddp_ppo = PPO(policy, cfg)
+    ddp_ppo.policy = _DDPPolicy(policy, ddp)
+    results["DDP"] = time_steps(ddp_ppo, batch)
+    results["params"] = sum(p.numel() for p in policy.parameters())
+    return results
+
+
+class _DDPPolicy:
+    """Stands in for the policy inside PPO.loss so action_stats runs through DDP's forward."""
+
+    def __init__(self, policy: ActorCritic, ddp: DistributedDataParallel) -> None:
+        self._policy, self._ddp = policy, ddp
+
+    def action_stats(self, obs: torch.Tensor, actions: torch.Tensor):
+        return self._ddp(obs, actions)
+
+
+def main() -> None:
+    if "RANK" not in os.environ:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+               "--master_addr=127.0.0.1", "--master_port=29544", __file__]  # fmt: skip
+        sys.exit(subprocess.call(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rows = {str(h): bench(h) for h in ([64, 64], [256, 256])}
+    if dist.get_rank() == 0:
+        print(f"2 ranks, gloo, {os.cpu_count()} cores; microseconds per PPO minibatch step "
+              f"({MINIBATCH} samples), mean over {STEPS} steps")  # fmt: skip
+        names = [k for k in next(iter(rows.values())) if k != "params"]
+        print(
+            "| method | " + " | ".join(f"MLP {h} ({int(r['params'])} params)" for h, r in rows.items()) + " |"
+        )
+        print("| --- " * (len(rows) + 1) + "|")
+        for name in names:
+            print(f"| {name} | " + " | ".join(f"{r[name]:.0f}" for r in rows.values()) + " |")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
