@@ -68,7 +68,8 @@ def command_train(args: argparse.Namespace) -> int:
     from distrl.envs import env_factory
     from distrl.io import checkpoint as ckpt
     from distrl.launch import connect, discover_topology, resolve_device
-    from distrl.runners.on_policy import OnPolicyRunner
+    from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
+    from distrl.runners.on_policy import OnPolicyRunner, Preempted
 
     if args.resume and args.overwrite:
         raise UserError("--resume and --overwrite exclude each other")
@@ -83,14 +84,25 @@ def command_train(args: argparse.Namespace) -> int:
     torch.set_flush_denormal(True)
     env_factory(cfg.env)  # reject an unknown env id before any process group exists
     run_dir = args.run_dir or default_run_dir(args, cfg.env.id)
+    # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
+    resume = args.resume or topology.restart_count > 0
 
     comm = connect(topology, device, cfg.train.timeout_s)
     try:
-        payload = comm.run_on_main(lambda: _prepare_run_dir(run_dir, args, cfg))
+        payload = comm.run_on_main(lambda: _prepare_run_dir(run_dir, args, cfg, resume))
         runner = OnPolicyRunner(cfg, comm, device, run_dir)
-        if args.resume:
+        if payload:
             runner.restore(ckpt.unpack(payload))
-        row = runner.learn()
+        try:
+            row = runner.learn()
+        except Preempted as exc:
+            comm.barrier()  # every rank raised at the same agreed step
+            if comm.is_main:
+                print(f"distrl: {exc} in {run_dir}", file=sys.stderr)
+                requeued = requeue_slurm_job()
+                if requeued:
+                    print(f"distrl: {requeued}", file=sys.stderr)
+            return PREEMPTED_EXIT_CODE
         # Leave together: a rank tearing gloo down while rank 0 still writes the final
         # checkpoint was seen to abort at exit (SIGABRT) and fail the whole launch.
         comm.barrier()
@@ -105,8 +117,9 @@ def command_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prepare_run_dir(run_dir: Path, args: argparse.Namespace, cfg: Any) -> bytes:
-    """On rank 0: refuse to clobber another run, write config.yaml, load the resume checkpoint."""
+def _prepare_run_dir(run_dir: Path, args: argparse.Namespace, cfg: Any, resume: bool) -> bytes:
+    """On rank 0: refuse to clobber another run, write config.yaml, load the resume checkpoint
+    (packed; empty when starting fresh)."""
     import yaml
 
     from distrl.config import config_to_dict
@@ -114,20 +127,58 @@ def _prepare_run_dir(run_dir: Path, args: argparse.Namespace, cfg: Any) -> bytes
 
     existing = ckpt.list_checkpoints(run_dir / "checkpoints")
     payload = b""
-    if args.resume:
-        if not existing:
-            raise UserError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
-        payload = ckpt.pack(ckpt.load_checkpoint(existing[-1]))
+    if resume and existing:
+        payload = ckpt.pack(_newest_valid_checkpoint(existing, cfg))
+    elif args.resume:
+        raise UserError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
     elif existing and not args.overwrite:
         raise UserError(
             f"run dir {run_dir} already holds a run; pass --resume to continue it "
             "or --overwrite to replace it"
         )
-    elif args.overwrite and run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    try:
+        if args.overwrite and run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    except OSError as exc:
+        raise UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}") from None
     return payload
+
+
+# A resumed run must rebuild the same tensors: these keys may not change between launches.
+_RESUME_FIXED_KEYS = ("env.id", "model", "normalize.observations", "normalize.rewards")
+
+
+def _newest_valid_checkpoint(checkpoints: list[Path], cfg: Any) -> dict[str, bytes]:
+    """Newest checkpoint that passes its checksums; corrupt ones are reported and skipped."""
+    from distrl.config import config_to_dict
+    from distrl.io import checkpoint as ckpt
+
+    for path in reversed(checkpoints):
+        try:
+            files = ckpt.load_checkpoint(path)
+        except UserError as exc:
+            print(f"distrl: warning: skipping checkpoint {path}: {exc}", file=sys.stderr)
+            continue
+        saved = json.loads(files["state.json"])["config"]
+        current = config_to_dict(cfg)
+        for key in _RESUME_FIXED_KEYS:
+            was, now = _dotted(saved, key), _dotted(current, key)
+            if was != now:
+                raise UserError(
+                    f"checkpoint {path} was trained with {key}={was!r} but this config has {now!r}; "
+                    "resuming needs the same env and network (use a new --run-dir to start over)"
+                )
+        print(f"distrl: resuming from {path}", file=sys.stderr)
+        return files
+    raise UserError(f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt")
+
+
+def _dotted(data: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        data = data[part]
+    return data
 
 
 def command_eval(args: argparse.Namespace) -> int:

@@ -89,12 +89,18 @@ class TrainConfig(_Section):
     """Intra-op threads per rank on CPU; one per rank keeps ranks from fighting over cores."""
     timeout_s: PositiveFloat = 300.0
     """Process-group timeout: a collective waiting longer than this fails instead of hanging."""
+    max_bad_updates: PositiveInt = 5
+    """Stop after this many updates in a row with a non-finite loss, gradient or observation
+    (each is skipped on every rank, so parameters stay identical)."""
 
 
 class CheckpointConfig(_Section):
     interval_steps: PositiveInt = 50_000
     """Write a checkpoint every this many global env steps (and always at the end)."""
+    interval_minutes: PositiveFloat | None = None
+    """Also write one when this many minutes passed since the last (rank 0's clock decides)."""
     keep_last: PositiveInt = 3
+    """Checkpoints kept; older ones are deleted only after a newer one is safely on disk."""
 
 
 class LogConfig(_Section):
@@ -135,11 +141,23 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     """Validate a plain dict, turning pydantic's report into one line that names the key."""
     _check_unknown_keys(data, RunConfig, prefix="")
     try:
-        return RunConfig.model_validate(data)
+        cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         raise UserError(f"{source}: {key}: {err['msg']} (got {err.get('input')!r})") from None
+    _check_minibatches(cfg, source)
+    return cfg
+
+
+def _check_minibatches(cfg: RunConfig, source: str) -> None:
+    per_rank_batch = cfg.env.num_envs * cfg.algo.rollout_steps
+    if per_rank_batch % cfg.algo.num_minibatches:
+        raise UserError(
+            f"{source}: algo.num_minibatches={cfg.algo.num_minibatches} must divide the per-rank batch "
+            f"env.num_envs * algo.rollout_steps = {cfg.env.num_envs} * {cfg.algo.rollout_steps} "
+            f"= {per_rank_batch}"
+        )
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

@@ -7,6 +7,7 @@ gradient norm, so every rank applies the same averaged gradient.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import torch
@@ -52,7 +53,7 @@ class PPO:
     def update(self, batch: RolloutBatch, sampler: MinibatchSampler | None = None) -> dict[str, float]:
         """Run ``update_epochs`` passes of minibatch gradient steps; return mean loss statistics."""
         sampler = sampler or self.random_minibatches
-        totals: dict[str, float] = {}
+        totals: dict[str, float] = {"skipped_minibatches": 0.0}
         steps = 0
         for _ in range(self.cfg.update_epochs):
             for idx in sampler(len(batch)):
@@ -60,16 +61,22 @@ class PPO:
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 steps += 1
-        return {key: value / steps for key, value in totals.items()}
+        skipped = totals.pop("skipped_minibatches")
+        return {"skipped_minibatches": skipped, **{k: v / steps for k, v in totals.items()}}
 
     def minibatch_step(self, mb: RolloutBatch) -> dict[str, float]:
         loss, stats = self.loss(mb)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         self.gradient_sync(self.params)
-        grad_norm = nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        self.optimizer.step()
-        stats["grad_norm"] = float(grad_norm)
+        grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
+        # The norm is taken after the sync, so every rank sees the same value and a NaN/inf on
+        # any rank (it spreads through the average) makes all ranks skip the same step.
+        finite = math.isfinite(grad_norm)
+        if finite:
+            self.optimizer.step()
+        stats["grad_norm"] = grad_norm if finite else math.nan
+        stats["skipped_minibatches"] = 0.0 if finite else 1.0
         return stats
 
     def loss(self, mb: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:

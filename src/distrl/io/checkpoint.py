@@ -51,20 +51,27 @@ def checkpoint_dir_name(global_step: int) -> str:
 
 def save_checkpoint(root: Path, global_step: int, files: CheckpointFiles, keep_last: int) -> Path:
     """Atomically write ``files`` as ``root/step_<global_step>`` and prune old checkpoints."""
-    root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_dir_name(global_step)
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-    for name, data in {**files, MANIFEST: json_to_bytes(manifest)}.items():
-        with open(tmp / name, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+        for name, data in {**files, MANIFEST: json_to_bytes(manifest)}.items():
+            with open(tmp / name, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(
+            f"writing checkpoint {final} failed: {exc.strerror or exc}; earlier checkpoints are intact"
+        ) from None
+    # Only now that the new checkpoint is complete may old ones go.
     _prune(root, keep_last)
     return final
 
@@ -118,7 +125,10 @@ def load_checkpoint(path: Path) -> CheckpointFiles:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise UserError(f"checkpoint {path}: {MANIFEST} is missing")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except ValueError:
+        raise UserError(f"checkpoint {path}: {MANIFEST} is not valid JSON (corrupted)") from None
     files: CheckpointFiles = {}
     for name, digest in manifest.items():
         file = path / name

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from distrl.errors import UserError
 
@@ -34,7 +34,8 @@ class Topology:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     restart_count: int = 0
-    """How many times an elastic agent has restarted this group (torchrun --max-restarts)."""
+    """Times this job was restarted (torchrun --max-restarts, or a requeued SLURM job); a
+    restarted job resumes from its newest checkpoint by itself."""
     agent_hosts_store: bool = False
     """True when torchrun's agent already serves the TCP store on MASTER_PORT."""
 
@@ -63,6 +64,8 @@ def discover_topology(env: Mapping[str, str] | None = None, require_launcher: bo
             "`python -m torch.distributed.run --nproc_per_node=N -m distrl.train ...` "
             f"(sets {', '.join(_TORCHRUN_VARS)}) or srun (sets {', '.join(_SLURM_VARS)})"
         )
+    if "SLURM_RESTART_COUNT" in env:  # a requeued one-task SLURM job
+        return replace(SINGLE_PROCESS, restart_count=_int_var(env, "SLURM_RESTART_COUNT"))
     return SINGLE_PROCESS
 
 
@@ -104,6 +107,7 @@ def _from_slurm(env: Mapping[str, str]) -> Topology:
         node_rank=_int_var(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0,
         master_addr=env.get("MASTER_ADDR", nodes[0]),
         master_port=port,
+        restart_count=_int_var(env, "SLURM_RESTART_COUNT") if "SLURM_RESTART_COUNT" in env else 0,
     )
 
 

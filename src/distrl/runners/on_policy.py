@@ -23,15 +23,25 @@ from distrl.algos.ppo import PPO
 from distrl.comm import Comm
 from distrl.config import RunConfig, config_to_dict
 from distrl.envs import make_vec_env
+from distrl.errors import UserError
 from distrl.evaluate import evaluate
 from distrl.io import checkpoint as ckpt
 from distrl.io.metrics import MetricsLogger, truncate_metrics
+from distrl.launch.preemption import PreemptionFlag
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.normalizer import RunningMeanStd, batch_moments
 from distrl.seeding import env_seeds, seed_torch
 from distrl.storage.rollout import RolloutStorage
 
 _STOP_CHECK_SEED_OFFSET = 1_000_000
+
+
+class Preempted(Exception):
+    """Training stopped on SIGTERM/SIGUSR1 after every rank agreed and a checkpoint was written."""
+
+    def __init__(self, signal_name: str, global_step: int) -> None:
+        super().__init__(f"preempted by {signal_name} at step {global_step}; checkpoint saved")
+        self.global_step = global_step
 
 
 def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bool:
@@ -77,7 +87,6 @@ class OnPolicyRunner:
         self.run_dir = run_dir
         self.num_envs = cfg.env.num_envs
         self.steps_per_update = cfg.algo.rollout_steps * self.num_envs * comm.world_size
-        self.num_updates = math.ceil(cfg.train.total_steps / self.steps_per_update)
         self.global_step = 0
         self.update_index = 0
         self.launch_index = 0
@@ -110,39 +119,44 @@ class OnPolicyRunner:
         self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window)
         self.checkpoint_writer: ckpt.BackgroundWriter | None = None
         """Rank 0's checkpoint writer, open while ``learn()`` runs."""
+        self._last_checkpoint = (0, time.monotonic())
+        """(global step, monotonic time) of the last checkpoint."""
+        self.preemption = PreemptionFlag()
+        self.nonfinite_obs_steps = 0
+        self.bad_updates_in_a_row = 0
 
     # ----------------------------------------------------------------------------- the loop
     def learn(self) -> dict[str, Any]:
-        """Train until ``total_steps`` (or ``stop_return``); return the last metrics row."""
+        """Train until ``total_steps`` (or ``stop_return``); return the last metrics row.
+
+        Raises ``Preempted`` after saving a checkpoint when any rank got SIGTERM or SIGUSR1.
+        """
         logger = self._make_logger()
         if self.comm.is_main:
             self.checkpoint_writer = ckpt.BackgroundWriter(
                 self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
             )
+        self.preemption.install()
         obs = self.env.reset()
         if self.global_step == 0:
             self._update_obs_stats(obs)
-        start_time = time.perf_counter()
-        start_step = self.global_step
+        start_time, start_step = time.perf_counter(), self.global_step
+        self._last_checkpoint = (self.global_step, time.monotonic())
         row: dict[str, Any] = {}
-        last_checkpoint = self.global_step
         try:
-            while self.update_index < self.num_updates:
+            while self.global_step < self.cfg.train.total_steps:
                 iteration_start = time.perf_counter()
                 sync_before = self.comm.grad_sync_time_s
                 self._anneal_learning_rate()
 
                 obs, last_values = self.collect(obs)
                 collect_s = time.perf_counter() - iteration_start
-                batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
-                if self.cfg.algo.normalize_advantages:
-                    batch.advantages = normalize_advantages(batch.advantages, self.comm)
-                losses = self.algo.update(batch)
+                losses = self.update(last_values)
 
                 self.update_index += 1
                 self.global_step += self.steps_per_update
                 iteration_s = time.perf_counter() - iteration_start
-                row = self._metrics_row(
+                row, agreed = self._metrics_row(
                     losses,
                     sps=(self.global_step - start_step) / (time.perf_counter() - start_time),
                     collect_share=collect_s / iteration_s,
@@ -151,15 +165,16 @@ class OnPolicyRunner:
                 )
                 solved = self._reached_stop_return(row)
                 logger.log(row)
-                if (
-                    self.global_step - last_checkpoint >= self.cfg.checkpoint.interval_steps
-                    and not solved
-                    and self.update_index < self.num_updates
-                ):
+                self._count_bad_updates(row)
+                if agreed["preempted"]:
                     self.save_checkpoint()
-                    last_checkpoint = self.global_step
+                    raise Preempted(
+                        self.preemption.signal_name or "a signal on another rank", self.global_step
+                    )
                 if solved:
                     break
+                if agreed["checkpoint_due"] and self.global_step < self.cfg.train.total_steps:
+                    self.save_checkpoint()
             self.save_checkpoint()
         finally:
             if self.checkpoint_writer is not None:
@@ -168,12 +183,36 @@ class OnPolicyRunner:
             self.env.close()
         return row
 
+    def update(self, last_values: torch.Tensor) -> dict[str, float]:
+        """GAE over the rollout, advantage normalisation, then the PPO epochs; an update whose
+        rollout saw a non-finite observation on any rank is skipped by all ranks."""
+        nonfinite_obs = self.comm.sum_scalars([self.nonfinite_obs_steps])[0]
+        self.nonfinite_obs_steps = 0
+        batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
+        if nonfinite_obs:
+            return {"skipped_minibatches": float(self.cfg.algo.update_epochs * self.cfg.algo.num_minibatches)}
+        if self.cfg.algo.normalize_advantages:
+            batch.advantages = normalize_advantages(batch.advantages, self.comm)
+        return self.algo.update(batch)
+
+    def _count_bad_updates(self, row: dict[str, Any]) -> None:
+        """Stop once ``train.max_bad_updates`` updates in a row had non-finite numbers."""
+        self.bad_updates_in_a_row = self.bad_updates_in_a_row + 1 if row["skipped_minibatches"] else 0
+        limit = self.cfg.train.max_bad_updates
+        if self.bad_updates_in_a_row >= limit:
+            raise UserError(
+                f"training stopped at step {self.global_step}: {limit} updates in a row had a non-finite "
+                f"loss, gradient or observation and were skipped (set train.max_bad_updates to allow "
+                f"more); the last good checkpoint in {self.run_dir / 'checkpoints'} is kept"
+            )
+
     # ----------------------------------------------------------------------------- collect
     def collect(self, obs: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
         """Fill the rollout buffer from this rank's envs; return the next obs and its values."""
         cfg = self.cfg
         gamma = cfg.algo.gamma
         for t in range(cfg.algo.rollout_steps):
+            obs = self._finite(obs)
             self.raw_obs[t] = obs
             obs_t = self._normalize_obs(obs)
             actions, log_probs, values = self.policy.act(obs_t)
@@ -186,7 +225,7 @@ class OnPolicyRunner:
             truncated_only = np.logical_and(result.truncated, ~result.terminated)
             if truncated_only.any():
                 with torch.no_grad():
-                    final_obs = self._normalize_obs(result.final_obs)
+                    final_obs = self._normalize_obs(self._finite(result.final_obs))
                     final_values = self.policy.value(final_obs).cpu().numpy()
                 rewards = rewards + gamma * final_values * truncated_only
             self.storage.add(
@@ -203,6 +242,13 @@ class OnPolicyRunner:
         self._update_obs_stats(self.raw_obs.reshape(-1, self.raw_obs.shape[-1]))
         self._update_return_stats()
         return obs, last_values
+
+    def _finite(self, obs: np.ndarray) -> np.ndarray:
+        """Count and zero non-finite observations so they never reach the normaliser."""
+        if np.isfinite(obs).all():
+            return obs
+        self.nonfinite_obs_steps += 1
+        return np.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
 
     def _to_env_actions(self, actions: torch.Tensor) -> np.ndarray:
         actions_np = actions.cpu().numpy()
@@ -243,15 +289,22 @@ class OnPolicyRunner:
     def _anneal_learning_rate(self) -> None:
         lr = self.cfg.algo.learning_rate
         if self.cfg.algo.anneal_lr:
-            lr *= 1.0 - self.update_index / self.num_updates
+            # By global step, so the schedule survives a resume on a different number of ranks.
+            lr *= max(1.0 - self.global_step / self.cfg.train.total_steps, 0.0)
         self.algo.set_learning_rate(lr)
 
     # ----------------------------------------------------------------------------- logging
-    def _metrics_row(self, losses: dict[str, float], **timing: float) -> dict[str, Any]:
-        """One row per update; episode statistics and losses are reduced over all ranks."""
+    def _metrics_row(
+        self, losses: dict[str, float], **timing: float
+    ) -> tuple[dict[str, Any], dict[str, bool]]:
+        """One row per update, reduced over all ranks in a single collective that also carries
+        the stop flags every rank must agree on: a preemption signal on any rank, and rank 0's
+        verdict that a checkpoint is due (its clock alone decides time-based intervals)."""
         ep = self.episodes
         loss_keys = sorted(losses)
         local = [
+            float(self.preemption.raised),
+            float(self.comm.is_main and self._checkpoint_due()),
             sum(ep.returns),
             len(ep.returns),
             sum(ep.lengths),
@@ -259,7 +312,8 @@ class OnPolicyRunner:
             *(losses[k] for k in loss_keys),
         ]
         total = self.comm.sum_scalars(local)
-        window_sum, window_count, length_sum, finished = total[:4]
+        agreed = {"preempted": total[0] > 0, "checkpoint_due": total[1] > 0}
+        window_sum, window_count, length_sum, finished = total[2:6]
         row: dict[str, Any] = {
             "global_step": self.global_step,
             "update": self.update_index,
@@ -267,11 +321,18 @@ class OnPolicyRunner:
             "episode_length_mean": length_sum / window_count if window_count else math.nan,
             "episodes": int(finished),
             "learning_rate": self.algo.optimizer.param_groups[0]["lr"],
-            **{k: v / self.comm.world_size for k, v in zip(loss_keys, total[4:], strict=True)},
+            **{k: v / self.comm.world_size for k, v in zip(loss_keys, total[6:], strict=True)},
             **timing,
         }
         row["recent_episodes"] = int(window_count)
-        return row
+        return row, agreed
+
+    def _checkpoint_due(self) -> bool:
+        step, when = self._last_checkpoint
+        minutes = self.cfg.checkpoint.interval_minutes
+        return self.global_step - step >= self.cfg.checkpoint.interval_steps or (
+            minutes is not None and time.monotonic() - when >= 60 * minutes
+        )
 
     def _reached_stop_return(self, row: dict[str, Any]) -> bool:
         """Rank 0 evaluates the (identical) policy deterministically and tells every rank."""
@@ -298,7 +359,7 @@ class OnPolicyRunner:
             self.run_dir,
             enabled=main,
             tensorboard=self.cfg.log.tensorboard,
-            total_steps=self.num_updates * self.steps_per_update,
+            total_steps=self.cfg.train.total_steps,
             progress=self.cfg.log.progress,
         )
 
@@ -327,6 +388,7 @@ class OnPolicyRunner:
             raise RuntimeError(f"ranks hold different parameters at step {self.global_step}: {digests}")
         if self.checkpoint_writer is not None:
             self.checkpoint_writer.submit(self.global_step, self.state_files(per_rank))
+        self._last_checkpoint = (self.global_step, time.monotonic())
 
     def parameter_digest(self) -> str:
         sha = hashlib.sha256()

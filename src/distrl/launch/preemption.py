@@ -1,0 +1,58 @@
+"""Preemption signals: SIGTERM (schedulers, torchrun's agent) and SIGUSR1 (SLURM's
+``--signal=USR1@90`` warning before the time limit).
+
+The handler only raises a flag; the runner finishes its update, agrees with the other ranks
+through a collective that the run is stopping (a signal that reached one rank stops them all),
+writes a checkpoint and exits with ``PREEMPTED_EXIT_CODE``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+PREEMPTED_EXIT_CODE = 75
+"""EX_TEMPFAIL: the run stopped early on purpose, with its progress saved; run it again."""
+
+_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class PreemptionFlag:
+    """Set by SIGTERM/SIGUSR1 once installed; read by the training loop after every update."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+
+    @property
+    def raised(self) -> bool:
+        return self.signal_name is not None
+
+    def install(self) -> None:
+        for sig in _SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.signal_name = signal.Signals(signum).name
+
+
+def requeue_slurm_job() -> str | None:
+    """Ask SLURM to requeue this job (it resumes from the checkpoint when it starts again).
+
+    Returns a line describing what happened, or None outside SLURM.
+    """
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if job_id is None:
+        return None
+    if shutil.which("scontrol") is None:
+        return f"SLURM job {job_id}: scontrol not found, not requeued"
+    result = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        return f"SLURM job {job_id}: scontrol requeue failed: {result.stderr.strip()}"
+    return f"SLURM job {job_id} requeued"
+
+
+def print_stderr(line: str) -> None:
+    print(f"distrl: {line}", file=sys.stderr, flush=True)
