@@ -26,3 +26,19 @@ class CountingEnv(gym.Env):
 
     def _obs(self) -> np.ndarray:
         return np.array([self.count * self.scale, 1.0], dtype=np.float32)
+
+
+class BrokenSensorEnv(CountingEnv):
+    """Like CountingEnv, but after ``healthy_steps`` steps every observation is NaN."""
+
+    def __init__(self, healthy_steps: int = 100) -> None:
+        super().__init__()
+        self.healthy_steps = healthy_steps
+        self.total_steps = 0
+
+    def step(self, action):
+        self.total_steps += 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.total_steps > self.healthy_steps:
+            obs = np.full_like(obs, np.nan)
+        return obs, reward, terminated, truncated, info

@@ -173,7 +173,9 @@ class OnPolicyRunner:
                     )
                 if solved:
                     break
-                if agreed["checkpoint_due"] and self.global_step < self.cfg.train.total_steps:
+                # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
+                healthy = not self.bad_updates_in_a_row
+                if agreed["checkpoint_due"] and healthy and self.global_step < self.cfg.train.total_steps:
                     self.save_checkpoint()
             self.save_checkpoint()
         finally:
@@ -184,13 +186,16 @@ class OnPolicyRunner:
         return row
 
     def update(self, last_values: torch.Tensor) -> dict[str, float]:
-        """GAE over the rollout, advantage normalisation, then the PPO epochs; an update whose
-        rollout saw a non-finite observation on any rank is skipped by all ranks."""
+        """Merge the rollout into the normalisers, then GAE, advantage normalisation and the PPO
+        epochs. A rollout that saw a non-finite observation on any rank is skipped by all ranks
+        and touches neither the normalisers nor the weights."""
         nonfinite_obs = self.comm.sum_scalars([self.nonfinite_obs_steps])[0]
         self.nonfinite_obs_steps = 0
         batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         if nonfinite_obs:
             return {"skipped_minibatches": float(self.cfg.algo.update_epochs * self.cfg.algo.num_minibatches)}
+        self._update_obs_stats(self.raw_obs.reshape(-1, self.raw_obs.shape[-1]))
+        self._update_return_stats()
         if self.cfg.algo.normalize_advantages:
             batch.advantages = normalize_advantages(batch.advantages, self.comm)
         return self.algo.update(batch)
@@ -239,8 +244,6 @@ class OnPolicyRunner:
             obs = result.obs
         with torch.no_grad():
             last_values = self.policy.value(self._normalize_obs(obs))
-        self._update_obs_stats(self.raw_obs.reshape(-1, self.raw_obs.shape[-1]))
-        self._update_return_stats()
         return obs, last_values
 
     def _finite(self, obs: np.ndarray) -> np.ndarray:
