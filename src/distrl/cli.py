@@ -65,7 +65,7 @@ def command_train(args: argparse.Namespace) -> int:
     import torch
 
     from distrl.config import load_config
-    from distrl.envs import env_factory
+    from distrl.envs import check_env
     from distrl.io import checkpoint as ckpt
     from distrl.launch import connect, discover_topology, resolve_device
     from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
@@ -82,7 +82,7 @@ def command_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(cfg.train.torch_threads)
     # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
     torch.set_flush_denormal(True)
-    env_factory(cfg.env)  # reject an unknown env id before any process group exists
+    check_env(cfg.env)
     run_dir = args.run_dir or default_run_dir(args, cfg.env.id)
     # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
     resume = args.resume or topology.restart_count > 0
@@ -147,7 +147,13 @@ def _prepare_run_dir(run_dir: Path, args: argparse.Namespace, cfg: Any, resume: 
 
 
 # A resumed run must rebuild the same tensors: these keys may not change between launches.
-_RESUME_FIXED_KEYS = ("env.id", "model", "normalize.observations", "normalize.rewards")
+_RESUME_FIXED_KEYS = (
+    "env.id",
+    "model.hidden_sizes",
+    "model.activation",
+    "normalize.observations",
+    "normalize.rewards",
+)
 
 
 def _newest_valid_checkpoint(checkpoints: list[Path], cfg: Any) -> dict[str, bytes]:

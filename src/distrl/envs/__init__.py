@@ -12,7 +12,7 @@ from distrl.envs.base import StepResult, VecEnv
 from distrl.envs.gymnasium_backend import GymnasiumVecEnv
 from distrl.errors import UserError
 
-__all__ = ["StepResult", "VecEnv", "env_factory", "make_vec_env"]
+__all__ = ["StepResult", "VecEnv", "check_env", "env_factory", "make_vec_env"]
 
 
 def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
@@ -45,6 +45,11 @@ def make_vec_env(cfg: EnvConfig, seeds: Sequence[int]) -> VecEnv:
         raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
     _check_spaces(cfg.id, vec_env)
     return vec_env
+
+
+def check_env(cfg: EnvConfig) -> None:
+    """Build one env and check its spaces, so a bad env fails before any process group or run dir."""
+    make_vec_env(cfg, [0]).close()
 
 
 def _check_spaces(env_id: str, env: VecEnv) -> None:

@@ -1,0 +1,49 @@
+"""Runs every row of the README's troubleshooting table and checks the message it documents."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, distrl
+
+ROW = re.compile(r"^\| (?P<problem>[^|]+) \| `distrl (?P<args>[^`]+)` \| (?P<message>.+) \|$")
+
+
+def table_rows() -> list[tuple[str, str, str]]:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Troubleshooting", 1)[1]
+    rows = [ROW.match(line) for line in section.splitlines()]
+    return [(m["problem"].strip(), m["args"], m["message"].strip()) for m in rows if m]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("troubleshooting")
+    shutil.copytree(REPO / "configs", work / "configs")
+    result = distrl(
+        "train", "--config", "configs/cartpole_ppo.yaml", "--run-dir", "runs/existing",
+        "--total-steps", "512", "train.stop_return=null", cwd=work,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return work
+
+
+def test_the_table_covers_every_documented_case() -> None:
+    assert len(table_rows()) >= 15
+
+
+@pytest.mark.parametrize(("problem", "args", "message"), table_rows(), ids=[r[0] for r in table_rows()])
+def test_troubleshooting_row(workdir: Path, problem: str, args: str, message: str) -> None:
+    before = sorted(p.relative_to(workdir) for p in (workdir / "runs").rglob("*"))
+    result = distrl(*shlex.split(args), cwd=workdir)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(message), f"{lines[0]!r} does not start with {message!r}"
+    after = sorted(p.relative_to(workdir) for p in (workdir / "runs").rglob("*"))
+    assert after == before  # nothing written, nothing lost
