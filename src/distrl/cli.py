@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from distrl.errors import UserError
+from distrl.errors import PeerFailure, UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"distrl: error: {exc}", file=sys.stderr)
         return 2
+    except PeerFailure as exc:
+        print(f"distrl: error: {exc}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

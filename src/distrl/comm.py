@@ -8,13 +8,14 @@ torch.distributed.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
 
-from distrl.errors import UserError
+from distrl.errors import PeerFailure, UserError
 
 
 class Comm:
@@ -122,6 +123,23 @@ class Comm:
         return torch.device("cpu")
 
 
+def _collective(method: Callable) -> Callable:
+    """Turn a failed collective into a PeerFailure that says what most likely happened."""
+
+    @functools.wraps(method)
+    def wrapper(self: TorchComm, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (RuntimeError, dist.DistError) as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PeerFailure(
+                f"rank {self.rank}: {method.__name__} failed; another rank died, hung past "
+                f"train.timeout_s or became unreachable ({detail})"
+            ) from None
+
+    return wrapper
+
+
 class TorchComm(Comm):
     """Collectives on an initialised torch.distributed process group."""
 
@@ -142,9 +160,11 @@ class TorchComm(Comm):
             sum_algorithm
         ]
 
+    @_collective
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         return self._on_device(tensor, self._sum_)
 
+    @_collective
     def allreduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         def reduce(t: torch.Tensor) -> None:
             self._sum_(t)
@@ -152,9 +172,11 @@ class TorchComm(Comm):
 
         return self._on_device(tensor, reduce)
 
+    @_collective
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         return self._on_device(tensor, lambda t: dist.broadcast(t, src=src))
 
+    @_collective
     def all_gather_bytes(self, payload: bytes) -> list[bytes]:
         sizes = torch.zeros(self.world_size, dtype=torch.int64, device=self._device)
         sizes[self.rank] = len(payload)
@@ -166,6 +188,7 @@ class TorchComm(Comm):
         dist.all_gather(chunks, mine)
         return [bytes(c[: int(n)].cpu().numpy()) for c, n in zip(chunks, sizes, strict=True)]
 
+    @_collective
     def broadcast_bytes(self, payload: bytes | None, src: int = 0) -> bytes:
         size = torch.tensor([len(payload) if self.rank == src else 0], device=self._device)
         dist.broadcast(size, src=src)
@@ -175,6 +198,7 @@ class TorchComm(Comm):
         dist.broadcast(buf, src=src)
         return bytes(buf.cpu().numpy())
 
+    @_collective
     def barrier(self) -> None:
         dist.barrier()
 

@@ -7,3 +7,8 @@ and keeps its traceback.
 
 class UserError(Exception):
     """A problem with the user's input, reported as one line without a traceback."""
+
+
+class PeerFailure(Exception):
+    """A collective failed: another rank died, hung past the process-group timeout, or the
+    network between ranks broke. Reported as one line; the process exits with code 3."""

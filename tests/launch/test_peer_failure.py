@@ -1,0 +1,62 @@
+"""A rank that dies or hangs makes the others fail with a clear message within the timeout."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.distributed import free_port
+from tests.helpers import CARTPOLE, clean_env
+
+TIMEOUT_S = 15
+
+
+def start_slurm_style_ranks(run_dir: Path) -> list[subprocess.Popen]:
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = {
+            **clean_env(),
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(rank),
+            "SLURM_NTASKS": "2",
+            "SLURM_JOB_NODELIST": "localhost",
+            "MASTER_PORT": str(port),
+        }
+        cmd = [
+            sys.executable, "-m", "distrl.train", "--config", str(CARTPOLE), "--run-dir", str(run_dir),
+            "--total-steps", "100000000", "train.stop_return=null", f"train.timeout_s={TIMEOUT_S}",
+            "--distributed",
+        ]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["dies", "hangs"])
+def test_survivor_fails_clearly_within_the_timeout(tmp_path: Path, fault: signal.Signals) -> None:
+    survivor, victim = start_slurm_style_ranks(tmp_path)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline and survivor.poll() is None
+        time.sleep(0.1)
+    victim.send_signal(fault)
+    start = time.monotonic()
+    try:
+        _, stderr = survivor.communicate(timeout=TIMEOUT_S + 60)
+    finally:
+        victim.kill()
+        victim.communicate()
+    assert time.monotonic() - start < TIMEOUT_S + 30
+    assert survivor.returncode == 3, stderr[-2000:]
+    lines = stderr.strip().splitlines()
+    assert lines[-1].startswith("distrl: error: rank 0: ")
+    assert "another rank died, hung past train.timeout_s or became unreachable" in lines[-1]
+    assert "Traceback" not in stderr
+    assert json.loads(metrics.read_text().splitlines()[-1])["global_step"] > 0
