@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --run-dir")
     parser.add_argument(
         "--distributed", action="store_true", help="require torchrun/srun variables (fail without)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="join the group, print every rank's topology, build nothing"
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
 
@@ -82,6 +86,8 @@ def command_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(cfg.train.torch_threads)
     # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
     torch.set_flush_denormal(True)
+    if args.dry_run:
+        return _dry_run(cfg, topology, device)
     check_env(cfg.env)
     run_dir = args.run_dir or default_run_dir(args, cfg.env.id)
     # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
@@ -114,6 +120,47 @@ def command_train(args: argparse.Namespace) -> int:
             f"distrl: trained {row.get('global_step', 0)} env steps on {comm.world_size} rank(s) "
             f"in {row.get('time_s', 0.0):.1f}s, recent episode return {ret:.1f}; run dir {run_dir}"
         )
+    return 0
+
+
+def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
+    """Rendezvous for real (so addresses and ports are checked), then rank 0 prints what every
+    rank sees; no env, model or run dir is created."""
+    from distrl.launch import connect
+    from distrl.seeding import env_seeds
+
+    comm = connect(topology, device, cfg.train.timeout_s)
+    try:
+        mine = {
+            "rank": comm.rank,
+            "local_rank": topology.local_rank,
+            "node_rank": topology.node_rank,
+            "world_size": comm.world_size,
+            "launcher": topology.launcher,
+            "device": str(device),
+            "backend": "nccl" if device.type == "cuda" else ("gloo" if comm.world_size > 1 else "none"),
+            "master": f"{topology.master_addr}:{topology.master_port}",
+            "host": socket.gethostname(),
+            "envs": cfg.env.num_envs,
+            "env_seeds": env_seeds(cfg.train.seed, comm.rank, cfg.env.num_envs, comm.world_size),
+        }
+        ranks = [json.loads(b) for b in comm.all_gather_bytes(json.dumps(mine).encode())]
+        comm.barrier()
+    finally:
+        comm.close()
+    if not comm.is_main:
+        return 0
+    for row in ranks:
+        seeds = row["env_seeds"]
+        print(
+            f"rank {row['rank']}/{row['world_size']} local {row['local_rank']} node {row['node_rank']} "
+            f"host {row['host']} device {row['device']} backend {row['backend']} master {row['master']} "
+            f"launcher {row['launcher']} envs {row['envs']} seeds {seeds[0]}..{seeds[-1]}"
+        )
+    gpus = [(r["host"], r["device"]) for r in ranks if r["device"].startswith("cuda")]
+    if len(gpus) != len(set(gpus)):
+        raise UserError("--dry-run: several ranks share one GPU on the same host; check LOCAL_RANK")
+    print(f"distrl: dry run ok: {len(ranks)} rank(s) joined")
     return 0
 
 

@@ -44,3 +44,14 @@ def test_two_rank_cartpole_solves(tmp_path: Path, seed: int) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["episodes"] == 10 and report["return_mean"] >= 475
+
+
+def test_dry_run_prints_every_rank_and_builds_nothing(tmp_path: Path) -> None:
+    result = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "run"), "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("rank ")]
+    assert [line.split()[1] for line in lines] == ["0/2", "1/2"]
+    assert "seeds 1..32" in lines[0] and "seeds 33..64" in lines[1]
+    assert all("backend gloo" in line and "master 127.0.0.1:" in line for line in lines)
+    assert "dry run ok: 2 rank(s) joined" in result.stdout
+    assert not (tmp_path / "run").exists()
