@@ -136,18 +136,39 @@ def time_to_solve(seeds: list[int], tmp: Path, use_sb3: bool) -> dict[str, list[
     return results
 
 
-def throughput(tmp: Path) -> dict[int, dict[str, float]]:
-    """Fixed step budget, no early stop: SPS and all-reduce share of the steady state."""
+def run_metrics(run_dir: Path) -> dict[str, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steady = rows[len(rows) // 5 :]  # skip warm-up
+    return {"sps": rows[-1]["sps"], "grad_sync_share": statistics.mean(r["grad_sync_share"] for r in steady)}
+
+
+def throughput(tmp: Path, rollout_steps: int) -> dict[str, dict[str, float]]:
+    """Fixed budget of THROUGHPUT_STEPS per process, no early stop: 1 rank, 2 DD-PPO ranks, and
+    2 independent 1-rank processes side by side (the machine's own ceiling for 2 processes)."""
+    args = ["train.stop_return=null", f"algo.rollout_steps={rollout_steps}"]
     out = {}
-    for ranks in (1, 2):
-        run_dir = tmp / f"sps{ranks}"
-        timed(distrl_cmd(ranks, run_dir, "--total-steps", str(THROUGHPUT_STEPS), "train.stop_return=null"))
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        steady = rows[len(rows) // 5 :]  # skip warm-up
-        out[ranks] = {
-            "sps": rows[-1]["sps"],
-            "grad_sync_share": statistics.mean(r["grad_sync_share"] for r in steady),
-        }
+    one = tmp / f"sps1-{rollout_steps}"
+    timed(distrl_cmd(1, one, "--total-steps", str(THROUGHPUT_STEPS), *args))
+    out["1 rank"] = run_metrics(one)
+    two = tmp / f"sps2-{rollout_steps}"
+    timed(distrl_cmd(2, two, "--total-steps", str(2 * THROUGHPUT_STEPS), *args))
+    out["2 ranks (DD-PPO)"] = run_metrics(two)
+    pair = [tmp / f"solo{i}-{rollout_steps}" for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            distrl_cmd(1, d, "--total-steps", str(THROUGHPUT_STEPS), *args),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env_without_launcher(),
+        )  # fmt: skip
+        for d in pair
+    ]
+    for p in procs:
+        p.wait()
+    out["2 independent 1-rank processes (sum)"] = {
+        "sps": sum(run_metrics(d)["sps"] for d in pair),
+        "grad_sync_share": 0.0,
+    }
     return out
 
 
@@ -173,13 +194,21 @@ def main() -> None:
                 w for w, _ in solve["distrl 1 rank"]
             )
             print(f"\nSB3 median wall / distrl 1-rank median wall: {ratio:.2f}x")
-        tput = throughput(tmp)
-        print(f"\n## Throughput, {THROUGHPUT_STEPS} env steps, no early stop")
-        print("| ranks | env steps/s | gradient all-reduce share of iteration |")
-        print("| --- | --- | --- |")
-        for ranks, row in tput.items():
-            print(f"| {ranks} | {row['sps']:.0f} | {100 * row['grad_sync_share']:.1f}% |")
-        print(f"\n2-rank / 1-rank throughput: {tput[2]['sps'] / tput[1]['sps']:.2f}x")
+        for rollout_steps in (16, 128):
+            tput = throughput(tmp, rollout_steps)
+            steps = f"{THROUGHPUT_STEPS} env steps per process"
+            print(f"\n## Throughput, algo.rollout_steps={rollout_steps}, {steps}")
+            print("| processes | env steps/s | gradient all-reduce share of iteration |")
+            print("| --- | --- | --- |")
+            for name, row in tput.items():
+                print(f"| {name} | {row['sps']:.0f} | {100 * row['grad_sync_share']:.1f}% |")
+            single = tput["1 rank"]["sps"]
+            ddppo = tput["2 ranks (DD-PPO)"]["sps"] / single
+            ceiling = tput["2 independent 1-rank processes (sum)"]["sps"] / single
+            print(
+                f"\n2 ranks / 1 rank: {ddppo:.2f}x; 2 independent processes / 1: {ceiling:.2f}x; "
+                f"DD-PPO reaches {100 * ddppo / ceiling:.0f}% of the machine's 2-process ceiling"
+            )
 
 
 if __name__ == "__main__":

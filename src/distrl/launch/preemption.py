@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 
 PREEMPTED_EXIT_CODE = 75
 """EX_TEMPFAIL: the run stopped early on purpose, with its progress saved; run it again."""
@@ -52,7 +51,3 @@ def requeue_slurm_job() -> str | None:
     if result.returncode != 0:
         return f"SLURM job {job_id}: scontrol requeue failed: {result.stderr.strip()}"
     return f"SLURM job {job_id} requeued"
-
-
-def print_stderr(line: str) -> None:
-    print(f"distrl: {line}", file=sys.stderr, flush=True)
