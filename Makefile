@@ -12,7 +12,6 @@ install: $(STAMP)
 # package pull torch in would fetch a multi-GB CUDA build instead.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
