@@ -45,6 +45,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="join the group, print every rank's topology, build nothing"
     )
+    node = parser.add_argument_group("shared-file rendezvous (run the same command on every node)")
+    node.add_argument("--num-nodes", type=int, help="nodes taking part")
+    node.add_argument("--node-index", type=int, help="this node's index, 0..num-nodes-1 (0 saves)")
+    node.add_argument("--rendezvous-file", type=Path, help="a file path every node can open (shared FS)")
+    node.add_argument("--procs-per-node", type=int, help="training processes on this node (default 1)")
+    node.add_argument("--use-all-available-devices", action="store_true", help="one process per visible GPU")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
 
 
@@ -63,6 +69,15 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
 def default_run_dir(args: argparse.Namespace, env_id: str) -> Path:
     name = args.config.stem if args.config else re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id)
     return Path("runs") / name
+
+
+def command_launch_node(args: argparse.Namespace, train_argv: list[str]) -> int:
+    from distrl.launch.file_rendezvous import launch_node, procs_for_node
+
+    if args.node_index is None or args.rendezvous_file is None:
+        raise UserError("--num-nodes needs --node-index and --rendezvous-file")
+    procs = procs_for_node(args.procs_per_node, args.use_all_available_devices)
+    return launch_node(train_argv, args.num_nodes, args.node_index, args.rendezvous_file, procs)
 
 
 def command_train(args: argparse.Namespace) -> int:
@@ -275,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "train":
         args.overrides = [*args.overrides, *extra]
+    raw = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args.command == "train" and args.num_nodes is not None:
+            return command_launch_node(args, raw[1:])
         return command_train(args) if args.command == "train" else command_eval(args)
     except UserError as exc:
         print(f"distrl: error: {exc}", file=sys.stderr)

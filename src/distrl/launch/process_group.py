@@ -38,13 +38,7 @@ def connect(topology: Topology, device: torch.device, timeout_s: float) -> Comm:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(
-        topology.master_addr,
-        topology.master_port,
-        topology.world_size,
-        is_master=topology.rank == 0 and not topology.agent_hosts_store,
-        timeout=timeout,
-    )
+    store = _make_store(topology, timeout)
     # torchrun's agent keeps one store across restarts; a fresh key space per attempt stops a
     # restarted group from reading the dead attempt's peer addresses.
     store = dist.PrefixStore(f"distrl/attempt{topology.restart_count}", store)
@@ -56,3 +50,18 @@ def connect(topology: Topology, device: torch.device, timeout_s: float) -> Comm:
         timeout=timeout,
     )
     return TorchComm(device)
+
+
+def _make_store(topology: Topology, timeout: timedelta) -> dist.Store:
+    """The key-value store ranks meet through: a shared file, or a TCP store on the master."""
+    if topology.rendezvous_file is not None:
+        store = dist.FileStore(topology.rendezvous_file, topology.world_size)
+        store.set_timeout(timeout)
+        return store
+    return dist.TCPStore(
+        topology.master_addr,
+        topology.master_port,
+        topology.world_size,
+        is_master=topology.rank == 0 and not topology.agent_hosts_store,
+        timeout=timeout,
+    )

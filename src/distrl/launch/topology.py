@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from distrl.errors import UserError
 
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+FILE_RENDEZVOUS_VARS = ("DISTRL_RENDEZVOUS_FILE", "DISTRL_RANK", "DISTRL_LOCAL_RANK", "DISTRL_WORLD_SIZE")
+"""Set by ``distrl train --num-nodes N --node-index I --rendezvous-file F`` for the processes it spawns."""
 _SLURM_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NODELIST")
 
 
@@ -38,6 +40,8 @@ class Topology:
     restarted job resumes from its newest checkpoint by itself."""
     agent_hosts_store: bool = False
     """True when torchrun's agent already serves the TCP store on MASTER_PORT."""
+    rendezvous_file: str | None = None
+    """Shared file all ranks open to meet (ReAgent-style file rendezvous) instead of a TCP store."""
 
     @property
     def is_distributed(self) -> bool:
@@ -56,6 +60,8 @@ def discover_topology(env: Mapping[str, str] | None = None, require_launcher: bo
     env = os.environ if env is None else env
     if all(v in env for v in _TORCHRUN_VARS):
         return _from_torchrun(env)
+    if all(v in env for v in FILE_RENDEZVOUS_VARS):
+        return _from_file_rendezvous(env)
     if all(v in env for v in _SLURM_VARS) and int(env["SLURM_NTASKS"]) > 1:
         return _from_slurm(env)
     if require_launcher:
@@ -89,6 +95,19 @@ def _from_torchrun(env: Mapping[str, str]) -> Topology:
         if "TORCHELASTIC_RESTART_COUNT" in env
         else 0,
         agent_hosts_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+    )
+
+
+def _from_file_rendezvous(env: Mapping[str, str]) -> Topology:
+    return Topology(
+        launcher="file",
+        rank=_int_var(env, "DISTRL_RANK"),
+        local_rank=_int_var(env, "DISTRL_LOCAL_RANK"),
+        world_size=_int_var(env, "DISTRL_WORLD_SIZE"),
+        node_rank=_int_var(env, "DISTRL_NODE_RANK") if "DISTRL_NODE_RANK" in env else 0,
+        master_addr="",
+        master_port=0,
+        rendezvous_file=env["DISTRL_RENDEZVOUS_FILE"],
     )
 
 
