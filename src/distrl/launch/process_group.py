@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from distrl.comm import Comm, TorchComm
 from distrl.errors import UserError
+from distrl.launch.network import choose_interface
 from distrl.launch.topology import Topology
 
 
@@ -34,6 +35,8 @@ def connect(topology: Topology, device: torch.device, timeout_s: float) -> Comm:
     """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
     if not topology.is_distributed:
         return Comm()
+    if topology.master_addr:
+        choose_interface(topology.master_addr)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
