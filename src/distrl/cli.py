@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import socket
@@ -37,6 +38,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-steps", type=int, help="env steps summed over all ranks")
     parser.add_argument("--num-envs", type=int, help="envs per rank (env.num_envs)")
     parser.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
+    parser.add_argument("--network-interface", help="interface for collectives (train.network_interface)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --run-dir")
     parser.add_argument(
@@ -61,6 +63,7 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "train.total_steps": args.total_steps,
         "env.num_envs": args.num_envs,
         "train.device": args.device,
+        "train.network_interface": args.network_interface,
     }
     # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
     return [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
@@ -108,7 +111,7 @@ def command_train(args: argparse.Namespace) -> int:
     # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
     resume = args.resume or topology.restart_count > 0
 
-    comm = connect(topology, device, cfg.train.timeout_s)
+    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface)
     try:
         payload = comm.run_on_main(lambda: _prepare_run_dir(run_dir, args, cfg, resume))
         runner = OnPolicyRunner(cfg, comm, device, run_dir)
@@ -144,7 +147,7 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
     from distrl.launch import connect
     from distrl.seeding import env_seeds
 
-    comm = connect(topology, device, cfg.train.timeout_s)
+    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface)
     try:
         mine = {
             "rank": comm.rank,
@@ -155,6 +158,7 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
             "device": str(device),
             "backend": "nccl" if device.type == "cuda" else ("gloo" if comm.world_size > 1 else "none"),
             "master": f"{topology.master_addr}:{topology.master_port}",
+            "interface": os.environ.get("GLOO_SOCKET_IFNAME", "-"),
             "host": socket.gethostname(),
             "envs": cfg.env.num_envs,
             "env_seeds": env_seeds(cfg.train.seed, comm.rank, cfg.env.num_envs, comm.world_size),
@@ -170,6 +174,7 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
         print(
             f"rank {row['rank']}/{row['world_size']} local {row['local_rank']} node {row['node_rank']} "
             f"host {row['host']} device {row['device']} backend {row['backend']} master {row['master']} "
+            f"interface {row['interface']} "
             f"launcher {row['launcher']} envs {row['envs']} seeds {seeds[0]}..{seeds[-1]}"
         )
     gpus = [(r["host"], r["device"]) for r in ranks if r["device"].startswith("cuda")]

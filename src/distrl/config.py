@@ -89,6 +89,8 @@ class TrainConfig(_Section):
     """Intra-op threads per rank on CPU; one per rank keeps ranks from fighting over cores."""
     timeout_s: PositiveFloat = 300.0
     """Process-group timeout: a collective waiting longer than this fails instead of hanging."""
+    network_interface: str | None = None
+    """Interface for gloo/NCCL traffic (e.g. ib0); default: the one that routes to the master."""
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""

@@ -53,5 +53,6 @@ def test_dry_run_prints_every_rank_and_builds_nothing(tmp_path: Path) -> None:
     assert [line.split()[1] for line in lines] == ["0/2", "1/2"]
     assert "seeds 1..32" in lines[0] and "seeds 33..64" in lines[1]
     assert all("backend gloo" in line and "master 127.0.0.1:" in line for line in lines)
+    assert all("interface lo " in line for line in lines)  # the interface that reaches the master
     assert "dry run ok: 2 rank(s) joined" in result.stdout
     assert not (tmp_path / "run").exists()

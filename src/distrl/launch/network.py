@@ -41,7 +41,9 @@ def interface_address(name: str) -> str | None:
 def choose_interface(master_addr: str, override: str | None = None) -> str | None:
     """Point gloo and NCCL at ``override``, else at an interface the user already set, else at
     the one that reaches the master; return the name used (None if none was found)."""
-    name = override or os.environ.get("GLOO_SOCKET_IFNAME") or interface_towards(master_addr)
+    name = (
+        override or os.environ.get("GLOO_SOCKET_IFNAME") or (master_addr and interface_towards(master_addr))
+    )
     if name:
         for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             if override or var not in os.environ:

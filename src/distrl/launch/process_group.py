@@ -31,12 +31,14 @@ def resolve_device(requested: str, topology: Topology) -> torch.device:
     return device
 
 
-def connect(topology: Topology, device: torch.device, timeout_s: float) -> Comm:
+def connect(
+    topology: Topology, device: torch.device, timeout_s: float, network_interface: str | None = None
+) -> Comm:
     """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
     if not topology.is_distributed:
         return Comm()
-    if topology.master_addr:
-        choose_interface(topology.master_addr)
+    if topology.master_addr or network_interface:
+        choose_interface(topology.master_addr, network_interface)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
