@@ -7,7 +7,7 @@ Prints, for the same machine in the same run:
   * env steps per second of the whole training loop for 1 and 2 ranks at a fixed step budget,
     their ratio, and the share of iteration time spent in the gradient all-reduce.
 
-Usage: python benchmarks/cartpole_bench.py [--seeds 1 2 3] [--no-sb3]
+Usage: python benchmarks/cartpole_bench.py [--seeds 1 2 3] [--no-sb3] [--repeats 3]
 SB3 is installed into benchmarks/.sb3-venv (torch pinned first) on first use.
 """
 
@@ -142,40 +142,44 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     return {"sps": rows[-1]["sps"], "grad_sync_share": statistics.mean(r["grad_sync_share"] for r in steady)}
 
 
-def throughput(tmp: Path, rollout_steps: int) -> dict[str, dict[str, float]]:
+def throughput(tmp: Path, rollout_steps: int, repeats: int) -> dict[str, dict[str, float]]:
     """Fixed budget of THROUGHPUT_STEPS per process, no early stop: 1 rank, 2 DD-PPO ranks, and
-    2 independent 1-rank processes side by side (the machine's own ceiling for 2 processes)."""
-    args = ["train.stop_return=null", f"algo.rollout_steps={rollout_steps}"]
-    out = {}
-    one = tmp / f"sps1-{rollout_steps}"
-    timed(distrl_cmd(1, one, "--total-steps", str(THROUGHPUT_STEPS), *args))
-    out["1 rank"] = run_metrics(one)
-    two = tmp / f"sps2-{rollout_steps}"
-    timed(distrl_cmd(2, two, "--total-steps", str(2 * THROUGHPUT_STEPS), *args))
-    out["2 ranks (DD-PPO)"] = run_metrics(two)
-    pair = [tmp / f"solo{i}-{rollout_steps}" for i in range(2)]
-    procs = [
-        subprocess.Popen(
-            distrl_cmd(1, d, "--total-steps", str(THROUGHPUT_STEPS), *args),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env_without_launcher(),
-        )  # fmt: skip
-        for d in pair
-    ]
-    for p in procs:
-        p.wait()
-    out["2 independent 1-rank processes (sum)"] = {
-        "sps": sum(run_metrics(d)["sps"] for d in pair),
-        "grad_sync_share": 0.0,
+    2 independent 1-rank processes side by side (the machine's own ceiling for 2 processes).
+    The three are interleaved ``repeats`` times and the medians reported: the machine is noisy."""
+    args = ["train.stop_return=null", "train.device=cpu", f"algo.rollout_steps={rollout_steps}"]
+    runs: dict[str, list[dict[str, float]]] = {}
+    for _ in range(repeats):
+        one = tmp / f"sps1-{rollout_steps}"
+        timed(distrl_cmd(1, one, "--total-steps", str(THROUGHPUT_STEPS), *args))
+        runs.setdefault("1 rank", []).append(run_metrics(one))
+        two = tmp / f"sps2-{rollout_steps}"
+        timed(distrl_cmd(2, two, "--total-steps", str(2 * THROUGHPUT_STEPS), *args))
+        runs.setdefault("2 ranks (DD-PPO)", []).append(run_metrics(two))
+        pair = [tmp / f"solo{i}-{rollout_steps}" for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                distrl_cmd(1, d, "--total-steps", str(THROUGHPUT_STEPS), *args),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env_without_launcher(),
+            )  # fmt: skip
+            for d in pair
+        ]
+        for p in procs:
+            p.wait()
+        solo = {"sps": sum(run_metrics(d)["sps"] for d in pair), "grad_sync_share": 0.0}
+        runs.setdefault("2 independent 1-rank processes (sum)", []).append(solo)
+    return {
+        name: {key: statistics.median(r[key] for r in rows) for key in ("sps", "grad_sync_share")}
+        for name, rows in runs.items()
     }
-    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--no-sb3", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved throughput repeats")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, {sys.platform}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -195,8 +199,8 @@ def main() -> None:
             )
             print(f"\nSB3 median wall / distrl 1-rank median wall: {ratio:.2f}x")
         for rollout_steps in (16, 128):
-            tput = throughput(tmp, rollout_steps)
-            steps = f"{THROUGHPUT_STEPS} env steps per process"
+            tput = throughput(tmp, rollout_steps, args.repeats)
+            steps = f"{THROUGHPUT_STEPS} env steps per process, median of {args.repeats} interleaved runs"
             print(f"\n## Throughput, algo.rollout_steps={rollout_steps}, {steps}")
             print("| processes | env steps/s | gradient all-reduce share of iteration |")
             print("| --- | --- | --- |")

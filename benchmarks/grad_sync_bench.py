@@ -3,7 +3,8 @@
 For each network size, times full PPO minibatch steps (forward, backward, gradient sync, clip,
 Adam) on each rank with:
   * flat bucket + torch.distributed.all_reduce
-  * flat bucket + recursive doubling over isend/irecv (distrl's default on gloo)
+  * flat bucket + recursive doubling over gloo's isend/irecv
+  * flat bucket + recursive doubling over direct TCP sockets (distrl's default on gloo)
   * torch DistributedDataParallel (bucketed all_reduce overlapped with backward)
 and the same step without any synchronisation as the floor.
 
@@ -27,6 +28,7 @@ from distrl.algos.ppo import PPO
 from distrl.comm import TorchComm
 from distrl.config import ModelConfig, PPOConfig
 from distrl.models.actor_critic import ActorCritic
+from distrl.socket_sum import SocketSum
 from distrl.storage.rollout import RolloutBatch
 
 STEPS = 300
@@ -60,15 +62,15 @@ def time_steps(ppo: PPO, batch: RolloutBatch) -> float:
     return (time.perf_counter() - start) / STEPS * 1e6
 
 
-def bench(hidden: list[int]) -> dict[str, float]:
+def bench(hidden: list[int], socket_sum: SocketSum) -> dict[str, float]:
     torch.manual_seed(0)
     obs_dim = 17
     policy = ActorCritic(obs_dim, gym.spaces.Box(-1, 1, (6,)), ModelConfig(hidden_sizes=hidden))
     batch = make_batch(policy, obs_dim)
     cfg = PPOConfig()
     results = {"no sync (floor)": time_steps(PPO(policy, cfg), batch)}
-    for algorithm in ("all_reduce", "recursive_doubling"):
-        comm = TorchComm(torch.device("cpu"), sum_algorithm=algorithm)
+    for algorithm in ("all_reduce", "recursive_doubling", "socket"):
+        comm = TorchComm(torch.device("cpu"), socket_sum, sum_algorithm=algorithm)
         results[f"flat bucket, {algorithm}"] = time_steps(
             PPO(policy, cfg, gradient_sync=comm.allreduce_gradients_), batch
         )
@@ -97,7 +99,11 @@ def main() -> None:
         sys.exit(subprocess.call(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}))
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    rows = {str(h): bench(h) for h in ([64, 64], [256, 256])}
+    rank, port = dist.get_rank(), int(os.environ["MASTER_PORT"]) + 1
+    store = dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0)
+    socket_sum = SocketSum(store, rank, 2, "127.0.0.1", timeout_s=60)
+    rows = {str(h): bench(h, socket_sum) for h in ([64, 64], [256, 256])}
+    socket_sum.close()
     if dist.get_rank() == 0:
         print(f"2 ranks, gloo, {os.cpu_count()} cores; microseconds per PPO minibatch step "
               f"({MINIBATCH} samples), mean over {STEPS} steps")  # fmt: skip

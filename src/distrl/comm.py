@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.errors import PeerFailure, UserError
+from distrl.socket_sum import SocketSum
 
 
 class Comm:
@@ -130,7 +131,7 @@ def _collective(method: Callable) -> Callable:
     def wrapper(self: TorchComm, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except (RuntimeError, dist.DistError) as exc:
+        except (RuntimeError, dist.DistError, OSError) as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PeerFailure(
                 f"rank {self.rank}: {method.__name__} failed; another rank died, hung past "
@@ -143,22 +144,31 @@ def _collective(method: Callable) -> Callable:
 class TorchComm(Comm):
     """Collectives on an initialised torch.distributed process group."""
 
-    def __init__(self, device: torch.device, sum_algorithm: str = "auto") -> None:
-        """``sum_algorithm``: ``auto``, ``all_reduce`` or ``recursive_doubling`` (gloo, 2^k ranks)."""
+    def __init__(
+        self, device: torch.device, socket_sum: SocketSum | None = None, sum_algorithm: str = "auto"
+    ) -> None:
+        """``sum_algorithm``: ``auto``, ``socket`` (needs ``socket_sum``), ``recursive_doubling``
+        (gloo, 2^k ranks) or ``all_reduce``. ``auto`` takes the first that applies."""
         super().__init__()
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         gloo = dist.get_backend() != "nccl"
         # NCCL only moves CUDA tensors; gloo moves CPU tensors.
         self._device = torch.device("cpu") if gloo else device
+        self._socket_sum = socket_sum
         if sum_algorithm == "auto":
             # gloo's all_reduce costs ~1 ms even for a few floats on small CPU hosts, several times
-            # more than log2(N) rounds of paired isend/irecv (benchmarks/grad_sync_bench.py).
+            # more than log2(N) rounds of paired isend/irecv, and those several times more than
+            # the same rounds on our own sockets (benchmarks/grad_sync_bench.py).
             power_of_two = self.world_size & (self.world_size - 1) == 0
-            sum_algorithm = "recursive_doubling" if gloo and power_of_two else "all_reduce"
-        self._sum_ = {"all_reduce": _all_reduce_sum_, "recursive_doubling": _recursive_doubling_sum_}[
-            sum_algorithm
-        ]
+            sum_algorithm = "all_reduce"
+            if gloo and power_of_two:
+                sum_algorithm = "socket" if socket_sum is not None else "recursive_doubling"
+        sums = {"all_reduce": _all_reduce_sum_, "recursive_doubling": _recursive_doubling_sum_}
+        if socket_sum is not None:
+            sums["socket"] = socket_sum.sum_
+        self.sum_algorithm = sum_algorithm
+        self._sum_ = sums[sum_algorithm]
 
     @_collective
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -203,6 +213,8 @@ class TorchComm(Comm):
         dist.barrier()
 
     def close(self) -> None:
+        if self._socket_sum is not None:
+            self._socket_sum.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

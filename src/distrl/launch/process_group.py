@@ -9,8 +9,9 @@ import torch.distributed as dist
 
 from distrl.comm import Comm, TorchComm
 from distrl.errors import UserError
-from distrl.launch.network import choose_interface
+from distrl.launch.network import choose_interface, interface_address
 from distrl.launch.topology import Topology
+from distrl.socket_sum import SocketSum
 
 
 def resolve_device(requested: str, topology: Topology) -> torch.device:
@@ -37,8 +38,9 @@ def connect(
     """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
     if not topology.is_distributed:
         return Comm()
+    interface = None
     if topology.master_addr or network_interface:
-        choose_interface(topology.master_addr, network_interface)
+        interface = choose_interface(topology.master_addr, network_interface)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -54,7 +56,18 @@ def connect(
         world_size=topology.world_size,
         timeout=timeout,
     )
-    return TorchComm(device)
+    return TorchComm(device, _socket_sum(store, topology, backend, interface, timeout_s))
+
+
+def _socket_sum(
+    store: dist.Store, topology: Topology, backend: str, interface: str | None, timeout_s: float
+) -> SocketSum | None:
+    """Direct sockets for the sums of a power-of-two gloo group, on the collectives' interface."""
+    world_size = topology.world_size
+    if backend != "gloo" or world_size & (world_size - 1) != 0:
+        return None
+    host = (interface and interface_address(interface)) or "127.0.0.1"
+    return SocketSum(store, topology.rank, world_size, host, timeout_s)
 
 
 def _make_store(topology: Topology, timeout: timedelta) -> dist.Store:
