@@ -70,7 +70,7 @@ def bench(hidden: list[int], socket_sum: SocketSum) -> dict[str, float]:
     cfg = PPOConfig()
     results = {"no sync (floor)": time_steps(PPO(policy, cfg), batch)}
     for algorithm in ("all_reduce", "recursive_doubling", "socket"):
-        comm = TorchComm(torch.device("cpu"), socket_sum, sum_algorithm=algorithm)
+        comm = TorchComm(torch.device("cpu"), socket_sum=socket_sum, sum_algorithm=algorithm)
         results[f"flat bucket, {algorithm}"] = time_steps(
             PPO(policy, cfg, gradient_sync=comm.allreduce_gradients_), batch
         )

@@ -94,19 +94,35 @@ class Comm:
         shifted = m2.double() + count * (mean.double() - global_mean) ** 2
         return total, global_mean, self.allreduce_sum_(shifted)
 
-    def allreduce_gradients_(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Average ``.grad`` of ``params`` over ranks with one all-reduce of a flat bucket."""
+    def allreduce_gradients_(self, params: Iterable[torch.nn.Parameter], weight: float = 1.0) -> None:
+        """Set ``.grad`` of ``params`` to the ``weight``-weighted mean over ranks, with one
+        all-reduce of a flat bucket. With each rank's gradient the mean over its ``weight``
+        samples, the result is the gradient of the mean over all ranks' samples, also when
+        ranks hold different numbers of samples (a straggler stopped early)."""
         if self.world_size == 1:
             return
         grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        flat = torch.cat([*(g.reshape(-1) for g in grads), grads[0].new_ones(1)])
+        flat.mul_(weight)
         start = time.perf_counter()
-        self.allreduce_mean_(flat)
+        self.allreduce_sum_(flat)
         self.grad_sync_time_s += time.perf_counter() - start
+        flat[:-1].div_(flat[-1])
         offset = 0
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
+
+    def arrive(self, key: str) -> int:
+        """Count this rank in under ``key``; return how many ranks have arrived so far."""
+        return 1
+
+    def arrivals(self, key: str) -> int:
+        """How many ranks have arrived under ``key`` (no waiting)."""
+        return 0
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s count once no rank reads it any more."""
 
     def broadcast_parameters_(self, module: torch.nn.Module, src: int = 0) -> None:
         """Make every rank hold rank ``src``'s parameters and buffers."""
@@ -145,11 +161,17 @@ class TorchComm(Comm):
     """Collectives on an initialised torch.distributed process group."""
 
     def __init__(
-        self, device: torch.device, socket_sum: SocketSum | None = None, sum_algorithm: str = "auto"
+        self,
+        device: torch.device,
+        store: dist.Store | None = None,
+        socket_sum: SocketSum | None = None,
+        sum_algorithm: str = "auto",
     ) -> None:
-        """``sum_algorithm``: ``auto``, ``socket`` (needs ``socket_sum``), ``recursive_doubling``
-        (gloo, 2^k ranks) or ``all_reduce``. ``auto`` takes the first that applies."""
+        """``store``: the group's key-value store (for arrival counts). ``sum_algorithm``:
+        ``auto``, ``socket`` (needs ``socket_sum``), ``recursive_doubling`` (gloo, 2^k ranks) or
+        ``all_reduce``; ``auto`` takes the first that applies."""
         super().__init__()
+        self._store = store
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         gloo = dist.get_backend() != "nccl"
@@ -207,6 +229,22 @@ class TorchComm(Comm):
             buf.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
         dist.broadcast(buf, src=src)
         return bytes(buf.cpu().numpy())
+
+    @_collective
+    def arrive(self, key: str) -> int:
+        return self._counter_store().add(key, 1)
+
+    @_collective
+    def arrivals(self, key: str) -> int:
+        return self._counter_store().add(key, 0)
+
+    @_collective
+    def forget(self, key: str) -> None:
+        self._counter_store().delete_key(key)
+
+    def _counter_store(self) -> dist.Store:
+        assert self._store is not None, "arrival counts need the process group's store"
+        return self._store
 
     @_collective
     def barrier(self) -> None:

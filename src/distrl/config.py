@@ -94,6 +94,11 @@ class TrainConfig(_Section):
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""
+    straggler_threshold: float | None = Field(None, gt=0.0, le=1.0)
+    """DD-PPO's preemption of stragglers (off when unset): once this fraction of the ranks has
+    finished collecting, the others stop collecting (after at least a quarter of their
+    rollout) and the update weighs each rank by the samples it has. With N ranks it acts once
+    ceil(threshold * N) < N ranks are done, e.g. 0.6 on 4+ ranks, 0.5 on 2."""
 
 
 class CheckpointConfig(_Section):

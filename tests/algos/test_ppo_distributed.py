@@ -1,4 +1,5 @@
-"""DD-PPO math: 2 ranks holding half a batch each take exactly the step 1 rank takes on all of it."""
+"""DD-PPO math: 2 ranks holding parts of a batch take exactly the step 1 rank takes on all of it,
+also when the parts differ in size (a straggler's rollout was cut short)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from distrl.runners.on_policy import normalize_advantages
 from distrl.storage.rollout import RolloutBatch
 from tests.distributed import run_ranks
 
-HALF = 48
+TOTAL = 96
 MINIBATCHES = 3
 EPOCHS = 3
 CFG = PPOConfig(num_minibatches=MINIBATCHES, update_epochs=EPOCHS, learning_rate=3e-3)
@@ -30,61 +31,70 @@ def make_policy(continuous: bool) -> ActorCritic:
 
 
 def full_batch(policy: ActorCritic) -> RolloutBatch:
-    """A fixed batch of 2*HALF samples; rank r holds rows [r*HALF, (r+1)*HALF)."""
+    """A fixed batch of TOTAL samples; rank 0 holds the first ``split`` rows, rank 1 the rest."""
     gen = torch.Generator().manual_seed(1)
-    obs = torch.randn(2 * HALF, 5, generator=gen)
+    obs = torch.randn(TOTAL, 5, generator=gen)
     actions, log_probs, values = policy.act(obs)
-    advantages = torch.randn(2 * HALF, generator=gen) * 2 + 1
-    returns = values + torch.randn(2 * HALF, generator=gen)
+    advantages = torch.randn(TOTAL, generator=gen) * 2 + 1
+    returns = values + torch.randn(TOTAL, generator=gen)
     return RolloutBatch(obs, actions, log_probs, values, advantages, returns)
 
 
 def local_sampler(epoch_perms: list[torch.Tensor]):
-    """Each rank's minibatch k of an epoch: the k-th chunk of that epoch's permutation."""
+    """Each rank's minibatch k of an epoch: the k-th part of that epoch's permutation."""
     epochs = iter(epoch_perms)
-    return lambda n: list(next(epochs).chunk(MINIBATCHES))
+    return lambda n: list(next(epochs).tensor_split(MINIBATCHES))
 
 
-def global_sampler(epoch_perms: list[torch.Tensor]):
+def global_sampler(rank0_perms: list[torch.Tensor], rank1_perms: list[torch.Tensor], split: int):
     """One process: minibatch k is the union of both ranks' minibatch k."""
-    epochs = iter(epoch_perms)
+    epochs = iter(zip(rank0_perms, rank1_perms, strict=True))
 
     def sample(n: int) -> list[torch.Tensor]:
-        chunks = next(epochs).chunk(MINIBATCHES)
-        return [torch.cat([c, c + HALF]) for c in chunks]
+        first, second = next(epochs)
+        parts = zip(first.tensor_split(MINIBATCHES), second.tensor_split(MINIBATCHES), strict=True)
+        return [torch.cat([a, b + split]) for a, b in parts]
 
     return sample
 
 
-def perms() -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(2)
-    return [torch.randperm(HALF, generator=gen) for _ in range(EPOCHS)]
+def perms(size: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randperm(size, generator=gen) for _ in range(EPOCHS)]
+
+
+def rank_rows(rank: int, split: int) -> tuple[int, int, int]:
+    """(first row, end row, permutation seed) of ``rank``'s part."""
+    return (0, split, 2) if rank == 0 else (split, TOTAL, 3)
 
 
 def flat_params(policy: ActorCritic) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]).numpy()
 
 
-def _rank_update(comm: Comm, continuous: bool, out: Path) -> None:
+def _rank_update(comm: Comm, continuous: bool, split: int, out: Path) -> None:
     policy = make_policy(continuous)
-    batch = full_batch(policy).index(torch.arange(comm.rank * HALF, (comm.rank + 1) * HALF))
+    start, end, seed = rank_rows(comm.rank, split)
+    batch = full_batch(policy).index(torch.arange(start, end))
     batch.advantages = normalize_advantages(batch.advantages, comm)
-    PPO(policy, CFG, gradient_sync=comm.allreduce_gradients_).update(batch, local_sampler(perms()))
+    sampler = local_sampler(perms(end - start, seed))
+    PPO(policy, CFG, gradient_sync=comm.allreduce_gradients_).update(batch, sampler)
     np.save(out / f"rank{comm.rank}.npy", flat_params(policy))
 
 
+@pytest.mark.parametrize("split", [TOTAL // 2, 61], ids=["equal-parts", "unequal-parts"])
 @pytest.mark.parametrize("continuous", [False, True], ids=["categorical", "gaussian"])
-def test_two_ranks_with_half_batches_match_one_rank_with_the_whole_batch(
-    tmp_path: Path, continuous: bool
+def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
+    tmp_path: Path, continuous: bool, split: int
 ) -> None:
     policy = make_policy(continuous)
     before = flat_params(policy)
     batch = full_batch(policy)
     batch.advantages = normalize_advantages(batch.advantages, Comm())
-    PPO(policy, CFG).update(batch, global_sampler(perms()))
+    PPO(policy, CFG).update(batch, global_sampler(perms(split, 2), perms(TOTAL - split, 3), split))
     expected = flat_params(policy)
 
-    run_ranks(_rank_update, 2, continuous, tmp_path)
+    run_ranks(_rank_update, 2, continuous, split, tmp_path)
     rank0, rank1 = (np.load(tmp_path / f"rank{r}.npy") for r in range(2))
     np.testing.assert_array_equal(rank0, rank1)  # bit-identical across ranks
     assert np.abs(expected - before).max() > 1e-3  # the update really moved the weights

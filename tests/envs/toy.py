@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -42,3 +45,16 @@ class BrokenSensorEnv(CountingEnv):
         if self.total_steps > self.healthy_steps:
             obs = np.full_like(obs, np.nan)
         return obs, reward, terminated, truncated, info
+
+
+class SlowOnRankEnv(CountingEnv):
+    """Like CountingEnv, but each step sleeps ``delay_s`` on global rank ``slow_rank`` only: a
+    straggler, as on a slower or busier machine."""
+
+    def __init__(self, delay_s: float = 0.002, slow_rank: int = 1) -> None:
+        super().__init__()
+        self.delay_s = delay_s if os.environ.get("RANK") == str(slow_rank) else 0.0
+
+    def step(self, action):
+        time.sleep(self.delay_s)
+        return super().step(action)

@@ -1,16 +1,24 @@
-"""Two real network hosts: Linux network namespaces joined by a veth pair, torchrun in each.
+"""Two real network hosts: Linux network namespaces joined by a veth pair, one launcher in each.
 
-distrl must pick the veth interface for gloo by itself (inside a namespace the hostname resolves
-to 127.0.0.1, and a peer on the other host would be refused).
+Each way in is run as a user would type it on two machines: torchrun with a static master,
+torchrun's c10d rendezvous, srun's variables (no torchrun) and the shared-file rendezvous. Two
+name set-ups are used: "cluster" hosts have their own hostnames (node01, node02) that resolve to
+their veth addresses through per-namespace /etc/hosts; "bare" hosts keep the machine's hostname,
+which resolves to 127.0.0.1 there, so gloo would bind to loopback and be refused by the peer
+unless distrl picks the veth interface by itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,62 +26,175 @@ import pytest
 from distrl.io import checkpoint as ckpt
 from tests.helpers import CARTPOLE, clean_env
 
-MASTER = "10.123.0.1"
+ADDRESSES = ("10.123.0.1", "10.123.0.2")
+HOSTNAMES = ("node01", "node02")
+TRAIN = ["--config", str(CARTPOLE), "--total-steps", "4096", "train.stop_return=null"]
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
 
 
+@dataclass
+class Hosts:
+    namespaces: list[str]
+    links: list[str]
+
+    def start(self, index: int, cmd: list[str], cluster_names: bool, env: dict[str, str] | None = None):
+        """Run ``cmd`` on host ``index``; with ``cluster_names`` it runs under that host's name."""
+        prefix = ["ip", "netns", "exec", self.namespaces[index]]
+        if cluster_names:
+            prefix += ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', HOSTNAMES[index]]
+        env = {k: v for k, v in (env or clean_env()).items() if not k.endswith("SOCKET_IFNAME")}
+        # A session of its own, so a test can kill the launcher with all its workers.
+        return subprocess.Popen(
+            [*prefix, *cmd], env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+
+
+def kill_all(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
 @pytest.fixture
-def two_hosts() -> Iterator[list[str]]:
+def hosts() -> Iterator[Hosts]:
     tag = os.getpid() % 100000
-    hosts, links = [f"distrl{tag}h0", f"distrl{tag}h1"], [f"dv{tag}a", f"dv{tag}b"]
-    created = _ip("netns", "add", hosts[0])
+    namespaces, links = [f"distrl{tag}h0", f"distrl{tag}h1"], [f"dv{tag}a", f"dv{tag}b"]
+    created = _ip("netns", "add", namespaces[0])
     if created.returncode != 0:
         print(f"network namespaces unavailable ({created.stderr.strip()}): skipping")
         pytest.skip(f"cannot create network namespaces: {created.stderr.strip()}")
     try:
         steps = [
-            ("netns", "add", hosts[1]),
+            ("netns", "add", namespaces[1]),
             ("link", "add", links[0], "type", "veth", "peer", "name", links[1]),
         ]
-        for host, link, address in zip(hosts, links, (MASTER, "10.123.0.2"), strict=True):
+        for ns, link, address in zip(namespaces, links, ADDRESSES, strict=True):
             steps += [
-                ("link", "set", link, "netns", host),
-                ("-n", host, "addr", "add", f"{address}/24", "dev", link),
-                ("-n", host, "link", "set", link, "up"),
-                ("-n", host, "link", "set", "lo", "up"),
+                ("link", "set", link, "netns", ns),
+                ("-n", ns, "addr", "add", f"{address}/24", "dev", link),
+                ("-n", ns, "link", "set", link, "up"),
+                ("-n", ns, "link", "set", "lo", "up"),
             ]
         for step in steps:
             result = _ip(*step)
             assert result.returncode == 0, f"ip {' '.join(step)}: {result.stderr}"
-        yield hosts
+        # `ip netns exec` mounts /etc/netns/NS/hosts over /etc/hosts: the machine's own entries
+        # (its hostname -> 127.0.0.1) plus the two cluster names.
+        names = "".join(f"{a} {h}\n" for a, h in zip(ADDRESSES, HOSTNAMES, strict=True))
+        for ns in namespaces:
+            Path(f"/etc/netns/{ns}").mkdir(parents=True, exist_ok=True)
+            Path(f"/etc/netns/{ns}/hosts").write_text(Path("/etc/hosts").read_text() + names)
+        yield Hosts(namespaces, links)
     finally:
-        for host in hosts:
-            _ip("netns", "del", host)
+        for ns in namespaces:
+            _ip("netns", "del", ns)
+            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
 
 
-def test_torchrun_across_two_hosts(two_hosts: list[str], tmp_path: Path) -> None:
-    procs = []
-    for node_rank, host in enumerate(two_hosts):
-        cmd = [
-            "ip", "netns", "exec", host, sys.executable, "-m", "torch.distributed.run",
-            "--nnodes=2", f"--node_rank={node_rank}", "--nproc_per_node=1",
-            f"--master_addr={MASTER}", "--master_port=29500",
-            "-m", "distrl.train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / f"host{node_rank}"),
-            "--total-steps", "4096", "train.stop_return=null", "--distributed",
-        ]  # fmt: skip
-        env = {k: v for k, v in clean_env().items() if not k.endswith("SOCKET_IFNAME")}
-        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+def wait_ok(procs: list[subprocess.Popen], timeout: float = 240) -> None:
     try:
         for proc in procs:
-            _, stderr = proc.communicate(timeout=180)
+            _, stderr = proc.communicate(timeout=timeout)
             assert proc.returncode == 0, stderr[-3000:]
     finally:
-        for proc in procs:
-            proc.kill()
+        kill_all(procs)
+
+
+def assert_trained_and_saved_on_host0(tmp_path: Path, steps: int = 4096) -> None:
     state = json.loads((ckpt.resolve_checkpoint(tmp_path / "host0") / "state.json").read_text())
-    assert state["world_size"] == 2 and state["global_step"] == 4096
+    assert state["world_size"] == 2 and state["global_step"] == steps
     assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]
     assert not (tmp_path / "host1").exists()  # the checkpoint is on the rank-0 host only
+
+
+def torchrun(run_dir: Path, *rendezvous: str) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", *rendezvous,
+        "-m", "distrl.train", *TRAIN, "--run-dir", str(run_dir), "--distributed",
+    ]  # fmt: skip
+
+
+def test_torchrun_static_master_across_bare_hosts(hosts: Hosts, tmp_path: Path) -> None:
+    static = [f"--master_addr={ADDRESSES[0]}", "--master_port=29500"]
+    procs = [
+        hosts.start(i, torchrun(tmp_path / f"host{i}", f"--node_rank={i}", *static), cluster_names=False)
+        for i in range(2)
+    ]
+    wait_ok(procs)
+    assert_trained_and_saved_on_host0(tmp_path)
+
+
+def test_torchrun_c10d_rendezvous_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None:
+    c10d = ["--rdzv_backend=c10d", f"--rdzv_endpoint={HOSTNAMES[0]}:29400", "--rdzv_id=distrl-test"]
+    procs = [hosts.start(i, torchrun(tmp_path / f"host{i}", *c10d), cluster_names=True) for i in range(2)]
+    wait_ok(procs)
+    # c10d may give either host rank 0: the checkpoint is wherever rank 0 ran, and only there.
+    saved = [i for i in range(2) if (tmp_path / f"host{i}").exists()]
+    assert len(saved) == 1
+    if saved == [1]:
+        (tmp_path / "host1").rename(tmp_path / "host0")
+    assert_trained_and_saved_on_host0(tmp_path)
+
+
+def test_srun_variables_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None:
+    procs = []
+    for i in range(2):
+        env = {
+            **clean_env(),
+            "SLURM_PROCID": str(i),
+            "SLURM_LOCALID": "0",
+            "SLURM_NODEID": str(i),
+            "SLURM_NTASKS": "2",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NODELIST": "node[01-02]",  # the master is node01, found by name
+        }
+        cmd = [sys.executable, "-m", "distrl.train", *TRAIN, "--run-dir", str(tmp_path / f"host{i}")]
+        procs.append(hosts.start(i, [*cmd, "--distributed"], cluster_names=True, env=env))
+    wait_ok(procs)
+    assert_trained_and_saved_on_host0(tmp_path)
+
+
+def test_file_rendezvous_across_bare_hosts(hosts: Hosts, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"  # both hosts see this directory: the "network filesystem"
+    shared.mkdir()
+    procs = []
+    for i in range(2):
+        cmd = [
+            sys.executable, "-m", "distrl", "train", *TRAIN, "--run-dir", str(tmp_path / f"host{i}"),
+            "--num-nodes", "2", "--node-index", str(i), "--rendezvous-file", str(shared / "rendezvous"),
+        ]  # fmt: skip
+        procs.append(hosts.start(i, cmd, cluster_names=False))
+    wait_ok(procs)
+    assert_trained_and_saved_on_host0(tmp_path)
+
+
+def test_host_cut_off_mid_run_fails_the_other_host_within_the_timeout(hosts: Hosts, tmp_path: Path) -> None:
+    timeout_s = 15
+    static = [f"--master_addr={ADDRESSES[0]}", "--master_port=29500"]
+    procs = []
+    for i in range(2):
+        cmd = torchrun(tmp_path / f"host{i}", f"--node_rank={i}", *static)
+        cmd += ["--total-steps", "100000000", f"train.timeout_s={timeout_s}"]
+        procs.append(hosts.start(i, cmd, cluster_names=False))
+    survivor = procs[0]
+    metrics = tmp_path / "host0" / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline and survivor.poll() is None
+            time.sleep(0.1)
+        # The other host drops off the network: no reset, no FIN, only silence.
+        result = _ip("-n", hosts.namespaces[1], "link", "set", hosts.links[1], "down")
+        assert result.returncode == 0, result.stderr
+        start = time.monotonic()
+        _, stderr = survivor.communicate(timeout=timeout_s + 90)
+        elapsed = time.monotonic() - start
+    finally:
+        kill_all(procs)
+    assert survivor.returncode != 0
+    assert elapsed < timeout_s + 30, f"took {elapsed:.0f} s"
+    assert "another rank died, hung past train.timeout_s or became unreachable" in stderr, stderr[-3000:]

@@ -35,6 +35,7 @@ def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> Non
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["global_step"] == 16384
     assert rows[0]["global_step"] == 2 * 32 * 16  # global batch counts both ranks
+    assert all(r["rollout_fraction"] == 1.0 for r in rows)  # no straggler cut-off unless asked
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 import torch
 
-from distrl.storage.rollout import compute_gae
+from distrl.storage.rollout import RolloutStorage, compute_gae
 
 
 def test_gae_matches_values_worked_out_by_hand() -> None:
@@ -24,3 +24,21 @@ def test_gae_with_lambda_one_is_discounted_return_minus_value() -> None:
     dones = torch.zeros(4, 2)
     adv, _ = compute_gae(rewards, values, dones, torch.zeros(2), gamma=0.5, gae_lambda=1.0)
     torch.testing.assert_close(adv[:, 0], torch.tensor([1.875, 1.75, 1.5, 1.0]))
+
+
+def test_a_rollout_cut_short_yields_only_its_steps_bootstrapped_from_where_it_stopped() -> None:
+    storage = RolloutStorage(8, 2, 3, (), torch.int64, torch.device("cpu"))
+    for t in range(3):  # a straggler stopped after 3 of 8 steps
+        storage.add(
+            torch.full((2, 3), float(t)),
+            torch.tensor([t, t]),
+            torch.zeros(2),
+            torch.full((2,), 0.5),
+            torch.ones(2),
+            torch.zeros(2),
+        )
+    batch = storage.batch(torch.full((2,), 2.0), gamma=0.5, gae_lambda=1.0)
+    assert len(batch) == 6 and batch.obs[:, 0].tolist() == [0, 0, 1, 1, 2, 2]
+    # Returns bootstrap from V = 2 after step 3: 1 + 0.5 * (1 + 0.5 * (1 + 0.5 * 2)).
+    torch.testing.assert_close(batch.returns[:2], torch.tensor([2.0, 2.0]))
+    assert storage.step == 0

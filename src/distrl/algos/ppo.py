@@ -1,8 +1,9 @@
 """Proximal Policy Optimization (Schulman et al. 2017), clipped-surrogate variant.
 
 The update is rank-agnostic: after each minibatch's backward pass it calls ``gradient_sync`` on
-the parameters (the all-reduce mean in DD-PPO, nothing in one process) and then clips the global
-gradient norm, so every rank applies the same averaged gradient.
+the parameters with the minibatch's size as weight (the sample-weighted all-reduce mean in
+DD-PPO, nothing in one process) and then clips the global gradient norm, so every rank applies
+the same averaged gradient.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from distrl.config import PPOConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
 
-GradientSync = Callable[[Iterable[nn.Parameter]], None]
+GradientSync = Callable[[Iterable[nn.Parameter], float], None]
+"""Called with the parameters and the number of samples their gradients average over."""
 MinibatchSampler = Callable[[int], list[torch.Tensor]]
 """Given the batch size, return one epoch's minibatch index tensors."""
 
 
-def _no_sync(params: Iterable[nn.Parameter]) -> None:
+def _no_sync(params: Iterable[nn.Parameter], weight: float) -> None:
     pass
 
 
@@ -48,7 +50,9 @@ class PPO:
 
     def random_minibatches(self, batch_size: int) -> list[torch.Tensor]:
         perm = torch.randperm(batch_size, generator=self.generator)
-        return list(perm.chunk(self.cfg.num_minibatches))
+        # Always num_minibatches parts (chunk() may return fewer): every rank must make the same
+        # number of gradient syncs even when a cut-short rollout left it fewer samples.
+        return list(perm.tensor_split(self.cfg.num_minibatches))
 
     def update(self, batch: RolloutBatch, sampler: MinibatchSampler | None = None) -> dict[str, float]:
         """Run ``update_epochs`` passes of minibatch gradient steps; return mean loss statistics."""
@@ -68,7 +72,7 @@ class PPO:
         loss, stats = self.loss(mb)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
-        self.gradient_sync(self.params)
+        self.gradient_sync(self.params, len(mb))
         grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
         # The norm is taken after the sync, so every rank sees the same value and a NaN/inf on
         # any rank (it spreads through the average) makes all ranks skip the same step.

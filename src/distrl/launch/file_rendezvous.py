@@ -69,6 +69,7 @@ def launch_node(argv: list[str], num_nodes: int, node_index: int, rendezvous_fil
             "DISTRL_LOCAL_RANK": str(local_rank),
             "DISTRL_WORLD_SIZE": str(world_size),
             "DISTRL_NODE_RANK": str(node_index),
+            "DISTRL_NUM_NODES": str(num_nodes),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         }
         workers.append(subprocess.Popen([sys.executable, "-m", "distrl.train", *worker_argv(argv)], env=env))

@@ -38,12 +38,26 @@ def interface_address(name: str) -> str | None:
     return socket.inet_ntoa(packed[20:24])
 
 
-def choose_interface(master_addr: str, override: str | None = None) -> str | None:
+def non_loopback_interface() -> str | None:
+    """The first interface holding an IPv4 address outside 127.0.0.0/8."""
+    for _, name in socket.if_nameindex():
+        address = interface_address(name)
+        if address and not address.startswith("127."):
+            return name
+    return None
+
+
+def choose_interface(
+    master_addr: str | None, override: str | None = None, multi_node: bool = True
+) -> str | None:
     """Point gloo and NCCL at ``override``, else at an interface the user already set, else at
-    the one that reaches the master; return the name used (None if none was found)."""
-    name = (
-        override or os.environ.get("GLOO_SOCKET_IFNAME") or (master_addr and interface_towards(master_addr))
-    )
+    the one that reaches the master; with no master (file rendezvous), at the node's network
+    address across nodes and at loopback on one. Return the name used (None if none was found)."""
+    if master_addr:
+        automatic = interface_towards(master_addr)
+    else:
+        automatic = non_loopback_interface() if multi_node else interface_towards("127.0.0.1")
+    name = override or os.environ.get("GLOO_SOCKET_IFNAME") or automatic
     if name:
         for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             if override or var not in os.environ:

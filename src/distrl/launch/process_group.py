@@ -38,9 +38,7 @@ def connect(
     """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
     if not topology.is_distributed:
         return Comm()
-    interface = None
-    if topology.master_addr or network_interface:
-        interface = choose_interface(topology.master_addr, network_interface)
+    interface = choose_interface(topology.master_addr, network_interface, topology.num_nodes > 1)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -49,6 +47,8 @@ def connect(
     # torchrun's agent keeps one store across restarts; a fresh key space per attempt stops a
     # restarted group from reading the dead attempt's peer addresses.
     store = dist.PrefixStore(f"distrl/attempt{topology.restart_count}", store)
+    if device.type == "cuda":
+        _check_one_rank_per_gpu(store, topology, device)
     dist.init_process_group(
         backend=backend,
         store=store,
@@ -56,7 +56,7 @@ def connect(
         world_size=topology.world_size,
         timeout=timeout,
     )
-    return TorchComm(device, _socket_sum(store, topology, backend, interface, timeout_s))
+    return TorchComm(device, store, _socket_sum(store, topology, backend, interface, timeout_s))
 
 
 def _socket_sum(
@@ -68,6 +68,22 @@ def _socket_sum(
         return None
     host = (interface and interface_address(interface)) or "127.0.0.1"
     return SocketSum(store, topology.rank, world_size, host, timeout_s)
+
+
+def _check_one_rank_per_gpu(store: dist.Store, topology: Topology, device: torch.device) -> None:
+    """NCCL rejects two ranks on one GPU only at the first collective, with an opaque error:
+    compare the GPUs' UUIDs through the store first and fail on every rank with one line."""
+    store.set(f"gpu/{topology.rank}", str(torch.cuda.get_device_properties(device).uuid))
+    owner: dict[str, int] = {}
+    for rank in range(topology.world_size):
+        uuid = store.get(f"gpu/{rank}").decode()
+        if uuid in owner:
+            raise UserError(
+                f"ranks {owner[uuid]} and {rank} were given the same GPU (GPU-{uuid}); NCCL needs one "
+                f"GPU per rank: start at most {torch.cuda.device_count()} processes per node "
+                "(--nproc_per_node) or train on the CPU with --device cpu"
+            )
+        owner[uuid] = rank
 
 
 def _make_store(topology: Topology, timeout: timedelta) -> dist.Store:

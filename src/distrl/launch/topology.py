@@ -42,6 +42,8 @@ class Topology:
     """True when torchrun's agent already serves the TCP store on MASTER_PORT."""
     rendezvous_file: str | None = None
     """Shared file all ranks open to meet (ReAgent-style file rendezvous) instead of a TCP store."""
+    num_nodes: int = 1
+    """Nodes of a file-rendezvous job (the other launchers are routed by their master address)."""
 
     @property
     def is_distributed(self) -> bool:
@@ -108,6 +110,7 @@ def _from_file_rendezvous(env: Mapping[str, str]) -> Topology:
         master_addr="",
         master_port=0,
         rendezvous_file=env["DISTRL_RENDEZVOUS_FILE"],
+        num_nodes=_int_var(env, "DISTRL_NUM_NODES") if "DISTRL_NUM_NODES" in env else 1,
     )
 
 

@@ -30,6 +30,7 @@ from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.launch.preemption import PreemptionFlag
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.normalizer import RunningMeanStd, batch_moments
+from distrl.runners.straggler import StragglerCutoff
 from distrl.seeding import env_seeds, seed_torch
 from distrl.storage.rollout import RolloutStorage
 
@@ -117,6 +118,12 @@ class OnPolicyRunner:
         self.discounted_return = np.zeros(self.num_envs)
         self.raw_returns = np.zeros((cfg.algo.rollout_steps, self.num_envs))
         self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window)
+        self.stragglers = StragglerCutoff(
+            comm,
+            cfg.train.straggler_threshold,
+            cfg.algo.rollout_steps,
+            min_steps=math.ceil(cfg.algo.num_minibatches / self.num_envs),
+        )
         self.checkpoint_writer: ckpt.BackgroundWriter | None = None
         """Rank 0's checkpoint writer, open while ``learn()`` runs."""
         self._last_checkpoint = (0, time.monotonic())
@@ -151,16 +158,17 @@ class OnPolicyRunner:
 
                 obs, last_values = self.collect(obs)
                 collect_s = time.perf_counter() - iteration_start
-                losses = self.update(last_values)
+                losses, collected = self.update(last_values)
 
                 self.update_index += 1
-                self.global_step += self.steps_per_update
+                self.global_step += collected
                 iteration_s = time.perf_counter() - iteration_start
                 row, agreed = self._metrics_row(
                     losses,
                     sps=(self.global_step - start_step) / (time.perf_counter() - start_time),
                     collect_share=collect_s / iteration_s,
                     grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
+                    rollout_fraction=collected / self.steps_per_update,
                     time_s=time.perf_counter() - start_time,
                 )
                 solved = self._reached_stop_return(row)
@@ -185,20 +193,24 @@ class OnPolicyRunner:
             self.env.close()
         return row
 
-    def update(self, last_values: torch.Tensor) -> dict[str, float]:
+    def update(self, last_values: torch.Tensor) -> tuple[dict[str, float], int]:
         """Merge the rollout into the normalisers, then GAE, advantage normalisation and the PPO
-        epochs. A rollout that saw a non-finite observation on any rank is skipped by all ranks
-        and touches neither the normalisers nor the weights."""
-        nonfinite_obs = self.comm.sum_scalars([self.nonfinite_obs_steps])[0]
+        epochs; return the loss statistics and the env steps collected by all ranks. A rollout
+        that saw a non-finite observation on any rank is skipped by all ranks and touches
+        neither the normalisers nor the weights."""
+        steps = self.storage.step  # fewer than rollout_steps when a straggler was cut short
+        nonfinite_obs, collected = self.comm.sum_scalars([self.nonfinite_obs_steps, steps * self.num_envs])
+        self.stragglers.forget()  # every rank is past collecting: it reached the sum above
         self.nonfinite_obs_steps = 0
         batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         if nonfinite_obs:
-            return {"skipped_minibatches": float(self.cfg.algo.update_epochs * self.cfg.algo.num_minibatches)}
-        self._update_obs_stats(self.raw_obs.reshape(-1, self.raw_obs.shape[-1]))
-        self._update_return_stats()
+            skipped = float(self.cfg.algo.update_epochs * self.cfg.algo.num_minibatches)
+            return {"skipped_minibatches": skipped}, int(collected)
+        self._update_obs_stats(self.raw_obs[:steps].reshape(-1, self.raw_obs.shape[-1]))
+        self._update_return_stats(steps)
         if self.cfg.algo.normalize_advantages:
             batch.advantages = normalize_advantages(batch.advantages, self.comm)
-        return self.algo.update(batch)
+        return self.algo.update(batch), int(collected)
 
     def _count_bad_updates(self, row: dict[str, Any]) -> None:
         """Stop once ``train.max_bad_updates`` updates in a row had non-finite numbers."""
@@ -213,10 +225,14 @@ class OnPolicyRunner:
 
     # ----------------------------------------------------------------------------- collect
     def collect(self, obs: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
-        """Fill the rollout buffer from this rank's envs; return the next obs and its values."""
+        """Fill the rollout buffer from this rank's envs (all ``rollout_steps`` unless the
+        straggler cut-off stops it early); return the next obs and its values."""
         cfg = self.cfg
         gamma = cfg.algo.gamma
+        self.stragglers.begin(self.update_index)
         for t in range(cfg.algo.rollout_steps):
+            if self.stragglers.should_stop(t):
+                break
             obs = self._finite(obs)
             self.raw_obs[t] = obs
             obs_t = self._normalize_obs(obs)
@@ -242,6 +258,7 @@ class OnPolicyRunner:
                 torch.as_tensor(dones, dtype=torch.float32, device=self.device),
             )
             obs = result.obs
+        self.stragglers.finish()
         with torch.no_grad():
             last_values = self.policy.value(self._normalize_obs(obs))
         return obs, last_values
@@ -284,9 +301,9 @@ class OnPolicyRunner:
         scaled = self.return_rms.scale(torch.as_tensor(rewards), self.cfg.normalize.clip)
         return scaled.numpy()
 
-    def _update_return_stats(self) -> None:
+    def _update_return_stats(self, steps: int) -> None:
         if self.return_rms is not None:
-            moments = batch_moments(torch.as_tensor(self.raw_returns.reshape(-1)))
+            moments = batch_moments(torch.as_tensor(self.raw_returns[:steps].reshape(-1)))
             self.return_rms.update_from_moments(*self.comm.merge_moments(*moments))
 
     def _anneal_learning_rate(self) -> None:

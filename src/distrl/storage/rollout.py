@@ -1,4 +1,4 @@
-"""Fixed-size on-policy rollout buffer of one rank, with GAE."""
+"""On-policy rollout buffer of one rank (up to a fixed number of steps), with GAE."""
 
 from __future__ import annotations
 
@@ -95,17 +95,18 @@ class RolloutStorage:
         self.step += 1
 
     def batch(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> RolloutBatch:
-        """Compute GAE for the full rollout and return it flattened; resets the write position."""
-        assert self.step == self.num_steps, "rollout is not full"
+        """Compute GAE over the steps added so far (``last_values`` are the values of the
+        observation after the last of them) and return them flattened; resets the write position."""
+        n, self.step = self.step, 0
+        assert n > 0, "rollout is empty"
         advantages, returns = compute_gae(
-            self.rewards, self.values, self.dones, last_values, gamma, gae_lambda
+            self.rewards[:n], self.values[:n], self.dones[:n], last_values, gamma, gae_lambda
         )
-        self.step = 0
         return RolloutBatch(
-            obs=self.obs.flatten(0, 1),
-            actions=self.actions.flatten(0, 1),
-            log_probs=self.log_probs.flatten(0, 1),
-            values=self.values.flatten(0, 1),
+            obs=self.obs[:n].flatten(0, 1),
+            actions=self.actions[:n].flatten(0, 1),
+            log_probs=self.log_probs[:n].flatten(0, 1),
+            values=self.values[:n].flatten(0, 1),
             advantages=advantages.flatten(0, 1),
             returns=returns.flatten(0, 1),
         )
