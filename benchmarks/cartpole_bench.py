@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "cartpole_ppo.yaml"
 SB3_VENV = REPO / "benchmarks" / ".sb3-venv"
 THROUGHPUT_STEPS = 200_000
+STRAGGLER_CUT = "train.straggler_threshold=0.5"
 
 SB3_SCRIPT = """
 import sys, time
@@ -139,12 +140,17 @@ def time_to_solve(seeds: list[int], tmp: Path, use_sb3: bool) -> dict[str, list[
 def run_metrics(run_dir: Path) -> dict[str, float]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steady = rows[len(rows) // 5 :]  # skip warm-up
-    return {"sps": rows[-1]["sps"], "grad_sync_share": statistics.mean(r["grad_sync_share"] for r in steady)}
+    return {
+        "sps": rows[-1]["sps"],
+        "grad_sync_share": statistics.mean(r["grad_sync_share"] for r in steady),
+        "rollout_fraction": statistics.mean(r["rollout_fraction"] for r in steady),
+    }
 
 
 def throughput(tmp: Path, rollout_steps: int, repeats: int) -> dict[str, dict[str, float]]:
-    """Fixed budget of THROUGHPUT_STEPS per process, no early stop: 1 rank, 2 DD-PPO ranks, and
-    2 independent 1-rank processes side by side (the machine's own ceiling for 2 processes).
+    """Fixed budget of THROUGHPUT_STEPS per process, no early stop: 1 rank, 2 DD-PPO ranks (also
+    with the straggler cut-off, which stops the later rank collecting once the other is done),
+    and 2 independent 1-rank processes side by side (the machine's own ceiling for 2 processes).
     The three are interleaved ``repeats`` times and the medians reported: the machine is noisy."""
     args = ["train.stop_return=null", "train.device=cpu", f"algo.rollout_steps={rollout_steps}"]
     runs: dict[str, list[dict[str, float]]] = {}
@@ -155,6 +161,9 @@ def throughput(tmp: Path, rollout_steps: int, repeats: int) -> dict[str, dict[st
         two = tmp / f"sps2-{rollout_steps}"
         timed(distrl_cmd(2, two, "--total-steps", str(2 * THROUGHPUT_STEPS), *args))
         runs.setdefault("2 ranks (DD-PPO)", []).append(run_metrics(two))
+        cut = tmp / f"sps2cut-{rollout_steps}"
+        timed(distrl_cmd(2, cut, "--total-steps", str(2 * THROUGHPUT_STEPS), *args, STRAGGLER_CUT))
+        runs.setdefault(f"2 ranks, {STRAGGLER_CUT}", []).append(run_metrics(cut))
         pair = [tmp / f"solo{i}-{rollout_steps}" for i in range(2)]
         procs = [
             subprocess.Popen(
@@ -167,11 +176,14 @@ def throughput(tmp: Path, rollout_steps: int, repeats: int) -> dict[str, dict[st
         ]
         for p in procs:
             p.wait()
-        solo = {"sps": sum(run_metrics(d)["sps"] for d in pair), "grad_sync_share": 0.0}
+        solo = {
+            "sps": sum(run_metrics(d)["sps"] for d in pair),
+            "grad_sync_share": 0.0,
+            "rollout_fraction": 1.0,
+        }
         runs.setdefault("2 independent 1-rank processes (sum)", []).append(solo)
     return {
-        name: {key: statistics.median(r[key] for r in rows) for key in ("sps", "grad_sync_share")}
-        for name, rows in runs.items()
+        name: {key: statistics.median(r[key] for r in rows) for key in rows[0]} for name, rows in runs.items()
     }
 
 
@@ -202,10 +214,11 @@ def main() -> None:
             tput = throughput(tmp, rollout_steps, args.repeats)
             steps = f"{THROUGHPUT_STEPS} env steps per process, median of {args.repeats} interleaved runs"
             print(f"\n## Throughput, algo.rollout_steps={rollout_steps}, {steps}")
-            print("| processes | env steps/s | gradient all-reduce share of iteration |")
-            print("| --- | --- | --- |")
+            print("| processes | env steps/s | gradient all-reduce share of iteration | rollout collected |")
+            print("| --- | --- | --- | --- |")
             for name, row in tput.items():
-                print(f"| {name} | {row['sps']:.0f} | {100 * row['grad_sync_share']:.1f}% |")
+                share, collected = 100 * row["grad_sync_share"], 100 * row["rollout_fraction"]
+                print(f"| {name} | {row['sps']:.0f} | {share:.1f}% | {collected:.0f}% |")
             single = tput["1 rank"]["sps"]
             ddppo = tput["2 ranks (DD-PPO)"]["sps"] / single
             ceiling = tput["2 independent 1-rank processes (sum)"]["sps"] / single

@@ -114,9 +114,7 @@ def command_train(args: argparse.Namespace) -> int:
     comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface)
     try:
         payload = comm.run_on_main(lambda: _prepare_run_dir(run_dir, args, cfg, resume))
-        runner = OnPolicyRunner(cfg, comm, device, run_dir)
-        if payload:
-            runner.restore(ckpt.unpack(payload))
+        runner = OnPolicyRunner(cfg, comm, device, run_dir, ckpt.unpack(payload) if payload else None)
         try:
             row = runner.learn()
         except Preempted as exc:

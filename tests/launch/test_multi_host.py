@@ -128,9 +128,23 @@ def test_torchrun_static_master_across_bare_hosts(hosts: Hosts, tmp_path: Path) 
     assert_trained_and_saved_on_host0(tmp_path)
 
 
-def test_torchrun_c10d_rendezvous_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None:
-    c10d = ["--rdzv_backend=c10d", f"--rdzv_endpoint={HOSTNAMES[0]}:29400", "--rdzv_id=distrl-test"]
-    procs = [hosts.start(i, torchrun(tmp_path / f"host{i}", *c10d), cluster_names=True) for i in range(2)]
+def c10d(index: int, cluster_names: bool) -> list[str]:
+    """The c10d flags on host ``index``. Where hostnames resolve to 127.0.0.1, torchrun needs each
+    agent's own address and the store's host marked (its own requirement, documented in README)."""
+    common = ["--rdzv_backend=c10d", "--rdzv_id=distrl-test"]
+    if cluster_names:
+        return [*common, f"--rdzv_endpoint={HOSTNAMES[0]}:29400"]
+    is_host = "true" if index == 0 else "false"
+    return [*common, f"--rdzv_endpoint={ADDRESSES[0]}:29400", f"--local_addr={ADDRESSES[index]}",
+            f"--rdzv_conf=is_host={is_host}"]  # fmt: skip
+
+
+@pytest.mark.parametrize("cluster_names", [True, False], ids=["cluster-hosts", "bare-hosts"])
+def test_torchrun_c10d_rendezvous_across_hosts(hosts: Hosts, tmp_path: Path, cluster_names: bool) -> None:
+    procs = [
+        hosts.start(i, torchrun(tmp_path / f"host{i}", *c10d(i, cluster_names)), cluster_names)
+        for i in range(2)
+    ]
     wait_ok(procs)
     # c10d may give either host rank 0: the checkpoint is wherever rank 0 ran, and only there.
     saved = [i for i in range(2) if (tmp_path / f"host{i}").exists()]

@@ -36,8 +36,7 @@ def test_resume_matches_the_uninterrupted_schedule(tmp_path: Path) -> None:
     midpoint = tmp_path / "full" / "checkpoints" / ckpt.checkpoint_dir_name(2048)
     files = ckpt.load_checkpoint(midpoint)
 
-    resumed = OnPolicyRunner(cfg, Comm(), torch.device("cpu"), tmp_path / "resumed")
-    resumed.restore(files)
+    resumed = OnPolicyRunner(cfg, Comm(), torch.device("cpu"), tmp_path / "resumed", files)
     saved_model = ckpt.tensors_from_bytes(files["model.safetensors"])
     assert (resumed.global_step, resumed.update_index) == (2048, 8)
     torch.testing.assert_close(resumed.obs_rms.mean, saved_model["obs_rms.mean"], rtol=0, atol=0)

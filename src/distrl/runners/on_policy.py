@@ -81,7 +81,15 @@ class EpisodeTracker:
 
 
 class OnPolicyRunner:
-    def __init__(self, cfg: RunConfig, comm: Comm, device: torch.device, run_dir: Path) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        comm: Comm,
+        device: torch.device,
+        run_dir: Path,
+        checkpoint: ckpt.CheckpointFiles | None = None,
+    ) -> None:
+        """A fresh run, or one resumed from ``checkpoint`` (its files, the same on every rank)."""
         self.cfg = cfg
         self.comm = comm
         self.device = device
@@ -90,8 +98,11 @@ class OnPolicyRunner:
         self.steps_per_update = cfg.algo.rollout_steps * self.num_envs * comm.world_size
         self.global_step = 0
         self.update_index = 0
-        self.launch_index = 0
-        """How many times this run was (re)started; shifts env seeds on resume."""
+        self.launch_index = (
+            0 if checkpoint is None else json.loads(checkpoint["state.json"])["launch_index"] + 1
+        )
+        """How many times this run was (re)started; shifts env seeds on resume, so fresh episodes
+        after a resume get seeds no earlier launch used."""
 
         seed_torch(cfg.train.seed, comm.rank)
         self.env = make_vec_env(cfg.env, self._env_seeds())
@@ -131,6 +142,8 @@ class OnPolicyRunner:
         self.preemption = PreemptionFlag()
         self.nonfinite_obs_steps = 0
         self.bad_updates_in_a_row = 0
+        if checkpoint is not None:
+            self._restore(checkpoint)
 
     # ----------------------------------------------------------------------------- the loop
     def learn(self) -> dict[str, Any]:
@@ -443,7 +456,7 @@ class OnPolicyRunner:
             "state.json": ckpt.json_to_bytes(state),
         }
 
-    def restore(self, files: ckpt.CheckpointFiles) -> None:
+    def _restore(self, files: ckpt.CheckpointFiles) -> None:
         """Load a checkpoint's state on every rank (the files came from rank 0)."""
         state = json.loads(files["state.json"])
         model = ckpt.tensors_from_bytes(files["model.safetensors"])
@@ -461,11 +474,7 @@ class OnPolicyRunner:
         )
         self.global_step = state["global_step"]
         self.update_index = state["update_index"]
-        self.launch_index = state["launch_index"] + 1
         ranks = state["ranks"]
         if self.comm.rank < len(ranks):
             rng = base64.b64decode(ranks[self.comm.rank]["torch_rng"])
             torch.set_rng_state(torch.frombuffer(bytearray(rng), dtype=torch.uint8))
-        # Fresh episodes after a resume get seeds no earlier launch used.
-        self.env.close()
-        self.env = make_vec_env(self.cfg.env, self._env_seeds())
