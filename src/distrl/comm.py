@@ -2,8 +2,9 @@
 
 ``Comm`` is the single-process version: every collective is the identity, so one code path
 serves one or many ranks. ``TorchComm`` implements the same calls on a torch.distributed process
-group. Nothing outside ``distrl.launch`` creates one; nothing outside this module calls
-torch.distributed.
+group (its sums over distrl's own sockets, ``distrl.socket_sum``, for CPU groups of 2^k ranks).
+Nothing outside ``distrl.launch`` creates one; nothing outside these modules and
+``distrl.launch`` calls torch.distributed.
 """
 
 from __future__ import annotations

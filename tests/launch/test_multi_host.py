@@ -63,6 +63,9 @@ def kill_all(procs: list[subprocess.Popen]) -> None:
 def hosts() -> Iterator[Hosts]:
     tag = os.getpid() % 100000
     namespaces, links = [f"distrl{tag}h0", f"distrl{tag}h1"], [f"dv{tag}a", f"dv{tag}b"]
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        print("iproute2's ip or util-linux's unshare is missing: skipping")
+        pytest.skip("the multi-host tests need `ip` (iproute2) and `unshare` (util-linux)")
     created = _ip("netns", "add", namespaces[0])
     if created.returncode != 0:
         print(f"network namespaces unavailable ({created.stderr.strip()}): skipping")

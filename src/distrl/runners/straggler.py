@@ -9,11 +9,15 @@ so the update is the one over the union of all collected samples.
 from __future__ import annotations
 
 import math
+import time
 
 from distrl.comm import Comm
 
 MIN_ROLLOUT_FRACTION = 0.25
 """A preempted rank keeps at least this share of its rollout (Habitat's short-rollout threshold)."""
+POLL_INTERVAL_S = 0.005
+"""Ask the store at most this often: a round-trip per env step cost more than it saved on small
+CPU hosts, and a few ms of reaction time is small against a rollout."""
 
 
 class StragglerCutoff:
@@ -24,6 +28,7 @@ class StragglerCutoff:
         self._enough_ranks = math.ceil(threshold * comm.world_size) if enabled else math.inf
         self._min_steps = max(math.ceil(MIN_ROLLOUT_FRACTION * rollout_steps), min_steps)
         self._key = ""
+        self._next_poll = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -31,11 +36,16 @@ class StragglerCutoff:
 
     def begin(self, update_index: int) -> None:
         self._key = f"collect_done/{update_index}"
+        self._next_poll = 0.0
 
     def should_stop(self, steps_collected: int) -> bool:
         """True once enough other ranks are done and this rank has its minimum share."""
         if not self.enabled or steps_collected < self._min_steps:
             return False
+        now = time.monotonic()
+        if now < self._next_poll:
+            return False
+        self._next_poll = now + POLL_INTERVAL_S
         return self._comm.arrivals(self._key) >= self._enough_ranks
 
     def finish(self) -> None:
