@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.comm import Comm, TorchComm
-from distrl.errors import UserError
+from distrl.errors import PeerFailure, UserError
 from distrl.launch.network import choose_interface, interface_address
 from distrl.launch.topology import Topology
 from distrl.socket_sum import SocketSum
@@ -67,7 +67,13 @@ def _socket_sum(
     if backend != "gloo" or world_size & (world_size - 1) != 0:
         return None
     host = (interface and interface_address(interface)) or "127.0.0.1"
-    return SocketSum(store, topology.rank, world_size, host, timeout_s)
+    try:
+        return SocketSum(store, topology.rank, world_size, host, timeout_s)
+    except (OSError, RuntimeError) as exc:  # a peer gone between the group's start and this
+        raise PeerFailure(
+            f"rank {topology.rank}: could not connect to its peers' sum sockets from {host}; another "
+            f"rank died or is unreachable ({exc})"
+        ) from None
 
 
 def _check_one_rank_per_gpu(store: dist.Store, topology: Topology, device: torch.device) -> None:
