@@ -80,7 +80,8 @@ class TrainConfig(_Section):
     """``auto`` (cuda:LOCAL_RANK when CUDA is available, else cpu), ``cpu``, ``cuda`` or ``cuda:N``."""
     stop_return: float | None = None
     """Stop early once a deterministic evaluation (``eval.episodes`` episodes on seeds apart from
-    ``eval.seed``'s) reaches this mean return; checked on rank 0, the decision shared by all."""
+    ``eval.seed``'s) reaches this mean return; the episodes are split over the ranks and every rank
+    stops on the same mean."""
     stop_check_every: PositiveInt = 4
     """Updates between those early-stop evaluations."""
     return_window: PositiveInt = 20

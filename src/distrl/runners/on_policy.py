@@ -368,19 +368,18 @@ class OnPolicyRunner:
         )
 
     def _reached_stop_return(self, row: dict[str, Any]) -> bool:
-        """Rank 0 evaluates the (identical) policy deterministically and tells every rank."""
+        """Evaluate the (identical) policy deterministically, the episodes split over the ranks,
+        and stop every rank on the mean over all of them."""
         target = self.cfg.train.stop_return
         if target is None or self.update_index % self.cfg.train.stop_check_every:
             return False
-        eval_cfg = self.cfg.eval
+        episodes, rank, world_size = self.cfg.eval.episodes, self.comm.rank, self.comm.world_size
+        first, end = rank * episodes // world_size, (rank + 1) * episodes // world_size
         # Seeds kept apart from eval.seed's so the final `distrl eval` is not the stop test.
-        check_seed = eval_cfg.seed + _STOP_CHECK_SEED_OFFSET
-
-        def evaluate_on_main() -> bytes:
-            returns = evaluate(self.cfg, self.policy, self.obs_rms, eval_cfg.episodes, check_seed)
-            return json.dumps(float(np.mean(returns))).encode()
-
-        row["stop_check_return"] = json.loads(self.comm.run_on_main(evaluate_on_main))
+        seed = self.cfg.eval.seed + _STOP_CHECK_SEED_OFFSET + first
+        returns = evaluate(self.cfg, self.policy, self.obs_rms, end - first, seed) if end > first else []
+        total, count = self.comm.sum_scalars([sum(returns), len(returns)])
+        row["stop_check_return"] = total / count
         return row["stop_check_return"] >= target
 
     def _make_logger(self) -> MetricsLogger:
