@@ -14,7 +14,7 @@ from distrl.algos.ppo import PPO
 from distrl.comm import Comm
 from distrl.config import ModelConfig, PPOConfig
 from distrl.models.actor_critic import ActorCritic
-from distrl.runners.on_policy import normalize_advantages
+from distrl.runners.on_policy import advantage_sums, normalize_advantages
 from distrl.storage.rollout import RolloutBatch
 from tests.distributed import run_ranks
 
@@ -76,7 +76,8 @@ def _rank_update(comm: Comm, continuous: bool, split: int, out: Path) -> None:
     policy = make_policy(continuous)
     start, end, seed = rank_rows(comm.rank, split)
     batch = full_batch(policy).index(torch.arange(start, end))
-    batch.advantages = normalize_advantages(batch.advantages, comm)
+    global_sums = comm.sum_scalars(advantage_sums(batch.advantages))
+    batch.advantages = normalize_advantages(batch.advantages, *global_sums)
     sampler = local_sampler(perms(end - start, seed))
     PPO(policy, CFG, gradient_sync=comm.allreduce_gradients_).update(batch, sampler)
     np.save(out / f"rank{comm.rank}.npy", flat_params(policy))
@@ -90,7 +91,7 @@ def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
     policy = make_policy(continuous)
     before = flat_params(policy)
     batch = full_batch(policy)
-    batch.advantages = normalize_advantages(batch.advantages, Comm())
+    batch.advantages = normalize_advantages(batch.advantages, *advantage_sums(batch.advantages))
     PPO(policy, CFG).update(batch, global_sampler(perms(split, 2), perms(TOTAL - split, 3), split))
     expected = flat_params(policy)
 

@@ -1,10 +1,11 @@
-"""Rollout collection: truncated episodes bootstrap from their final observation."""
+"""Rollout collection and what the update takes from it: truncated episodes bootstrap from their
+final observation; advantages are standardised over the global rollout."""
 
 import torch
 
 from distrl.comm import Comm
 from distrl.config import load_config
-from distrl.runners.on_policy import OnPolicyRunner
+from distrl.runners.on_policy import OnPolicyRunner, advantage_sums, normalize_advantages
 
 
 def test_truncation_bootstraps_with_the_value_of_the_final_observation(tmp_path) -> None:
@@ -31,3 +32,10 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation(tmp_path)
         torch.testing.assert_close(storage.rewards[:, env_index], expected)
         assert storage.dones[:, env_index].tolist() == [0, 0, 1, 0, 0, 1]
     assert list(runner.episodes.returns) == [3.0, 3.0, 3.0, 3.0]
+
+
+def test_advantages_normalised_from_summed_moments_match_the_two_pass_statistics() -> None:
+    adv = torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 30 + 50
+    normalized = normalize_advantages(adv, *advantage_sums(adv))
+    expected = (adv.double() - adv.double().mean()) / adv.double().std()
+    torch.testing.assert_close(normalized.double(), expected, rtol=0, atol=1e-5)

@@ -52,11 +52,22 @@ def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bo
     return isinstance(action_space, gym.spaces.Box)
 
 
-def normalize_advantages(advantages: torch.Tensor, comm: Comm) -> torch.Tensor:
-    """Standardise with the mean/std of the whole global rollout, so N ranks match one batch."""
-    count, mean, m2 = comm.merge_moments(*batch_moments(advantages))
-    std = torch.sqrt(m2 / max(count - 1.0, 1.0))
-    return ((advantages - mean.to(advantages)) / (std.to(advantages) + 1e-8)).reshape(-1)
+def advantage_sums(advantages: torch.Tensor) -> list[float]:
+    """(count, sum, sum of squares) in float64: summed over ranks, they give the global mean and
+    variance in the same collective as the update's other per-rank numbers."""
+    adv = advantages.double()
+    return [float(adv.numel()), float(adv.sum()), float((adv * adv).sum())]
+
+
+def normalize_advantages(
+    advantages: torch.Tensor, count: float, total: float, total_sq: float
+) -> torch.Tensor:
+    """Standardise with the mean/std of the whole global rollout (from the summed
+    ``advantage_sums``), so N ranks match one batch. One-pass float64 moments lose precision
+    only when |mean| / std nears 1e8, far from what GAE advantages do."""
+    mean = total / count
+    std = math.sqrt(max(total_sq - count * mean * mean, 0.0) / max(count - 1.0, 1.0))
+    return ((advantages - mean) / (std + 1e-8)).reshape(-1)
 
 
 class EpisodeTracker:
@@ -212,17 +223,20 @@ class OnPolicyRunner:
         that saw a non-finite observation on any rank is skipped by all ranks and touches
         neither the normalisers nor the weights."""
         steps = self.storage.step  # fewer than rollout_steps when a straggler was cut short
-        nonfinite_obs, collected = self.comm.sum_scalars([self.nonfinite_obs_steps, steps * self.num_envs])
+        batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
+        # One sum carries what the update needs from every rank: a non-finite observation
+        # anywhere, the samples collected, and the advantages' global moments.
+        local = [self.nonfinite_obs_steps, steps * self.num_envs, *advantage_sums(batch.advantages)]
+        nonfinite_obs, collected, *adv_sums = self.comm.sum_scalars(local)
         self.stragglers.forget()  # every rank is past collecting: it reached the sum above
         self.nonfinite_obs_steps = 0
-        batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         if nonfinite_obs:
             skipped = float(self.cfg.algo.update_epochs * self.cfg.algo.num_minibatches)
             return {"skipped_minibatches": skipped}, int(collected)
         self._update_obs_stats(self.raw_obs[:steps].reshape(-1, self.raw_obs.shape[-1]))
         self._update_return_stats(steps)
         if self.cfg.algo.normalize_advantages:
-            batch.advantages = normalize_advantages(batch.advantages, self.comm)
+            batch.advantages = normalize_advantages(batch.advantages, *adv_sums)
         return self.algo.update(batch), int(collected)
 
     def _count_bad_updates(self, row: dict[str, Any]) -> None:
