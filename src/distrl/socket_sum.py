@@ -55,11 +55,12 @@ class SocketSum:
         """Send and receive at once: with both sides sending first, a message larger than the
         socket buffers would deadlock a plain sendall-then-recv."""
         sent = got = 0
-        while got < len(recv):
+        while sent < len(send) or got < len(recv):
+            readers = [peer] if got < len(recv) else []
             writers = [peer] if sent < len(send) else []
-            readable, writable, _ = select.select([peer], writers, [], self._timeout_s)
+            readable, writable, _ = select.select(readers, writers, [], self._timeout_s)
             if not readable and not writable:
-                raise TimeoutError(f"no data from a peer within {self._timeout_s:.0f} s")
+                raise TimeoutError(f"no data moved to or from a peer within {self._timeout_s:.0f} s")
             if writable:
                 sent += _send_some(peer, send[sent:])
             if readable:
@@ -67,11 +68,6 @@ class SocketSum:
                 if n == 0:
                     raise ConnectionError("a peer closed its connection")
                 got += n
-        while sent < len(send):
-            _, writable, _ = select.select([], [peer], [], self._timeout_s)
-            if not writable:
-                raise TimeoutError(f"a peer took no data within {self._timeout_s:.0f} s")
-            sent += _send_some(peer, send[sent:])
 
 
 def _bytes(tensor: torch.Tensor) -> memoryview:
