@@ -147,6 +147,23 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     }
 
 
+def independent_sps(tmp: Path, n: int, args: list[str]) -> float:
+    """Summed env steps/s of ``n`` unconnected 1-rank trainings run at the same time."""
+    dirs = [tmp / f"solo{i}" for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            distrl_cmd(1, d, *args),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env_without_launcher(),
+        )
+        for d in dirs
+    ]
+    for p in procs:
+        p.wait()
+    return sum(run_metrics(d)["sps"] for d in dirs)
+
+
 def throughput(tmp: Path, rollout_steps: int, repeats: int) -> dict[str, dict[str, float]]:
     """Fixed budget of THROUGHPUT_STEPS per process, no early stop: 1 rank, 2 DD-PPO ranks (also
     with the straggler cut-off, which stops the later rank collecting once the other is done),
@@ -164,20 +181,11 @@ def throughput(tmp: Path, rollout_steps: int, repeats: int) -> dict[str, dict[st
         cut = tmp / f"sps2cut-{rollout_steps}"
         timed(distrl_cmd(2, cut, "--total-steps", str(2 * THROUGHPUT_STEPS), *args, STRAGGLER_CUT))
         runs.setdefault(f"2 ranks, {STRAGGLER_CUT}", []).append(run_metrics(cut))
-        pair = [tmp / f"solo{i}-{rollout_steps}" for i in range(2)]
-        procs = [
-            subprocess.Popen(
-                distrl_cmd(1, d, "--total-steps", str(THROUGHPUT_STEPS), *args),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env_without_launcher(),
-            )  # fmt: skip
-            for d in pair
-        ]
-        for p in procs:
-            p.wait()
+        solo_sps = independent_sps(
+            tmp / f"solo-{rollout_steps}", 2, ["--total-steps", str(THROUGHPUT_STEPS), *args]
+        )
         solo = {
-            "sps": sum(run_metrics(d)["sps"] for d in pair),
+            "sps": solo_sps,
             "grad_sync_share": 0.0,
             "rollout_fraction": 1.0,
         }

@@ -14,30 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cartpole_bench import THROUGHPUT_STEPS, distrl_cmd, env_without_launcher, run_metrics, timed  # noqa: E402
-
-
-def independent_sps(tmp: Path, n: int, args: list[str]) -> float:
-    """Summed env steps/s of ``n`` unconnected 1-rank trainings run at the same time."""
-    dirs = [tmp / f"solo{i}" for i in range(n)]
-    procs = [
-        subprocess.Popen(
-            distrl_cmd(1, d, *args),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env_without_launcher(),
-        )
-        for d in dirs
-    ]
-    for p in procs:
-        p.wait()
-    return sum(run_metrics(d)["sps"] for d in dirs)
+from cartpole_bench import THROUGHPUT_STEPS, distrl_cmd, independent_sps, run_metrics, timed  # noqa: E402
 
 
 def main() -> None:
