@@ -72,7 +72,7 @@ def bench(hidden: list[int], socket_sum: SocketSum) -> dict[str, float]:
     for algorithm in ("all_reduce", "recursive_doubling", "socket"):
         comm = TorchComm(torch.device("cpu"), socket_sum=socket_sum, sum_algorithm=algorithm)
         results[f"flat bucket, {algorithm}"] = time_steps(
-            PPO(policy, cfg, gradient_sync=comm.allreduce_gradients_), batch
+            PPO(policy, cfg, gradient_sync=comm.sum_gradients_), batch
         )
     ddp = DistributedDataParallel(ActionStats(policy))
     ddp_ppo = PPO(policy, cfg)

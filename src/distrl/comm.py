@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -95,24 +95,14 @@ class Comm:
         shifted = m2.double() + count * (mean.double() - global_mean) ** 2
         return total, global_mean, self.allreduce_sum_(shifted)
 
-    def allreduce_gradients_(self, params: Iterable[torch.nn.Parameter], weight: float = 1.0) -> None:
-        """Set ``.grad`` of ``params`` to the ``weight``-weighted mean over ranks, with one
-        all-reduce of a flat bucket. With each rank's gradient the mean over its ``weight``
-        samples, the result is the gradient of the mean over all ranks' samples, also when
-        ranks hold different numbers of samples (a straggler stopped early)."""
+    def sum_gradients_(self, bucket: torch.Tensor) -> None:
+        """All-reduce sum of a flat gradient bucket (``FlatGradients.average_``'s hook), timed
+        in ``grad_sync_time_s``."""
         if self.world_size == 1:
             return
-        grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([*(g.reshape(-1) for g in grads), grads[0].new_ones(1)])
-        flat.mul_(weight)
         start = time.perf_counter()
-        self.allreduce_sum_(flat)
+        self.allreduce_sum_(bucket)
         self.grad_sync_time_s += time.perf_counter() - start
-        flat[:-1].div_(flat[-1])
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
 
     def arrive(self, key: str) -> int:
         """Count this rank in under ``key``; return how many ranks have arrived so far."""

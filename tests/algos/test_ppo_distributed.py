@@ -79,7 +79,7 @@ def _rank_update(comm: Comm, continuous: bool, split: int, out: Path) -> None:
     global_sums = comm.sum_scalars(advantage_sums(batch.advantages))
     batch.advantages = normalize_advantages(batch.advantages, *global_sums)
     sampler = local_sampler(perms(end - start, seed))
-    PPO(policy, CFG, gradient_sync=comm.allreduce_gradients_).update(batch, sampler)
+    PPO(policy, CFG, gradient_sync=comm.sum_gradients_).update(batch, sampler)
     np.save(out / f"rank{comm.rank}.npy", flat_params(policy))
 
 

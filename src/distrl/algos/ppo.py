@@ -1,31 +1,25 @@
 """Proximal Policy Optimization (Schulman et al. 2017), clipped-surrogate variant.
 
-The update is rank-agnostic: after each minibatch's backward pass it calls ``gradient_sync`` on
-the parameters with the minibatch's size as weight (the sample-weighted all-reduce mean in
-DD-PPO, nothing in one process) and then clips the global gradient norm, so every rank applies
-the same averaged gradient.
+The update is rank-agnostic: after each minibatch's backward pass the flat gradient is averaged
+over ranks, weighted by minibatch size, through the ``gradient_sync`` hook (an all-reduce sum in
+DD-PPO, nothing in one process), and then the global gradient norm is clipped, so every rank
+applies the same averaged gradient.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import torch
-from torch import nn
 
+from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.config import PPOConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
 
-GradientSync = Callable[[Iterable[nn.Parameter], float], None]
-"""Called with the parameters and the number of samples their gradients average over."""
 MinibatchSampler = Callable[[int], list[torch.Tensor]]
 """Given the batch size, return one epoch's minibatch index tensors."""
-
-
-def _no_sync(params: Iterable[nn.Parameter], weight: float) -> None:
-    pass
 
 
 class PPO:
@@ -33,7 +27,7 @@ class PPO:
         self,
         policy: ActorCritic,
         cfg: PPOConfig,
-        gradient_sync: GradientSync = _no_sync,
+        gradient_sync: GradientSync | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         self.policy = policy
@@ -41,6 +35,7 @@ class PPO:
         self.gradient_sync = gradient_sync
         self.generator = generator
         self.params = list(policy.parameters())
+        self.grads = FlatGradients(self.params)
         # The fused kernel is several times faster than the per-tensor loop for small networks.
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
 
@@ -70,10 +65,11 @@ class PPO:
 
     def minibatch_step(self, mb: RolloutBatch) -> dict[str, float]:
         loss, stats = self.loss(mb)
-        self.optimizer.zero_grad(set_to_none=False)
+        self.grads.zero_()
         loss.backward()
-        self.gradient_sync(self.params, len(mb))
-        grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
+        if self.gradient_sync is not None:
+            self.grads.average_(self.gradient_sync, len(mb))
+        grad_norm = self.grads.clip_norm_(self.cfg.max_grad_norm)
         # The norm is taken after the sync, so every rank sees the same value and a NaN/inf on
         # any rank (it spreads through the average) makes all ranks skip the same step.
         finite = math.isfinite(grad_norm)

@@ -39,9 +39,9 @@ class MetricsLogger:
         # Held open for the whole run (line-buffered) and closed in close().
         self._file = open(run_dir / METRICS_FILE, "a", buffering=1)  # noqa: SIM115
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # slow import: only when asked
+            from torch.utils.tensorboard.writer import FileWriter  # slow import: only when asked
 
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            self._tb = FileWriter(str(run_dir / "tensorboard"))
         if progress and sys.stdout.isatty():
             from rich.progress import Progress
 
@@ -55,9 +55,7 @@ class MetricsLogger:
         self._file.write(json.dumps({k: _json_number(v) for k, v in row.items()}) + "\n")
         step = int(row["global_step"])
         if self._tb is not None:
-            for key, value in row.items():
-                if isinstance(value, int | float) and math.isfinite(value) and key != "global_step":
-                    self._tb.add_scalar(key, value, step)
+            self._tb.add_summary(_scalars_summary(row), step)
         if self._progress is not None:
             ret = row.get("episode_return_mean")
             label = f"return {ret:.1f}" if isinstance(ret, float) and math.isfinite(ret) else ""
@@ -70,6 +68,20 @@ class MetricsLogger:
             self._tb.close()
         if self._file is not None:
             self._file.close()
+
+
+def _scalars_summary(row: dict[str, Any]):
+    """All of a row's finite numbers as one TensorBoard event: a fraction of the cost of one
+    event per scalar (``add_scalar``), which was ~3% of a CartPole update."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Summary(
+        value=[
+            Summary.Value(tag=key, simple_value=float(value))
+            for key, value in row.items()
+            if isinstance(value, int | float) and math.isfinite(value) and key != "global_step"
+        ]
+    )
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:

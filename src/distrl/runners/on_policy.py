@@ -126,7 +126,7 @@ class OnPolicyRunner:
             else None
         )
         self.return_rms = RunningMeanStd(()).to(device) if cfg.normalize.rewards else None
-        self.algo = PPO(self.policy, cfg.algo, gradient_sync=comm.allreduce_gradients_)
+        self.algo = PPO(self.policy, cfg.algo, gradient_sync=comm.sum_gradients_)
         continuous = self.policy.continuous
         self.storage = RolloutStorage(
             cfg.algo.rollout_steps,

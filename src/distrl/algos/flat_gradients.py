@@ -1,0 +1,53 @@
+"""All of a network's gradients in one flat buffer.
+
+Every parameter's ``.grad`` is a view into the buffer, so zeroing, the cross-rank sum and the
+global norm are one tensor operation each instead of one per parameter, and the sum needs no
+copy into and out of a bucket (the idea of DDP's ``gradient_as_bucket_view``). Autograd
+accumulates into an existing ``.grad`` in place, which keeps the views intact as long as nothing
+sets them to ``None`` (``optimizer.zero_grad()`` would: use ``zero_()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+GradientSync = Callable[[torch.Tensor], None]
+"""Sums a flat buffer over all ranks in place (in one process: leaves it as it is)."""
+
+
+class FlatGradients:
+    def __init__(self, params: Sequence[nn.Parameter]) -> None:
+        first = params[0]
+        if any(p.dtype != first.dtype or p.device != first.device for p in params):
+            raise ValueError("flat gradients need all parameters on one device with one dtype")
+        numel = sum(p.numel() for p in params)
+        # One slot past the gradients carries the sample weight through the same sum.
+        self.bucket = torch.zeros(numel + 1, dtype=first.dtype, device=first.device)
+        self.flat = self.bucket[:-1]
+        offset = 0
+        for p in params:
+            p.grad = self.flat[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+
+    def zero_(self) -> None:
+        self.bucket.zero_()
+
+    def average_(self, sync: GradientSync, weight: float) -> None:
+        """Turn this rank's gradient, a mean over ``weight`` samples, into the mean over all
+        ranks' samples: sum (weight x gradient, weight) in one collective and divide. Exact also
+        when ranks hold different numbers of samples (a straggler stopped early)."""
+        self.flat.mul_(weight)
+        self.bucket[-1] = weight
+        sync(self.bucket)
+        self.flat.div_(self.bucket[-1])
+
+    def clip_norm_(self, max_norm: float) -> float:
+        """Scale the gradient to at most ``max_norm`` (L2 over all parameters); return the norm
+        before clipping (inf or NaN when a gradient is not finite, leaving it unscaled)."""
+        norm = float(torch.linalg.vector_norm(self.flat))
+        if norm > max_norm and norm != float("inf"):
+            self.flat.mul_(max_norm / (norm + 1e-6))
+        return norm
