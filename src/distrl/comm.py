@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.errors import PeerFailure, UserError
-from distrl.socket_sum import SocketSum
+from distrl.socket_sum import SocketSum, recursive_doubling_fits
 
 
 class Comm:
@@ -172,11 +172,13 @@ class TorchComm(Comm):
         if sum_algorithm == "auto":
             # gloo's all_reduce costs ~1 ms even for a few floats on small CPU hosts, several times
             # more than log2(N) rounds of paired isend/irecv, and those several times more than
-            # the same rounds on our own sockets (benchmarks/grad_sync_bench.py).
-            power_of_two = self.world_size & (self.world_size - 1) == 0
+            # the same rounds on our own sockets (benchmarks/grad_sync_bench.py). ``connect``
+            # opens the sockets exactly where recursive doubling fits a gloo group.
             sum_algorithm = "all_reduce"
-            if gloo and power_of_two:
-                sum_algorithm = "socket" if socket_sum is not None else "recursive_doubling"
+            if socket_sum is not None:
+                sum_algorithm = "socket"
+            elif gloo and recursive_doubling_fits(self.world_size):
+                sum_algorithm = "recursive_doubling"
         sums = {"all_reduce": _all_reduce_sum_, "recursive_doubling": _recursive_doubling_sum_}
         if socket_sum is not None:
             sums["socket"] = socket_sum.sum_

@@ -22,11 +22,16 @@ import torch
 import torch.distributed as dist
 
 
+def recursive_doubling_fits(world_size: int) -> bool:
+    """Recursive doubling pairs every rank with rank ^ 2**k: it needs a power-of-two group."""
+    return world_size & (world_size - 1) == 0
+
+
 class SocketSum:
     """In-place sum of a contiguous CPU tensor over all ranks (``world_size`` a power of two)."""
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, host: str, timeout_s: float) -> None:
-        assert world_size & (world_size - 1) == 0, "recursive doubling needs a power-of-two group"
+        assert recursive_doubling_fits(world_size), "recursive doubling needs a power-of-two group"
         self._rank = rank
         self._timeout_s = timeout_s
         partners = [rank ^ (1 << k) for k in range(world_size.bit_length() - 1)]

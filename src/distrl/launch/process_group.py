@@ -11,7 +11,7 @@ from distrl.comm import Comm, TorchComm
 from distrl.errors import PeerFailure, UserError
 from distrl.launch.network import choose_interface, interface_address
 from distrl.launch.topology import Topology
-from distrl.socket_sum import SocketSum
+from distrl.socket_sum import SocketSum, recursive_doubling_fits
 
 
 def resolve_device(requested: str, topology: Topology) -> torch.device:
@@ -64,7 +64,7 @@ def _socket_sum(
 ) -> SocketSum | None:
     """Direct sockets for the sums of a power-of-two gloo group, on the collectives' interface."""
     world_size = topology.world_size
-    if backend != "gloo" or world_size & (world_size - 1) != 0:
+    if backend != "gloo" or not recursive_doubling_fits(world_size):
         return None
     host = (interface and interface_address(interface)) or "127.0.0.1"
     try:
