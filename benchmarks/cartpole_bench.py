@@ -83,7 +83,10 @@ def env_without_launcher() -> dict[str, str]:
 
 def timed(cmd: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, env=env_without_launcher())
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env_without_launcher())
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if not line.startswith("W")]
+        sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}\n" + "\n".join(lines[-40:]))
     return time.perf_counter() - start
 
 

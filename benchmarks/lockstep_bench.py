@@ -6,7 +6,9 @@ exchange) in three ways and counts steps per second:
   * free: two processes at once that never wait for each other (the machine's 2-process ceiling);
   * lockstep: two processes that meet after every ``k`` steps (a 1-float sum over distrl's
     sockets, the transport DD-PPO's gradient sync uses), as DD-PPO's ranks meet at every
-    minibatch (k=1, ~2 ms apart) and after every rollout (k=10, ~20 ms apart).
+    minibatch (k=1, ~2 ms apart) and after every rollout (k=10, ~20 ms apart), once sleeping in
+    select() while waiting and once busy-polling for up to 50 ms first (distrl's default,
+    ``train.sync_spin_ms``).
 Lockstep / free is what waiting for the slower process costs when the cores' speed varies over
 time independently of each other (a busy hypervisor, sibling hyperthreads on the host): the
 exchanged data is one float, so it measures the waiting, not the transfer. The runs are
@@ -31,6 +33,7 @@ import torch.distributed as dist
 
 from distrl.algos.ppo import PPO
 from distrl.config import ModelConfig, PPOConfig
+from distrl.launch.process_group import AUTO_SPIN_S
 from distrl.models.actor_critic import ActorCritic
 from distrl.socket_sum import SocketSum
 from distrl.storage.rollout import RolloutBatch
@@ -48,7 +51,7 @@ def make_ppo() -> tuple[PPO, RolloutBatch]:
     return PPO(policy, PPOConfig()), batch
 
 
-def worker(steps: int, every: int) -> None:
+def worker(steps: int, every: int, spin_s: float) -> None:
     """One process's timed loop; ``every`` = 0: never meet the other process."""
     torch.set_num_threads(1)
     ppo, batch = make_ppo()
@@ -57,7 +60,7 @@ def worker(steps: int, every: int) -> None:
         dist.init_process_group("gloo")
         rank = dist.get_rank()
         store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, 2, is_master=rank == 0)
-        meet = SocketSum(store, rank, 2, "127.0.0.1", timeout_s=60)
+        meet = SocketSum(store, rank, 2, "127.0.0.1", timeout_s=60, spin_s=spin_s)
     for _ in range(WARMUP_STEPS):
         ppo.minibatch_step(batch)
     token = torch.zeros(1)
@@ -76,9 +79,10 @@ def worker(steps: int, every: int) -> None:
         dist.destroy_process_group()
 
 
-def run(ranks: int, steps: int, every: int) -> float:
+def run(ranks: int, steps: int, every: int, spin_s: float = 0.0) -> float:
     """Summed steps/s of ``ranks`` processes (1: plain python, 2: torchrun)."""
     me = [os.path.abspath(__file__), "--worker", "--steps", str(steps), "--every", str(every)]
+    me += ["--spin-s", str(spin_s)]
     launcher = [sys.executable]
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
@@ -96,16 +100,19 @@ def main() -> None:
     parser.add_argument("--every", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--spin-s", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.steps, args.every[0])
+        worker(args.steps, args.every[0], args.spin_s)
         return
-    modes = {"solo": (1, 0), "free (2 processes)": (2, 0)}
-    modes.update({f"lockstep every {k} (2 processes)": (2, k) for k in args.every})
+    modes = {"solo": (1, 0, 0.0), "free (2 processes)": (2, 0, 0.0)}
+    for k in args.every:
+        modes[f"lockstep every {k}, sleeping"] = (2, k, 0.0)
+        modes[f"lockstep every {k}, busy-poll"] = (2, k, AUTO_SPIN_S)
     results: dict[str, list[float]] = {name: [] for name in modes}
     for _ in range(args.repeats):
-        for name, (ranks, every) in modes.items():
-            results[name].append(run(ranks, args.steps, every))
+        for name, (ranks, every, spin_s) in modes.items():
+            results[name].append(run(ranks, args.steps, every, spin_s))
     solo = statistics.median(results["solo"])
     free = statistics.median(results["free (2 processes)"])
     print(f"{os.cpu_count()} cores; PPO minibatch steps/s (sum over processes), "

@@ -39,7 +39,14 @@ def _rank_main(target: Callable[..., None], rank: int, world_size: int, port: in
     import torch
 
     torch.set_num_threads(1)
-    topology = Topology(launcher="test", rank=rank, local_rank=rank, world_size=world_size, master_port=port)
+    topology = Topology(
+        launcher="test",
+        rank=rank,
+        local_rank=rank,
+        world_size=world_size,
+        local_world_size=world_size,
+        master_port=port,
+    )
     comm = connect(topology, torch.device("cpu"), timeout_s=60)
     try:
         target(comm, *args)

@@ -28,6 +28,8 @@ def _large_sum_worker(comm: Comm, out: Path) -> None:
     np.save(out / f"rank{comm.rank}.npy", result.numpy())
 
 
+# 2 ranks on the 2-core test machine busy-poll while they wait (train.sync_spin_ms unset: every
+# rank has a core); 4 ranks sleep in select: both ways of waiting are covered.
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_large_sum_is_correct_and_bit_identical(tmp_path: Path, world_size: int) -> None:
     run_ranks(_large_sum_worker, world_size, tmp_path)

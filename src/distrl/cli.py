@@ -111,7 +111,7 @@ def command_train(args: argparse.Namespace) -> int:
     # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
     resume = args.resume or topology.restart_count > 0
 
-    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface)
+    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface, cfg.train.sync_spin_ms)
     try:
         payload = comm.run_on_main(lambda: _prepare_run_dir(run_dir, args, cfg, resume))
         runner = OnPolicyRunner(cfg, comm, device, run_dir, ckpt.unpack(payload) if payload else None)
@@ -145,7 +145,7 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
     from distrl.launch import connect
     from distrl.seeding import env_seeds
 
-    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface)
+    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface, cfg.train.sync_spin_ms)
     try:
         mine = {
             "rank": comm.rank,

@@ -92,6 +92,10 @@ class TrainConfig(_Section):
     """Process-group timeout: a collective waiting longer than this fails instead of hanging."""
     network_interface: str | None = None
     """Interface for gloo/NCCL traffic (e.g. ib0); default: the one that routes to the master."""
+    sync_spin_ms: float | None = Field(None, ge=0.0)
+    """How long a rank waiting in a CPU sum polls before it sleeps (distrl's socket sums). Unset:
+    50 ms when every rank of the node has a core of its own, else 0 (spinning would take the
+    core from the rank it waits for)."""
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""

@@ -7,6 +7,7 @@ TORCHRUN = {
     "RANK": "3",
     "LOCAL_RANK": "1",
     "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2",
     "MASTER_ADDR": "10.0.0.1",
     "MASTER_PORT": "5555",
     "GROUP_RANK": "1",
@@ -28,6 +29,7 @@ def test_torchrun_variables() -> None:
     assert (topo.launcher, topo.rank, topo.local_rank, topo.world_size) == ("torchrun", 3, 1, 4)
     assert (topo.node_rank, topo.master_addr, topo.master_port) == (1, "10.0.0.1", 5555)
     assert topo.restart_count == 2 and topo.agent_hosts_store and not topo.is_main
+    assert topo.local_world_size == 2
 
 
 def test_slurm_variables_give_rank_and_first_node_as_master() -> None:
@@ -35,6 +37,7 @@ def test_slurm_variables_give_rank_and_first_node_as_master() -> None:
     assert (topo.launcher, topo.rank, topo.local_rank, topo.world_size) == ("slurm", 5, 1, 8)
     assert topo.node_rank == 2 and topo.master_addr == "gpu07"
     assert topo.master_port == 20000 + 123456 % 20000
+    assert topo.local_world_size == 2  # 8 tasks on 4 nodes
 
 
 def test_torchrun_wins_over_slurm_when_both_are_set() -> None:
@@ -64,3 +67,16 @@ def test_distributed_flag_without_launcher_is_a_clear_error() -> None:
 )
 def test_expand_nodelist(nodelist: str, hosts: list[str]) -> None:
     assert expand_nodelist(nodelist) == hosts
+
+
+def test_file_rendezvous_ranks_per_node() -> None:
+    env = {
+        "DISTRL_RENDEZVOUS_FILE": "/tmp/rdzv",
+        "DISTRL_RANK": "5",
+        "DISTRL_LOCAL_RANK": "1",
+        "DISTRL_WORLD_SIZE": "8",
+        "DISTRL_NODE_RANK": "2",
+        "DISTRL_NUM_NODES": "4",
+    }
+    topo = discover_topology(env)
+    assert (topo.launcher, topo.rank, topo.world_size, topo.local_world_size) == ("file", 5, 8, 2)

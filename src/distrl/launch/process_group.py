@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import torch
@@ -32,8 +33,17 @@ def resolve_device(requested: str, topology: Topology) -> torch.device:
     return device
 
 
+AUTO_SPIN_S = 0.05
+"""Default busy-poll time of a waiting rank (``train.sync_spin_ms``), long enough to cover the
+wait for a peer still collecting its rollout."""
+
+
 def connect(
-    topology: Topology, device: torch.device, timeout_s: float, network_interface: str | None = None
+    topology: Topology,
+    device: torch.device,
+    timeout_s: float,
+    network_interface: str | None = None,
+    sync_spin_ms: float | None = None,
 ) -> Comm:
     """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
     if not topology.is_distributed:
@@ -56,11 +66,24 @@ def connect(
         world_size=topology.world_size,
         timeout=timeout,
     )
-    return TorchComm(device, store, _socket_sum(store, topology, backend, interface, timeout_s))
+    spin_s = sync_spin_s(topology, sync_spin_ms)
+    return TorchComm(device, store, _socket_sum(store, topology, backend, interface, timeout_s, spin_s))
+
+
+def sync_spin_s(topology: Topology, requested_ms: float | None) -> float:
+    """``train.sync_spin_ms`` in seconds; unset: spin only while every rank of the node has a core."""
+    if requested_ms is not None:
+        return requested_ms / 1000.0
+    return AUTO_SPIN_S if topology.local_world_size <= len(os.sched_getaffinity(0)) else 0.0
 
 
 def _socket_sum(
-    store: dist.Store, topology: Topology, backend: str, interface: str | None, timeout_s: float
+    store: dist.Store,
+    topology: Topology,
+    backend: str,
+    interface: str | None,
+    timeout_s: float,
+    spin_s: float,
 ) -> SocketSum | None:
     """Direct sockets for the sums of a power-of-two gloo group, on the collectives' interface."""
     world_size = topology.world_size
@@ -68,7 +91,7 @@ def _socket_sum(
         return None
     host = (interface and interface_address(interface)) or "127.0.0.1"
     try:
-        return SocketSum(store, topology.rank, world_size, host, timeout_s)
+        return SocketSum(store, topology.rank, world_size, host, timeout_s, spin_s)
     except (OSError, RuntimeError) as exc:  # a peer gone between the group's start and this
         raise PeerFailure(
             f"rank {topology.rank}: could not connect to its peers' sum sockets from {host}; another "

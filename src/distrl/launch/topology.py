@@ -32,6 +32,8 @@ class Topology:
     rank: int
     local_rank: int
     world_size: int
+    local_world_size: int = 1
+    """Ranks on this node."""
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
@@ -90,6 +92,7 @@ def _from_torchrun(env: Mapping[str, str]) -> Topology:
         rank=_int_var(env, "RANK"),
         local_rank=_int_var(env, "LOCAL_RANK"),
         world_size=_int_var(env, "WORLD_SIZE"),
+        local_world_size=_int_var(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else 1,
         node_rank=_int_var(env, "GROUP_RANK") if "GROUP_RANK" in env else 0,
         master_addr=env["MASTER_ADDR"],
         master_port=_int_var(env, "MASTER_PORT"),
@@ -101,16 +104,19 @@ def _from_torchrun(env: Mapping[str, str]) -> Topology:
 
 
 def _from_file_rendezvous(env: Mapping[str, str]) -> Topology:
+    num_nodes = _int_var(env, "DISTRL_NUM_NODES") if "DISTRL_NUM_NODES" in env else 1
+    world_size = _int_var(env, "DISTRL_WORLD_SIZE")
     return Topology(
         launcher="file",
         rank=_int_var(env, "DISTRL_RANK"),
         local_rank=_int_var(env, "DISTRL_LOCAL_RANK"),
-        world_size=_int_var(env, "DISTRL_WORLD_SIZE"),
+        world_size=world_size,
+        local_world_size=world_size // num_nodes,  # the launcher starts as many on every node
         node_rank=_int_var(env, "DISTRL_NODE_RANK") if "DISTRL_NODE_RANK" in env else 0,
         master_addr="",
         master_port=0,
         rendezvous_file=env["DISTRL_RENDEZVOUS_FILE"],
-        num_nodes=_int_var(env, "DISTRL_NUM_NODES") if "DISTRL_NUM_NODES" in env else 1,
+        num_nodes=num_nodes,
     )
 
 
@@ -121,11 +127,13 @@ def _from_slurm(env: Mapping[str, str]) -> Topology:
     else:
         # Derive the port from the job id so concurrent jobs sharing a node do not collide.
         port = 20000 + _int_var(env, "SLURM_JOB_ID") % 20000 if "SLURM_JOB_ID" in env else 29500
+    world_size = _int_var(env, "SLURM_NTASKS")
     return Topology(
         launcher="slurm",
         rank=_int_var(env, "SLURM_PROCID"),
         local_rank=_int_var(env, "SLURM_LOCALID"),
-        world_size=_int_var(env, "SLURM_NTASKS"),
+        world_size=world_size,
+        local_world_size=-(-world_size // len(nodes)),  # the most tasks any node holds
         node_rank=_int_var(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0,
         master_addr=env.get("MASTER_ADDR", nodes[0]),
         master_port=port,
