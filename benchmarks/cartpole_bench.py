@@ -83,7 +83,7 @@ def env_without_launcher() -> dict[str, str]:
 
 def timed(cmd: list[str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env_without_launcher())
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env_without_launcher())
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if not line.startswith("W")]
         sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}\n" + "\n".join(lines[-40:]))

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import torch
@@ -38,17 +39,17 @@ from distrl.models.actor_critic import ActorCritic
 from distrl.socket_sum import SocketSum
 from distrl.storage.rollout import RolloutBatch
 
-MINIBATCH = 256
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cartpole_bench import env_without_launcher  # noqa: E402
+from grad_sync_bench import make_batch  # noqa: E402
+
 WARMUP_STEPS = 50
 
 
 def make_ppo() -> tuple[PPO, RolloutBatch]:
     torch.manual_seed(0)
     policy = ActorCritic(4, gym.spaces.Discrete(2), ModelConfig(hidden_sizes=[64, 64]))
-    obs = torch.randn(MINIBATCH, 4)
-    actions, log_probs, values = policy.act(obs)
-    batch = RolloutBatch(obs, actions, log_probs, values, torch.randn(MINIBATCH), torch.randn(MINIBATCH))
-    return PPO(policy, PPOConfig()), batch
+    return PPO(policy, PPOConfig()), make_batch(policy, obs_dim=4)
 
 
 def worker(steps: int, every: int, spin_s: float) -> None:
@@ -87,8 +88,9 @@ def run(ranks: int, steps: int, every: int, spin_s: float = 0.0) -> float:
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
                      "--master_addr=127.0.0.1", "--master_port=29564"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    out = subprocess.run(launcher + me, capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        launcher + me, capture_output=True, text=True, check=True, env=env_without_launcher()
+    ).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert len(rows) == ranks, out
     return sum(r["steps_per_s"] for r in rows)

@@ -7,10 +7,10 @@ difference decides how DD-PPO scales on CPUs. The arithmetic is gloo-free recurs
 round k each rank swaps its partial sum with rank ^ 2**k and adds, so both partners add the same
 two values and every rank ends with bit-identical sums.
 
-A rank that waits for its partner first polls the socket without sleeping for up to ``spin_s``:
-on a virtual machine a process that sleeps lets the hypervisor hand its vCPU to someone else,
-and getting it back costs more than the wait (MPI libraries and NCCL busy-poll for the same
-reason). Measured on the 2-vCPU VM: 2-rank CartPole throughput +20% (benchmarks, BENCHMARKS.md).
+A rank that waits for its partner first polls the socket without sleeping for up to ``spin_s``
+(as MPI libraries and NCCL do). On the 2-vCPU VM this made the 2-rank CartPole loop ~20% faster
+(BENCHMARKS.md); the likely reason, not proven, is that a sleeping process lets the hypervisor
+hand its vCPU to someone else and getting it back costs more than the wait.
 
 Connections are made once, through the process group's key-value store: every rank listens on an
 ephemeral port of the collectives' address and publishes it; each rank dials its lower-ranked
