@@ -27,6 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "cartpole_ppo.yaml"
 SB3_VENV = REPO / "benchmarks" / ".sb3-venv"
 THROUGHPUT_STEPS = 200_000
+PER_RANK_ENVS = 32
+WEAK_SCALING = ["env.num_envs=null", f"env.num_envs_per_rank={PER_RANK_ENVS}"]
+"""Throughput runs give every rank the config's 32 envs (a fixed budget per process); the
+time-to-solve runs use the shipped config as it is (32 envs summed over the ranks)."""
 STRAGGLER_CUT = "train.straggler_threshold=0.5"
 
 SB3_SCRIPT = """
@@ -172,7 +176,12 @@ def throughput(tmp: Path, rollout_steps: int, repeats: int) -> dict[str, dict[st
     with the straggler cut-off, which stops the later rank collecting once the other is done),
     and 2 independent 1-rank processes side by side (the machine's own ceiling for 2 processes).
     The three are interleaved ``repeats`` times and the medians reported: the machine is noisy."""
-    args = ["train.stop_return=null", "train.device=cpu", f"algo.rollout_steps={rollout_steps}"]
+    args = [
+        "train.stop_return=null",
+        "train.device=cpu",
+        f"algo.rollout_steps={rollout_steps}",
+        *WEAK_SCALING,
+    ]
     runs: dict[str, list[dict[str, float]]] = {}
     for _ in range(repeats):
         one = tmp / f"sps1-{rollout_steps}"

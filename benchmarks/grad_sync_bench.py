@@ -68,14 +68,14 @@ def bench(hidden: list[int], socket_sum: SocketSum) -> dict[str, float]:
     policy = ActorCritic(obs_dim, gym.spaces.Box(-1, 1, (6,)), ModelConfig(hidden_sizes=hidden))
     batch = make_batch(policy, obs_dim)
     cfg = PPOConfig()
-    results = {"no sync (floor)": time_steps(PPO(policy, cfg), batch)}
+    results = {"no sync (floor)": time_steps(PPO(policy, cfg, num_minibatches=1), batch)}
     for algorithm in ("all_reduce", "recursive_doubling", "socket"):
         comm = TorchComm(torch.device("cpu"), socket_sum=socket_sum, sum_algorithm=algorithm)
         results[f"flat bucket, {algorithm}"] = time_steps(
-            PPO(policy, cfg, gradient_sync=comm.sum_gradients_), batch
+            PPO(policy, cfg, num_minibatches=1, gradient_sync=comm.sum_gradients_), batch
         )
     ddp = DistributedDataParallel(ActionStats(policy))
-    ddp_ppo = PPO(policy, cfg)
+    ddp_ppo = PPO(policy, cfg, num_minibatches=1)
     ddp_ppo.policy = _DDPPolicy(policy, ddp)
     results["DDP"] = time_steps(ddp_ppo, batch)
     results["params"] = sum(p.numel() for p in policy.parameters())

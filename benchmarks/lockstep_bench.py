@@ -49,7 +49,7 @@ WARMUP_STEPS = 50
 def make_ppo() -> tuple[PPO, RolloutBatch]:
     torch.manual_seed(0)
     policy = ActorCritic(4, gym.spaces.Discrete(2), ModelConfig(hidden_sizes=[64, 64]))
-    return PPO(policy, PPOConfig()), make_batch(policy, obs_dim=4)
+    return PPO(policy, PPOConfig(), num_minibatches=1), make_batch(policy, obs_dim=4)
 
 
 def worker(steps: int, every: int, spin_s: float) -> None:

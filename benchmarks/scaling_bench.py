@@ -2,10 +2,11 @@
 
 For each rank count N (default 1 2 4 8 16; only counts that fit the machine's cores are run),
 trains N torchrun ranks on the CPU for a fixed budget of env steps per rank with the shipped
-CartPole config and no early stop, then N independent 1-rank trainings side by side (what the
-machine gives N processes at all: shared caches, memory bandwidth, SMT siblings and clock limits
-included). Prints env steps/s of the whole loop, the speed-up over 1 rank, the N-process ceiling,
-the share of that ceiling DD-PPO reaches, and the gradient all-reduce share of iteration time.
+CartPole config (32 envs on every rank) and no early stop, then N independent 1-rank trainings
+side by side (what the machine gives N processes at all: shared caches, memory bandwidth, SMT
+siblings and clock limits included). Prints env steps/s of the whole loop, the speed-up over 1
+rank, the N-process ceiling, the share of that ceiling DD-PPO reaches, and the gradient
+all-reduce share of iteration time.
 
 Usage: python benchmarks/scaling_bench.py [--ranks 1 2 4 8 16] [--rollout-steps 16 128]
 """
@@ -19,7 +20,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cartpole_bench import THROUGHPUT_STEPS, distrl_cmd, independent_sps, run_metrics, timed  # noqa: E402
+from cartpole_bench import (  # noqa: E402
+    THROUGHPUT_STEPS,
+    WEAK_SCALING,
+    distrl_cmd,
+    independent_sps,
+    run_metrics,
+    timed,
+)
 
 
 def main() -> None:
@@ -39,6 +47,7 @@ def main() -> None:
                   "DD-PPO / ceiling | all-reduce share |")  # fmt: skip
             print("| --- | --- | --- | --- | --- | --- |")
             overrides = ["train.stop_return=null", "train.device=cpu", f"algo.rollout_steps={rollout_steps}"]
+            overrides += WEAK_SCALING
             single = None
             for n in ranks:
                 run_dir = tmp / f"r{n}-{rollout_steps}"

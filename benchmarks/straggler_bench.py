@@ -23,13 +23,10 @@ import time
 from pathlib import Path
 
 import gymnasium as gym
-import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from cartpole_bench import CONFIG, distrl_cmd, timed  # noqa: E402
-
-NUM_ENVS = yaml.safe_load(CONFIG.read_text())["env"]["num_envs"]
+from cartpole_bench import PER_RANK_ENVS, WEAK_SCALING, distrl_cmd, timed  # noqa: E402
 
 
 class SlowCartPole(gym.Wrapper):
@@ -62,7 +59,8 @@ def run(tmp: Path, name: str, steps: int, rollout_steps: int, *overrides: str) -
     run_dir = tmp / name
     args = [
         "--total-steps", str(steps), "--env", "straggler_bench:SlowCartPole",
-        "train.stop_return=null", "train.device=cpu", f"algo.rollout_steps={rollout_steps}", *overrides,
+        "train.stop_return=null", "train.device=cpu", f"algo.rollout_steps={rollout_steps}", *WEAK_SCALING,
+        *overrides,
     ]  # fmt: skip
     timed(distrl_cmd(2, run_dir, *args))
     return iteration_stats(run_dir)
@@ -82,7 +80,7 @@ def main() -> None:
         reference = run(tmp, "reference", args.steps, args.rollout_steps)
         # Average cost of one env step inside collection.
         collect_s = reference["collect_share"] * reference["iteration_ms"] / 1e3
-        per_env_step = collect_s / (args.rollout_steps * NUM_ENVS)
+        per_env_step = collect_s / (args.rollout_steps * PER_RANK_ENVS)
         slow = [f"env.kwargs.extra_s={2 * per_env_step:.7f}"]
         results = {
             "no slow rank": reference,
@@ -97,8 +95,8 @@ def main() -> None:
             ),
         }
     print(
-        f"\n2 ranks, algo.rollout_steps={args.rollout_steps}, {NUM_ENVS} envs per rank; rank 1 busy-waits "
-        f"{2e6 * per_env_step:.1f} us per env step"
+        f"\n2 ranks, algo.rollout_steps={args.rollout_steps}, {PER_RANK_ENVS} envs per rank; "
+        f"rank 1 busy-waits {2e6 * per_env_step:.1f} us per env step"
     )
     print("| setting | median iteration ms | env steps/s | rollout collected (share of full) |")
     print("| --- | --- | --- | --- |")

@@ -36,7 +36,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=Path, help="output dir (default: runs/<config name>)")
     parser.add_argument("--seed", type=int, help="train.seed")
     parser.add_argument("--total-steps", type=int, help="env steps summed over all ranks")
-    parser.add_argument("--num-envs", type=int, help="envs per rank (env.num_envs)")
+    parser.add_argument("--num-envs", type=int, help="envs summed over all ranks (env.num_envs)")
     parser.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
     parser.add_argument("--network-interface", help="interface for collectives (train.network_interface)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
@@ -142,6 +142,7 @@ def command_train(args: argparse.Namespace) -> int:
 def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
     """Rendezvous for real (so addresses and ports are checked), then rank 0 prints what every
     rank sees; no env, model or run dir is created."""
+    from distrl.envs.sharding import shard_envs
     from distrl.launch import connect
     from distrl.seeding import env_seeds
 
@@ -158,8 +159,7 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
             "master": f"{topology.master_addr}:{topology.master_port}",
             "interface": os.environ.get("GLOO_SOCKET_IFNAME", "-"),
             "host": socket.gethostname(),
-            "envs": cfg.env.num_envs,
-            "env_seeds": env_seeds(cfg.train.seed, comm.rank, cfg.env.num_envs, comm.world_size),
+            "env_seeds": env_seeds(cfg.train.seed, shard_envs(cfg.env, comm.rank, comm.world_size)),
         }
         ranks = [json.loads(b) for b in comm.all_gather_bytes(json.dumps(mine).encode())]
         comm.barrier()
@@ -173,7 +173,7 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
             f"rank {row['rank']}/{row['world_size']} local {row['local_rank']} node {row['node_rank']} "
             f"host {row['host']} device {row['device']} backend {row['backend']} master {row['master']} "
             f"interface {row['interface']} "
-            f"launcher {row['launcher']} envs {row['envs']} seeds {seeds[0]}..{seeds[-1]}"
+            f"launcher {row['launcher']} envs {len(seeds)} seeds {seeds[0]}..{seeds[-1]}"
         )
     print(f"distrl: dry run ok: {len(ranks)} rank(s) joined")
     return 0

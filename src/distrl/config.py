@@ -1,7 +1,9 @@
 """Typed run configuration: YAML file + dotted command-line overrides, validated by pydantic.
 
-Sizes are explicit about scope: ``num_envs`` and ``rollout_steps`` are per rank, while
-``total_steps`` counts environment steps summed over all ranks.
+Sizes are explicit about scope: ``env.num_envs`` (environments), ``algo.minibatch_size`` (samples
+per optimiser step) and ``train.total_steps`` (environment steps) are summed over all ranks, so a
+config means the same training on any number of ranks; ``rollout_steps`` is per env, and
+``num_envs_per_rank`` opts into per-rank sizes.
 """
 
 from __future__ import annotations
@@ -11,26 +13,66 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from distrl.errors import UserError
+
+DEFAULT_NUM_ENVS = 8
+DEFAULT_MINIBATCH_SIZE = 256
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def _default_unless_either(data: Any, key: str, alternative: str, default: int) -> Any:
+    """Fill ``key`` with its default when the user gave neither it nor its alternative."""
+    if isinstance(data, dict) and data.get(key) is None and data.get(alternative) is None:
+        return {**data, key: default}
+    return data
+
+
+def _at_most_one(section: _Section, name: str, key: str, alternative: str) -> Any:
+    if getattr(section, key) is not None and getattr(section, alternative) is not None:
+        raise ValueError(
+            f"{name}.{key} and {name}.{alternative} exclude each other; set one ({name}.{key}=null clears it)"
+        )
+    return section
+
+
 class EnvConfig(_Section):
     id: str = "CartPole-v1"
     """A registered Gymnasium id, or ``package.module:Class`` for a user's own gymnasium.Env."""
-    num_envs: PositiveInt = 8
-    """Environments per rank; the global count is ``num_envs * world_size``."""
+    num_envs: PositiveInt | None = None
+    """Environments summed over all ranks, split as evenly as the ranks allow (ranks differ by at
+    most one), so adding ranks keeps the global batch and learning per env step of one process.
+    8 when neither this nor ``num_envs_per_rank`` is given."""
+    num_envs_per_rank: PositiveInt | None = None
+    """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
+    scaling); the global batch then grows with the ranks."""
     backend: Literal["gymnasium"] = "gymnasium"
     """Vectorisation backend (Gymnasium's SyncVectorEnv; EnvPool can be added behind the same API)."""
     max_episode_steps: PositiveInt | None = None
     """Override the env's own time limit; episodes cut by it are truncated, not terminated."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the env constructor."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_env_count(cls, data: Any) -> Any:
+        return _default_unless_either(data, "num_envs", "num_envs_per_rank", DEFAULT_NUM_ENVS)
+
+    @model_validator(mode="after")
+    def _one_env_count(self) -> EnvConfig:
+        return _at_most_one(self, "env", "num_envs", "num_envs_per_rank")
 
 
 class ModelConfig(_Section):
@@ -44,8 +86,15 @@ class ModelConfig(_Section):
 class PPOConfig(_Section):
     rollout_steps: PositiveInt = 128
     """Steps collected per env per update (per rank)."""
-    num_minibatches: PositiveInt = 4
-    """Minibatches per epoch; each rank splits its own rollout into this many."""
+    minibatch_size: PositiveInt | None = None
+    """Samples per optimiser step summed over all ranks (the global minibatch). Each epoch makes
+    round(global batch / minibatch_size) steps and every rank splits its rollout into that many
+    parts, so adding ranks adds optimiser steps in proportion to the data while each step's
+    batch stays the same. 256 when neither this nor ``num_minibatches`` is given."""
+    num_minibatches: PositiveInt | None = None
+    """Instead of ``minibatch_size``: a fixed number of minibatches per epoch whatever the number
+    of ranks (each rank splits its rollout into this many, so the global minibatch grows with the
+    ranks); rollouts that do not divide evenly give parts that differ by one sample."""
     update_epochs: PositiveInt = 4
     learning_rate: PositiveFloat = 2.5e-4
     anneal_lr: bool = True
@@ -61,6 +110,15 @@ class PPOConfig(_Section):
     normalize_advantages: bool = True
     """Normalise advantages with the mean/std of the whole global rollout (all ranks)."""
     adam_eps: PositiveFloat = 1e-5
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_minibatch_rule(cls, data: Any) -> Any:
+        return _default_unless_either(data, "minibatch_size", "num_minibatches", DEFAULT_MINIBATCH_SIZE)
+
+    @model_validator(mode="after")
+    def _one_minibatch_rule(self) -> PPOConfig:
+        return _at_most_one(self, "algo", "minibatch_size", "num_minibatches")
 
 
 class NormalizeConfig(_Section):
@@ -84,6 +142,10 @@ class TrainConfig(_Section):
     stops on the same mean."""
     stop_check_every: PositiveInt = 4
     """Updates between those early-stop evaluations."""
+    stop_confirm_episodes: int = Field(20, ge=0)
+    """A check that reaches ``stop_return`` is confirmed on this many more episodes (fresh seeds):
+    training stops only if the mean over all of them still reaches it, so one lucky check of a
+    policy that is not yet there does not end the run. 0 stops on the first check."""
     return_window: PositiveInt = 20
     """Recent training episodes per rank averaged into the logged ``episode_return_mean``."""
     torch_threads: PositiveInt = 1
@@ -157,19 +219,10 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "value_error":  # our own validators' messages say it all
+            raise UserError(f"{source}: {key}: {err['msg'].removeprefix('Value error, ')}") from None
         raise UserError(f"{source}: {key}: {err['msg']} (got {err.get('input')!r})") from None
-    _check_minibatches(cfg, source)
     return cfg
-
-
-def _check_minibatches(cfg: RunConfig, source: str) -> None:
-    per_rank_batch = cfg.env.num_envs * cfg.algo.rollout_steps
-    if per_rank_batch % cfg.algo.num_minibatches:
-        raise UserError(
-            f"{source}: algo.num_minibatches={cfg.algo.num_minibatches} must divide the per-rank batch "
-            f"env.num_envs * algo.rollout_steps = {cfg.env.num_envs} * {cfg.algo.rollout_steps} "
-            f"= {per_rank_batch}"
-        )
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

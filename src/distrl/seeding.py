@@ -6,20 +6,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from distrl.envs.sharding import EnvShard
+
 
 def rank_seed(seed: int, rank: int) -> int:
     """Independent 32-bit seed for a rank's torch RNG (action sampling, minibatch shuffling)."""
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
-def env_seeds(seed: int, rank: int, num_envs: int, world_size: int, start_index: int = 0) -> list[int]:
+def env_seeds(seed: int, shard: EnvShard, start_index: int = 0) -> list[int]:
     """Distinct seeds for every env of every rank: global env index g gets ``seed + g``.
 
     ``start_index`` shifts the block (by multiples of the global env count) so that a resumed
     run's fresh episodes do not replay the first launch's.
     """
-    first = seed + start_index * num_envs * world_size + rank * num_envs
-    return [first + i for i in range(num_envs)]
+    first = seed + start_index * shard.global_count + shard.first
+    return [first + i for i in range(shard.count)]
 
 
 def seed_torch(seed: int, rank: int) -> None:

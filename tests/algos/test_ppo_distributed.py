@@ -79,7 +79,7 @@ def _rank_update(comm: Comm, continuous: bool, split: int, out: Path) -> None:
     global_sums = comm.sum_scalars(advantage_sums(batch.advantages))
     batch.advantages = normalize_advantages(batch.advantages, *global_sums)
     sampler = local_sampler(perms(end - start, seed))
-    PPO(policy, CFG, gradient_sync=comm.sum_gradients_).update(batch, sampler)
+    PPO(policy, CFG, MINIBATCHES, gradient_sync=comm.sum_gradients_).update(batch, sampler)
     np.save(out / f"rank{comm.rank}.npy", flat_params(policy))
 
 
@@ -92,7 +92,8 @@ def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
     before = flat_params(policy)
     batch = full_batch(policy)
     batch.advantages = normalize_advantages(batch.advantages, *advantage_sums(batch.advantages))
-    PPO(policy, CFG).update(batch, global_sampler(perms(split, 2), perms(TOTAL - split, 3), split))
+    sampler = global_sampler(perms(split, 2), perms(TOTAL - split, 3), split)
+    PPO(policy, CFG, MINIBATCHES).update(batch, sampler)
     expected = flat_params(policy)
 
     run_ranks(_rank_update, 2, continuous, split, tmp_path)

@@ -3,6 +3,7 @@ import pytest
 
 from distrl.config import EnvConfig
 from distrl.envs import make_vec_env
+from distrl.envs.sharding import shard_envs
 from distrl.errors import UserError
 from distrl.seeding import env_seeds
 
@@ -27,9 +28,13 @@ def test_gymnasium_envs_are_seeded_per_env() -> None:
     assert np.array_equal(obs[0], obs[2]) and not np.array_equal(obs[0], obs[1])
 
 
-def test_env_seeds_are_distinct_across_ranks_and_launches() -> None:
-    seeds = [s for launch in range(3) for rank in range(4) for s in env_seeds(7, rank, 8, 4, launch)]
-    assert len(seeds) == len(set(seeds)) == 3 * 4 * 8
+@pytest.mark.parametrize("env_cfg", [EnvConfig(num_envs=30), EnvConfig(num_envs_per_rank=8)])
+def test_env_seeds_are_distinct_across_ranks_and_launches(env_cfg: EnvConfig) -> None:
+    shards = [shard_envs(env_cfg, rank, 4) for rank in range(4)]
+    seeds = [s for launch in range(3) for shard in shards for s in env_seeds(7, shard, launch)]
+    global_envs = shards[0].global_count
+    assert len(seeds) == len(set(seeds)) == 3 * global_envs
+    assert seeds[:global_envs] == list(range(7, 7 + global_envs))  # global env g gets seed + g
 
 
 def test_unsupported_spaces_are_user_errors() -> None:

@@ -22,16 +22,27 @@ MinibatchSampler = Callable[[int], list[torch.Tensor]]
 """Given the batch size, return one epoch's minibatch index tensors."""
 
 
+def minibatches_per_epoch(cfg: PPOConfig, global_batch: int) -> int:
+    """Optimiser steps per epoch: ``num_minibatches`` when given, else the global batch (summed
+    over ranks) divided by ``minibatch_size``, rounded half up and at least one."""
+    if cfg.num_minibatches is not None:
+        return cfg.num_minibatches
+    return max(1, (global_batch + cfg.minibatch_size // 2) // cfg.minibatch_size)
+
+
 class PPO:
     def __init__(
         self,
         policy: ActorCritic,
         cfg: PPOConfig,
+        num_minibatches: int,
         gradient_sync: GradientSync | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
+        """``num_minibatches``: parts each epoch splits the local rollout into (``minibatches_per_epoch``)."""
         self.policy = policy
         self.cfg = cfg
+        self.num_minibatches = num_minibatches
         self.gradient_sync = gradient_sync
         self.generator = generator
         self.params = list(policy.parameters())
@@ -47,7 +58,7 @@ class PPO:
         perm = torch.randperm(batch_size, generator=self.generator)
         # Always num_minibatches parts (chunk() may return fewer): every rank must make the same
         # number of gradient syncs even when a cut-short rollout left it fewer samples.
-        return list(perm.tensor_split(self.cfg.num_minibatches))
+        return list(perm.tensor_split(self.num_minibatches))
 
     def update(self, batch: RolloutBatch, sampler: MinibatchSampler | None = None) -> dict[str, float]:
         """Run ``update_epochs`` passes of minibatch gradient steps; return mean loss statistics."""

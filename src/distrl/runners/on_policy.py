@@ -19,10 +19,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from distrl.algos.ppo import PPO
+from distrl.algos.ppo import PPO, minibatches_per_epoch
 from distrl.comm import Comm
 from distrl.config import RunConfig, config_to_dict
 from distrl.envs import make_vec_env
+from distrl.envs.sharding import shard_envs
 from distrl.errors import UserError
 from distrl.evaluate import evaluate
 from distrl.io import checkpoint as ckpt
@@ -105,8 +106,9 @@ class OnPolicyRunner:
         self.comm = comm
         self.device = device
         self.run_dir = run_dir
-        self.num_envs = cfg.env.num_envs
-        self.steps_per_update = cfg.algo.rollout_steps * self.num_envs * comm.world_size
+        self.envs = shard_envs(cfg.env, comm.rank, comm.world_size)
+        self.num_envs = self.envs.count
+        self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
         self.global_step = 0
         self.update_index = 0
         self.launch_index = (
@@ -126,7 +128,12 @@ class OnPolicyRunner:
             else None
         )
         self.return_rms = RunningMeanStd(()).to(device) if cfg.normalize.rewards else None
-        self.algo = PPO(self.policy, cfg.algo, gradient_sync=comm.sum_gradients_)
+        self.algo = PPO(
+            self.policy,
+            cfg.algo,
+            num_minibatches=self._minibatches_per_epoch(),
+            gradient_sync=comm.sum_gradients_,
+        )
         continuous = self.policy.continuous
         self.storage = RolloutStorage(
             cfg.algo.rollout_steps,
@@ -144,7 +151,7 @@ class OnPolicyRunner:
             comm,
             cfg.train.straggler_threshold,
             cfg.algo.rollout_steps,
-            min_steps=math.ceil(cfg.algo.num_minibatches / self.num_envs),
+            min_steps=math.ceil(self.algo.num_minibatches / self.num_envs),
         )
         self.checkpoint_writer: ckpt.BackgroundWriter | None = None
         """Rank 0's checkpoint writer, open while ``learn()`` runs."""
@@ -231,7 +238,7 @@ class OnPolicyRunner:
         self.stragglers.forget()  # every rank is past collecting: it reached the sum above
         self.nonfinite_obs_steps = 0
         if nonfinite_obs:
-            skipped = float(self.cfg.algo.update_epochs * self.cfg.algo.num_minibatches)
+            skipped = float(self.cfg.algo.update_epochs * self.algo.num_minibatches)
             return {"skipped_minibatches": skipped}, int(collected)
         self._update_obs_stats(self.raw_obs[:steps].reshape(-1, self.raw_obs.shape[-1]))
         self._update_return_stats(steps)
@@ -333,6 +340,20 @@ class OnPolicyRunner:
             moments = batch_moments(torch.as_tensor(self.raw_returns[:steps].reshape(-1)))
             self.return_rms.update_from_moments(*self.comm.merge_moments(*moments))
 
+    def _minibatches_per_epoch(self) -> int:
+        """The size rule (README, "Adding ranks"): the global minibatch stays ``minibatch_size``
+        however many ranks there are, so each rank's share of a minibatch shrinks as ranks grow."""
+        rollout = self.cfg.algo.rollout_steps
+        count = minibatches_per_epoch(self.cfg.algo, rollout * self.envs.global_count)
+        smallest_rank_batch = rollout * self.envs.min_count
+        if count > smallest_rank_batch:
+            raise UserError(
+                f"algo.minibatch_size={self.cfg.algo.minibatch_size} gives {count} minibatches per epoch, "
+                f"more than the {smallest_rank_batch} samples a rank collects per update; raise it to at "
+                f"least {self.comm.world_size}"
+            )
+        return count
+
     def _anneal_learning_rate(self) -> None:
         lr = self.cfg.algo.learning_rate
         if self.cfg.algo.anneal_lr:
@@ -383,18 +404,29 @@ class OnPolicyRunner:
 
     def _reached_stop_return(self, row: dict[str, Any]) -> bool:
         """Evaluate the (identical) policy deterministically, the episodes split over the ranks,
-        and stop every rank on the mean over all of them."""
+        and stop every rank on the mean over all of them. A check that reaches the target is
+        confirmed on ``stop_confirm_episodes`` more episodes before training stops."""
         target = self.cfg.train.stop_return
         if target is None or self.update_index % self.cfg.train.stop_check_every:
             return False
-        episodes, rank, world_size = self.cfg.eval.episodes, self.comm.rank, self.comm.world_size
-        first, end = rank * episodes // world_size, (rank + 1) * episodes // world_size
         # Seeds kept apart from eval.seed's so the final `distrl eval` is not the stop test.
-        seed = self.cfg.eval.seed + _STOP_CHECK_SEED_OFFSET + first
-        returns = evaluate(self.cfg, self.policy, self.obs_rms, end - first, seed) if end > first else []
-        total, count = self.comm.sum_scalars([sum(returns), len(returns)])
-        row["stop_check_return"] = total / count
+        seed = self.cfg.eval.seed + _STOP_CHECK_SEED_OFFSET
+        episodes = self.cfg.eval.episodes
+        total = self._evaluate_split(episodes, seed)
+        row["stop_check_return"] = total / episodes
+        confirm = self.cfg.train.stop_confirm_episodes
+        if row["stop_check_return"] >= target and confirm:
+            total += self._evaluate_split(confirm, seed + episodes)
+            row["stop_check_return"] = total / (episodes + confirm)
         return row["stop_check_return"] >= target
+
+    def _evaluate_split(self, episodes: int, seed: int) -> float:
+        """Sum of the returns of ``episodes`` deterministic episodes (episode i seeded ``seed + i``),
+        each rank running its share; every rank gets the same sum."""
+        rank, world_size = self.comm.rank, self.comm.world_size
+        first, end = rank * episodes // world_size, (rank + 1) * episodes // world_size
+        returns = evaluate(self.cfg, self.policy, self.obs_rms, end - first, seed + first)
+        return self.comm.sum_scalars([sum(returns)])[0]
 
     def _make_logger(self) -> MetricsLogger:
         main = self.comm.is_main
@@ -410,13 +442,7 @@ class OnPolicyRunner:
         )
 
     def _env_seeds(self) -> list[int]:
-        return env_seeds(
-            self.cfg.train.seed,
-            self.comm.rank,
-            self.num_envs,
-            self.comm.world_size,
-            start_index=self.launch_index,
-        )
+        return env_seeds(self.cfg.train.seed, self.envs, start_index=self.launch_index)
 
     # ----------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:

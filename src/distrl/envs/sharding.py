@@ -1,0 +1,38 @@
+"""Which environments a rank steps: the one place env counts meet the number of ranks.
+
+``env.num_envs`` counts envs over all ranks and is split as evenly as the ranks allow, so adding
+ranks keeps the global batch (and learning per env step) of one process; ``env.num_envs_per_rank``
+instead gives every rank the same count and the global batch grows with the ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distrl.config import EnvConfig
+from distrl.errors import UserError
+
+
+@dataclass(frozen=True)
+class EnvShard:
+    """A rank's envs: global indices ``first .. first + count - 1`` of ``global_count``."""
+
+    first: int
+    count: int
+    global_count: int
+    min_count: int
+    """The fewest envs any rank has (ranks differ by at most one)."""
+
+
+def shard_envs(cfg: EnvConfig, rank: int, world_size: int) -> EnvShard:
+    if cfg.num_envs_per_rank is not None:
+        per_rank = cfg.num_envs_per_rank
+        return EnvShard(rank * per_rank, per_rank, per_rank * world_size, per_rank)
+    total = cfg.num_envs
+    if total < world_size:
+        raise UserError(
+            f"env.num_envs={total} counts envs over all ranks and is fewer than the {world_size} ranks; "
+            f"give every rank at least one (env.num_envs >= {world_size}) or set env.num_envs_per_rank"
+        )
+    base, extra = divmod(total, world_size)
+    return EnvShard(rank * base + min(rank, extra), base + (rank < extra), total, base)
