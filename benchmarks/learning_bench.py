@@ -96,14 +96,21 @@ def execute(run: Run, tmp: Path, cores: Cores, port: int) -> Run:
     run_dir = tmp / f"{run.suite}-{run.sizes}-{run.ranks}-{run.seed}"
     taken = cores.take(run.ranks)
     try:
-        start = time.perf_counter()
-        done = subprocess.run(
-            train_cmd(run, config, run_dir, port), check=False, capture_output=True, text=True,
-            env=env_without_launcher(),
-        )  # fmt: skip
-        run.wall_s = time.perf_counter() - start
+        for attempt in range(2):
+            start = time.perf_counter()
+            done = subprocess.run(
+                train_cmd(run, config, run_dir, port + attempt), check=False, capture_output=True,
+                text=True, env=env_without_launcher(),
+            )  # fmt: skip
+            run.wall_s = time.perf_counter() - start
+            if done.returncode == 0:
+                break
+            # Said, not hidden: the run is repeated from scratch once, and the output shows it.
+            last_line = done.stderr.strip().splitlines()[-1:]
+            print(f"  {run.suite} {run.sizes} ranks={run.ranks} seed={run.seed} failed (exit "
+                  f"{done.returncode}): {last_line}; attempt {attempt + 1}")  # fmt: skip
         if done.returncode != 0:
-            sys.exit(f"run {run} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+            sys.exit(f"run {run} failed twice:\n{done.stderr[-3000:]}")
         run.eval_return = distrl_eval(run_dir)
     finally:
         cores.give(taken)
@@ -179,11 +186,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", choices=list(SUITES), default=list(SUITES))
     parser.add_argument("--per-rank-sizes", action="store_true", help="also run the old per-rank rule")
+    parser.add_argument("--ranks", type=int, nargs="+", help="only these rank counts")
     parser.add_argument("--json", type=Path, help="write every run's result here")
     args = parser.parse_args()
     cores = Cores(os.cpu_count() or 1)
     print(f"machine: {cores.total} cores, python {sys.version.split()[0]}")
-    runs = plan(args.envs, args.per_rank_sizes)
+    runs = [r for r in plan(args.envs, args.per_rank_sizes) if args.ranks is None or r.ranks in args.ranks]
     with tempfile.TemporaryDirectory() as tmp_name, ThreadPoolExecutor(cores.total) as pool:
         done = list(pool.map(lambda r: execute(r, Path(tmp_name), cores, free_port()), runs))
     if args.json:
