@@ -12,7 +12,7 @@ Learning, not speed, is measured: runs share the cores (1-rank runs two at a tim
 alone; 4 ranks share 2 cores), and every contender gets the same config, seeds and step budget.
 
 Usage: python benchmarks/learning_bench.py [--envs cartpole pendulum halfcheetah]
-       [--per-rank-sizes] [--json results.json]
+       [--per-rank-sizes] [--ranks N ...] [--seeds S ...] [--json results.json]
 """
 
 from __future__ import annotations
@@ -130,16 +130,19 @@ def per_rank_overrides(suite: str) -> list[str]:
     ]  # fmt: skip
 
 
-def plan(suites: list[str], per_rank_sizes: bool) -> list[Run]:
+def plan(
+    suites: list[str], per_rank_sizes: bool, ranks: list[int] | None, seeds: list[int] | None
+) -> list[Run]:
+    """Every (suite, seed, rank count) run; ``ranks`` and ``seeds`` replace the suites' own."""
     runs = []
     for suite in suites:
-        _, seeds, rank_counts = SUITES[suite]
-        for seed in seeds:
-            for ranks in rank_counts:
-                runs.append(Run(suite, "global (shipped)", ranks, seed))
-                if per_rank_sizes and ranks > 1:
+        _, suite_seeds, suite_ranks = SUITES[suite]
+        for seed in seeds or suite_seeds:
+            for rank_count in ranks or suite_ranks:
+                runs.append(Run(suite, "global (shipped)", rank_count, seed))
+                if per_rank_sizes and rank_count > 1:
                     old_rule = per_rank_overrides(suite)
-                    runs.append(Run(suite, "per rank (old rule)", ranks, seed, old_rule))
+                    runs.append(Run(suite, "per rank (old rule)", rank_count, seed, old_rule))
     # Longest first, so the pool does not end on one long run while a core idles.
     return sorted(runs, key=lambda r: ({"halfcheetah": 0, "pendulum": 1}.get(r.suite, 2), -r.ranks))
 
@@ -186,12 +189,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", choices=list(SUITES), default=list(SUITES))
     parser.add_argument("--per-rank-sizes", action="store_true", help="also run the old per-rank rule")
-    parser.add_argument("--ranks", type=int, nargs="+", help="only these rank counts")
+    parser.add_argument("--ranks", type=int, nargs="+", help="these rank counts instead of the suite's")
+    parser.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of the suite's")
     parser.add_argument("--json", type=Path, help="write every run's result here")
     args = parser.parse_args()
     cores = Cores(os.cpu_count() or 1)
     print(f"machine: {cores.total} cores, python {sys.version.split()[0]}")
-    runs = [r for r in plan(args.envs, args.per_rank_sizes) if args.ranks is None or r.ranks in args.ranks]
+    runs = plan(args.envs, args.per_rank_sizes, args.ranks, args.seeds)
     with tempfile.TemporaryDirectory() as tmp_name, ThreadPoolExecutor(cores.total) as pool:
         done = list(pool.map(lambda r: execute(r, Path(tmp_name), cores, free_port()), runs))
     if args.json:

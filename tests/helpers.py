@@ -11,6 +11,7 @@ from tests.distributed import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = REPO / "configs" / "cartpole_ppo.yaml"
+CARTPOLE_DQN = REPO / "configs" / "cartpole_dqn.yaml"
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID")
 
 

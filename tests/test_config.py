@@ -43,3 +43,24 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("- just\n- a list\n")
     with pytest.raises(UserError, match="top level must be a mapping"):
         load_config(bad)
+
+
+def test_algo_name_picks_the_algorithm_section_and_checks_its_keys() -> None:
+    assert load_config(None).algo.name == "ppo"  # unnamed sections are PPO's
+    dqn = load_config(None, ["algo.name=dqn", "algo.batch_size=32"])
+    assert (dqn.algo.name, dqn.algo.batch_size) == ("dqn", 32)
+    with pytest.raises(
+        UserError, match=r"unknown config key algo.batch_sise; did you mean algo.batch_size\?"
+    ):
+        load_config(None, ["algo.name=dqn", "algo.batch_sise=32"])
+    with pytest.raises(UserError, match="unknown config key algo.clip_coef"):
+        load_config(None, ["algo.name=dqn", "algo.clip_coef=0.1"])  # a PPO key under DQN
+    with pytest.raises(UserError, match="algo.name 'sac': expected one of ppo, dqn"):
+        load_config(None, ["algo.name=sac"])
+
+
+def test_a_pair_of_alternatives_takes_one() -> None:
+    with pytest.raises(UserError, match="algo.minibatch_size and algo.num_minibatches exclude each other"):
+        load_config(None, ["algo.minibatch_size=64", "algo.num_minibatches=4"])
+    cfg = load_config(None, ["algo.minibatch_size=null", "algo.num_minibatches=4"])
+    assert (cfg.algo.minibatch_size, cfg.algo.num_minibatches) == (None, 4)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CARTPOLE, REPO, distrl
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, REPO, distrl
 
 pytestmark = pytest.mark.slow
 
@@ -27,3 +27,7 @@ def test_cartpole_single_process_solves(tmp_path: Path, seed: int) -> None:
 
 def test_pendulum_reaches_minus_400(tmp_path: Path) -> None:
     assert train_and_eval(REPO / "configs" / "pendulum_ppo.yaml", tmp_path) >= -400
+
+
+def test_cartpole_dqn_single_process_solves(tmp_path: Path) -> None:
+    assert train_and_eval(CARTPOLE_DQN, tmp_path) >= 475

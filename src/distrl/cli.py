@@ -1,4 +1,5 @@
-"""``distrl`` command line: train and eval. User errors become one line and exit code 2."""
+"""``distrl`` command line: a table of subcommands (``SUBCOMMANDS``). User errors become one line and
+exit code 2; a failed collective (another rank died or hung) exit code 3."""
 
 from __future__ import annotations
 
@@ -6,28 +7,38 @@ import argparse
 import json
 import os
 import re
-import shutil
 import socket
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from distrl.errors import PeerFailure, UserError
 
 
+@dataclass(frozen=True)
+class Subcommand:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    takes_overrides: bool = False
+    """Stray ``key=value`` arguments are config overrides (anywhere on the line)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="distrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-
-    train = sub.add_parser("train", help="train a policy (one process, torchrun or srun)")
-    add_train_arguments(train)
-
-    ev = sub.add_parser("eval", help="evaluate a checkpoint deterministically")
-    ev.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
-    ev.add_argument("--episodes", type=int, default=None, help="episodes (default: eval.episodes)")
-    ev.add_argument("--seed", type=int, default=None, help="first episode seed (default: eval.seed)")
-    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    for name, command in SUBCOMMANDS.items():
+        command.add_arguments(sub.add_parser(name, help=command.help))
     return parser
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
+    parser.add_argument("--episodes", type=int, default=None, help="episodes (default: eval.episodes)")
+    parser.add_argument("--seed", type=int, default=None, help="first episode seed (default: eval.seed)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,24 +85,33 @@ def default_run_dir(args: argparse.Namespace, env_id: str) -> Path:
     return Path("runs") / name
 
 
-def command_launch_node(args: argparse.Namespace, train_argv: list[str]) -> int:
+def command_train(args: argparse.Namespace) -> int:
+    """``--num-nodes`` starts this node's processes (file rendezvous); otherwise this process trains."""
+    if args.num_nodes is not None:
+        return command_launch_node(args)
+    return command_train_process(args)
+
+
+def command_launch_node(args: argparse.Namespace) -> int:
     from distrl.launch.file_rendezvous import launch_node, procs_for_node
 
     if args.node_index is None or args.rendezvous_file is None:
         raise UserError("--num-nodes needs --node-index and --rendezvous-file")
     procs = procs_for_node(args.procs_per_node, args.use_all_available_devices)
-    return launch_node(train_argv, args.num_nodes, args.node_index, args.rendezvous_file, procs)
+    return launch_node(args.argv, args.num_nodes, args.node_index, args.rendezvous_file, procs)
 
 
-def command_train(args: argparse.Namespace) -> int:
+def command_train_process(args: argparse.Namespace) -> int:
     import torch
 
     from distrl.config import load_config
     from distrl.envs import check_env
     from distrl.io import checkpoint as ckpt
+    from distrl.io.run_dir import prepare_run_dir
     from distrl.launch import connect, discover_topology, resolve_device
     from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
-    from distrl.runners.on_policy import OnPolicyRunner, Preempted
+    from distrl.runners import build_training
+    from distrl.runners.loop import Preempted
 
     if args.resume and args.overwrite:
         raise UserError("--resume and --overwrite exclude each other")
@@ -113,10 +133,12 @@ def command_train(args: argparse.Namespace) -> int:
 
     comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface, cfg.train.sync_spin_ms)
     try:
-        payload = comm.run_on_main(lambda: _prepare_run_dir(run_dir, args, cfg, resume))
-        runner = OnPolicyRunner(cfg, comm, device, run_dir, ckpt.unpack(payload) if payload else None)
+        payload = comm.run_on_main(
+            lambda: prepare_run_dir(run_dir, cfg, resume, must_resume=args.resume, overwrite=args.overwrite)
+        )
+        loop = build_training(cfg, comm, device, run_dir, ckpt.unpack(payload) if payload else None)
         try:
-            row = runner.learn()
+            row = loop.run()
         except Preempted as exc:
             comm.barrier()  # every rank raised at the same agreed step
             if comm.is_main:
@@ -142,9 +164,9 @@ def command_train(args: argparse.Namespace) -> int:
 def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
     """Rendezvous for real (so addresses and ports are checked), then rank 0 prints what every
     rank sees; no env, model or run dir is created."""
-    from distrl.envs.sharding import shard_envs
     from distrl.launch import connect
     from distrl.seeding import env_seeds
+    from distrl.sharding import shard_envs
 
     comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface, cfg.train.sync_spin_ms)
     try:
@@ -179,76 +201,6 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
     return 0
 
 
-def _prepare_run_dir(run_dir: Path, args: argparse.Namespace, cfg: Any, resume: bool) -> bytes:
-    """On rank 0: refuse to clobber another run, write config.yaml, load the resume checkpoint
-    (packed; empty when starting fresh)."""
-    import yaml
-
-    from distrl.config import config_to_dict
-    from distrl.io import checkpoint as ckpt
-
-    existing = ckpt.list_checkpoints(run_dir / "checkpoints")
-    payload = b""
-    if resume and existing:
-        payload = ckpt.pack(_newest_valid_checkpoint(existing, cfg))
-    elif args.resume:
-        raise UserError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
-    elif existing and not args.overwrite:
-        raise UserError(
-            f"run dir {run_dir} already holds a run; pass --resume to continue it "
-            "or --overwrite to replace it"
-        )
-    try:
-        if args.overwrite and run_dir.exists():
-            shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    except OSError as exc:
-        raise UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}") from None
-    return payload
-
-
-# A resumed run must rebuild the same tensors: these keys may not change between launches.
-_RESUME_FIXED_KEYS = (
-    "env.id",
-    "model.hidden_sizes",
-    "model.activation",
-    "normalize.observations",
-    "normalize.rewards",
-)
-
-
-def _newest_valid_checkpoint(checkpoints: list[Path], cfg: Any) -> dict[str, bytes]:
-    """Newest checkpoint that passes its checksums; corrupt ones are reported and skipped."""
-    from distrl.config import config_to_dict
-    from distrl.io import checkpoint as ckpt
-
-    for path in reversed(checkpoints):
-        try:
-            files = ckpt.load_checkpoint(path)
-        except UserError as exc:
-            print(f"distrl: warning: skipping checkpoint {path}: {exc}", file=sys.stderr)
-            continue
-        saved = json.loads(files["state.json"])["config"]
-        current = config_to_dict(cfg)
-        for key in _RESUME_FIXED_KEYS:
-            was, now = _dotted(saved, key), _dotted(current, key)
-            if was != now:
-                raise UserError(
-                    f"checkpoint {path} was trained with {key}={was!r} but this config has {now!r}; "
-                    "resuming needs the same env and network (use a new --run-dir to start over)"
-                )
-        print(f"distrl: resuming from {path}", file=sys.stderr)
-        return files
-    raise UserError(f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt")
-
-
-def _dotted(data: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        data = data[part]
-    return data
-
-
 def command_eval(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
@@ -261,7 +213,7 @@ def command_eval(args: argparse.Namespace) -> int:
     if episodes < 1:
         raise UserError(f"--episodes {episodes}: must be at least 1")
     seed = args.seed if args.seed is not None else loaded.cfg.eval.seed
-    returns = evaluate(loaded.cfg, loaded.policy, loaded.obs_rms, episodes, seed)
+    returns = evaluate(loaded.cfg, loaded.policy, episodes, seed)
     result = {
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),
@@ -281,20 +233,54 @@ def command_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
+    parser.add_argument("--format", required=True, choices=["torchscript", "onnx"], help="file format")
+    parser.add_argument("--out", required=True, type=Path, help="file to write")
+
+
+def command_export(args: argparse.Namespace) -> int:
+    from distrl.evaluate import load_policy
+    from distrl.io.export import export_policy
+
+    loaded = load_policy(args.checkpoint)
+    export_policy(loaded.policy, loaded.obs_dim, args.format, args.out)
+    print(
+        f"distrl: exported the {loaded.algorithm} policy of {loaded.checkpoint} to {args.out} ({args.format})"
+    )
+    return 0
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "train": Subcommand(
+        "train a policy (one process, torchrun, srun or file rendezvous)",
+        add_train_arguments,
+        command_train,
+        takes_overrides=True,
+    ),
+    "eval": Subcommand("evaluate a checkpoint deterministically", add_eval_arguments, command_eval),
+    "export": Subcommand(
+        "write a checkpoint's deterministic policy as one TorchScript or ONNX file",
+        add_export_arguments,
+        command_export,
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Overrides may sit between flags (`--seed 3 a.b=1 --resume c.d=2`): collect the strays.
     args, extra = parser.parse_known_args(argv)
-    unknown = [a for a in extra if a.startswith("-") or args.command != "train"]
+    command = SUBCOMMANDS[args.command]
+    unknown = [a for a in extra if a.startswith("-") or not command.takes_overrides]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.command == "train":
+    if command.takes_overrides:
         args.overrides = [*args.overrides, *extra]
-    raw = list(sys.argv[1:] if argv is None else argv)
+    # The subcommand's own arguments as given: a node launcher hands them to its processes.
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:
-        if args.command == "train" and args.num_nodes is not None:
-            return command_launch_node(args, raw[1:])
-        return command_train(args) if args.command == "train" else command_eval(args)
+        return command.run(args)
     except UserError as exc:
         print(f"distrl: error: {exc}", file=sys.stderr)
         return 2

@@ -10,45 +10,20 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    PositiveInt,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
+from distrl.algos.dqn import DQNConfig
+from distrl.algos.ppo import PPOConfig
+from distrl.config_base import Section, at_most_one, default_unless_either
 from distrl.errors import UserError
 
 DEFAULT_NUM_ENVS = 8
-DEFAULT_MINIBATCH_SIZE = 256
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-def _default_unless_either(data: Any, key: str, alternative: str, default: int) -> Any:
-    """Fill ``key`` with its default when the user gave neither it nor its alternative."""
-    if isinstance(data, dict) and data.get(key) is None and data.get(alternative) is None:
-        return {**data, key: default}
-    return data
-
-
-def _at_most_one(section: _Section, name: str, key: str, alternative: str) -> Any:
-    if getattr(section, key) is not None and getattr(section, alternative) is not None:
-        raise ValueError(
-            f"{name}.{key} and {name}.{alternative} exclude each other; set one ({name}.{key}=null clears it)"
-        )
-    return section
-
-
-class EnvConfig(_Section):
+class EnvConfig(Section):
     id: str = "CartPole-v1"
     """A registered Gymnasium id, or ``package.module:Class`` for a user's own gymnasium.Env."""
     num_envs: PositiveInt | None = None
@@ -68,14 +43,14 @@ class EnvConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _default_env_count(cls, data: Any) -> Any:
-        return _default_unless_either(data, "num_envs", "num_envs_per_rank", DEFAULT_NUM_ENVS)
+        return default_unless_either(data, "num_envs", "num_envs_per_rank", DEFAULT_NUM_ENVS)
 
     @model_validator(mode="after")
     def _one_env_count(self) -> EnvConfig:
-        return _at_most_one(self, "env", "num_envs", "num_envs_per_rank")
+        return at_most_one(self, "env", "num_envs", "num_envs_per_rank")
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [64, 64])
     """Hidden layer widths, shared by the separate actor and critic MLPs."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
@@ -83,45 +58,7 @@ class ModelConfig(_Section):
     """Initial state-independent log standard deviation for continuous actions."""
 
 
-class PPOConfig(_Section):
-    rollout_steps: PositiveInt = 128
-    """Steps collected per env per update (per rank)."""
-    minibatch_size: PositiveInt | None = None
-    """Samples per optimiser step summed over all ranks (the global minibatch). Each epoch makes
-    round(global batch / minibatch_size) steps and every rank splits its rollout into that many
-    parts, so adding ranks adds optimiser steps in proportion to the data while each step's
-    batch stays the same. 256 when neither this nor ``num_minibatches`` is given."""
-    num_minibatches: PositiveInt | None = None
-    """Instead of ``minibatch_size``: a fixed number of minibatches per epoch whatever the number
-    of ranks (each rank splits its rollout into this many, so the global minibatch grows with the
-    ranks); rollouts that do not divide evenly give parts that differ by one sample."""
-    update_epochs: PositiveInt = 4
-    learning_rate: PositiveFloat = 2.5e-4
-    anneal_lr: bool = True
-    """Linearly decay the learning rate to zero over ``train.total_steps``."""
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
-    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
-    clip_coef: PositiveFloat = 0.2
-    clip_value_loss: bool = True
-    value_coef: float = Field(0.5, ge=0.0)
-    entropy_coef: float = Field(0.0, ge=0.0)
-    max_grad_norm: PositiveFloat = 0.5
-    """Clip the global gradient norm, computed after the cross-rank average."""
-    normalize_advantages: bool = True
-    """Normalise advantages with the mean/std of the whole global rollout (all ranks)."""
-    adam_eps: PositiveFloat = 1e-5
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_minibatch_rule(cls, data: Any) -> Any:
-        return _default_unless_either(data, "minibatch_size", "num_minibatches", DEFAULT_MINIBATCH_SIZE)
-
-    @model_validator(mode="after")
-    def _one_minibatch_rule(self) -> PPOConfig:
-        return _at_most_one(self, "algo", "minibatch_size", "num_minibatches")
-
-
-class NormalizeConfig(_Section):
+class NormalizeConfig(Section):
     observations: bool | None = None
     """Running observation normalisation; ``None`` means on for continuous actions only."""
     rewards: bool = False
@@ -130,7 +67,7 @@ class NormalizeConfig(_Section):
     """Clip normalised observations and scaled rewards to [-clip, clip]."""
 
 
-class TrainConfig(_Section):
+class TrainConfig(Section):
     total_steps: PositiveInt = 100_000
     """Environment steps summed over all ranks."""
     seed: int = 1
@@ -168,7 +105,7 @@ class TrainConfig(_Section):
     ceil(threshold * N) < N ranks are done, e.g. 0.6 on 4+ ranks, 0.5 on 2."""
 
 
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     interval_steps: PositiveInt = 50_000
     """Write a checkpoint every this many global env steps (and always at the end)."""
     interval_minutes: PositiveFloat | None = None
@@ -177,27 +114,39 @@ class CheckpointConfig(_Section):
     """Checkpoints kept; older ones are deleted only after a newer one is safely on disk."""
 
 
-class LogConfig(_Section):
+class LogConfig(Section):
     tensorboard: bool = True
     progress: bool = True
     """Show a progress bar on rank 0 when stdout is a terminal."""
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     episodes: PositiveInt = 10
     seed: int = 10_000
     """First seed of the evaluation episodes (kept apart from training seeds)."""
 
 
-class RunConfig(_Section):
+ALGORITHM_CONFIGS: dict[str, type[Section]] = {"ppo": PPOConfig, "dqn": DQNConfig}
+"""``algo.name`` -> that algorithm's config section, defined next to the algorithm's code."""
+
+
+class RunConfig(Section):
     env: EnvConfig = Field(default_factory=EnvConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
-    algo: PPOConfig = Field(default_factory=PPOConfig)
+    algo: Annotated[PPOConfig | DQNConfig, Field(discriminator="name")] = Field(default_factory=PPOConfig)
+    """The algorithm's own section, chosen by ``algo.name`` (``ALGORITHM_CONFIGS``; ppo when unset)."""
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ppo_unless_named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("algo"), dict) and "name" not in data["algo"]:
+            return {**data, "algo": {**data["algo"], "name": "ppo"}}
+        return data
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
@@ -278,5 +227,14 @@ def _check_unknown_keys(data: Any, model: type[BaseModel], prefix: str) -> None:
             allowed = ", ".join(fields)
             raise UserError(f"unknown config key {where}{hint} (allowed here: {allowed})")
         annotation = fields[key].annotation
+        if model is RunConfig and key == "algo":
+            annotation = _algorithm_config(value)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             _check_unknown_keys(value, annotation, prefix=f"{prefix}{key}.")
+
+
+def _algorithm_config(section: Any) -> type[Section]:
+    name = section.get("name", "ppo") if isinstance(section, dict) else "ppo"
+    if name not in ALGORITHM_CONFIGS:
+        raise UserError(f"algo.name {name!r}: expected one of {', '.join(ALGORITHM_CONFIGS)}")
+    return ALGORITHM_CONFIGS[name]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from distrl.envs.sharding import EnvShard
+from distrl.sharding import EnvShard
 
 
 def rank_seed(seed: int, rank: int) -> int:

@@ -3,9 +3,9 @@ import pytest
 
 from distrl.config import EnvConfig
 from distrl.envs import make_vec_env
-from distrl.envs.sharding import shard_envs
 from distrl.errors import UserError
 from distrl.seeding import env_seeds
+from distrl.sharding import shard_envs
 
 
 def test_user_env_class_with_kwargs_and_time_limit() -> None:

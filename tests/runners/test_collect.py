@@ -5,10 +5,11 @@ import torch
 
 from distrl.comm import Comm
 from distrl.config import load_config
+from distrl.runners.base import RunContext
 from distrl.runners.on_policy import OnPolicyRunner, advantage_sums, normalize_advantages
 
 
-def test_truncation_bootstraps_with_the_value_of_the_final_observation(tmp_path) -> None:
+def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None:
     cfg = load_config(
         None,
         [
@@ -20,7 +21,7 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation(tmp_path)
             "normalize.observations=false",
         ],
     )
-    runner = OnPolicyRunner(cfg, Comm(), torch.device("cpu"), tmp_path)
+    runner = OnPolicyRunner(RunContext(cfg, Comm(), torch.device("cpu")))
     runner.collect(runner.env.reset())
     storage = runner.storage
     final_obs = torch.tensor([[3.0, 1.0]])

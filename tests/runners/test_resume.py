@@ -10,7 +10,7 @@ import torch
 from distrl.comm import Comm
 from distrl.config import load_config
 from distrl.io import checkpoint as ckpt
-from distrl.runners.on_policy import OnPolicyRunner
+from distrl.runners import build_training
 from tests.helpers import CARTPOLE, distrl
 
 OVERRIDES = [
@@ -31,20 +31,21 @@ def read_rows(run_dir: Path) -> list[dict]:
 
 def test_resume_matches_the_uninterrupted_schedule(tmp_path: Path) -> None:
     cfg = load_config(CARTPOLE, OVERRIDES)
-    full = OnPolicyRunner(cfg, Comm(), torch.device("cpu"), tmp_path / "full")
-    full.learn()
+    full = build_training(cfg, Comm(), torch.device("cpu"), tmp_path / "full")
+    full.run()
     midpoint = tmp_path / "full" / "checkpoints" / ckpt.checkpoint_dir_name(2048)
     files = ckpt.load_checkpoint(midpoint)
 
-    resumed = OnPolicyRunner(cfg, Comm(), torch.device("cpu"), tmp_path / "resumed", files)
+    resumed = build_training(cfg, Comm(), torch.device("cpu"), tmp_path / "resumed", files)
     saved_model = ckpt.tensors_from_bytes(files["model.safetensors"])
     assert (resumed.global_step, resumed.update_index) == (2048, 8)
-    torch.testing.assert_close(resumed.obs_rms.mean, saved_model["obs_rms.mean"], rtol=0, atol=0)
-    torch.testing.assert_close(resumed.obs_rms.count, saved_model["obs_rms.count"], rtol=0, atol=0)
-    adam_state = resumed.algo.optimizer.state_dict()["state"]
+    obs_rms = resumed.runner.obs_rms
+    torch.testing.assert_close(obs_rms.mean, saved_model["obs_rms.mean"], rtol=0, atol=0)
+    torch.testing.assert_close(obs_rms.count, saved_model["obs_rms.count"], rtol=0, atol=0)
+    adam_state = resumed.runner.algo.optimizer.state_dict()["state"]
     saved_adam = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
-    torch.testing.assert_close(adam_state[0]["exp_avg"], saved_adam["0.exp_avg"], rtol=0, atol=0)
-    resumed.learn()
+    torch.testing.assert_close(adam_state[0]["exp_avg"], saved_adam["policy.0.exp_avg"], rtol=0, atol=0)
+    resumed.run()
 
     full_rows = {r["update"]: r for r in read_rows(tmp_path / "full")}
     resumed_rows = read_rows(tmp_path / "resumed")
@@ -53,7 +54,7 @@ def test_resume_matches_the_uninterrupted_schedule(tmp_path: Path) -> None:
         assert row["global_step"] == full_rows[row["update"]]["global_step"]
         assert row["learning_rate"] == full_rows[row["update"]]["learning_rate"]
     # Same number of observations merged into the normaliser as without the interruption.
-    assert float(resumed.obs_rms.count) == float(full.obs_rms.count)
+    assert float(resumed.runner.obs_rms.count) == float(full.runner.obs_rms.count)
 
 
 def test_cli_resume_appends_without_duplicate_updates(tmp_path: Path) -> None:

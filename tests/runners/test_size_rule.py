@@ -14,6 +14,8 @@ import torch
 from distrl.comm import Comm
 from distrl.config import load_config
 from distrl.errors import UserError
+from distrl.runners import build_training
+from distrl.runners.base import RunContext
 from distrl.runners.on_policy import OnPolicyRunner
 from distrl.storage.rollout import RolloutBatch
 from tests.distributed import run_ranks
@@ -25,7 +27,8 @@ QUIET = ["train.stop_return=null", "log.tensorboard=false", "log.progress=false"
 
 def _train_and_record(comm: Comm, overrides: list[str], out: Path) -> None:
     cfg = load_config(None, [*overrides, *QUIET])
-    runner = OnPolicyRunner(cfg, comm, torch.device("cpu"), out / "run")
+    loop = build_training(cfg, comm, torch.device("cpu"), out / "run")
+    runner = loop.runner
     sizes: list[int] = []
     minibatch_step = runner.algo.minibatch_step
 
@@ -34,7 +37,7 @@ def _train_and_record(comm: Comm, overrides: list[str], out: Path) -> None:
         return minibatch_step(mb)
 
     runner.algo.minibatch_step = recorded_step
-    runner.learn()
+    loop.run()
     adam_steps = {int(s["step"]) for s in runner.algo.optimizer.state_dict()["state"].values()}
     record = {"envs": runner.num_envs, "minibatch_sizes": sizes, "adam_steps": sorted(adam_steps)}
     (out / f"rank{comm.rank}.json").write_text(json.dumps(record))
@@ -72,11 +75,11 @@ def test_per_rank_envs_grow_the_number_of_minibatches(tmp_path: Path) -> None:
         assert record["minibatch_sizes"] == [4] * (2 * EPOCHS * 4)
 
 
-def _expect_minibatch_error(comm: Comm, out: Path) -> None:
+def _expect_minibatch_error(comm: Comm) -> None:
     overrides = ["env.num_envs=2", "algo.rollout_steps=1", "algo.minibatch_size=1", *QUIET]
     with pytest.raises(UserError, match=r"algo.minibatch_size=1 gives 2 minibatches per epoch, more than"):
-        OnPolicyRunner(load_config(None, overrides), comm, torch.device("cpu"), out)
+        OnPolicyRunner(RunContext(load_config(None, overrides), comm, torch.device("cpu")))
 
 
-def test_minibatches_smaller_than_one_sample_per_rank_are_refused_on_every_rank(tmp_path: Path) -> None:
-    run_ranks(_expect_minibatch_error, 2, tmp_path)
+def test_minibatches_smaller_than_one_sample_per_rank_are_refused_on_every_rank() -> None:
+    run_ranks(_expect_minibatch_error, 2)

@@ -9,6 +9,7 @@ sets them to ``None`` (``optimizer.zero_grad()`` would: use ``zero_()``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -43,6 +44,28 @@ class FlatGradients:
         self.bucket[-1] = weight
         sync(self.bucket)
         self.flat.div_(self.bucket[-1])
+
+    def step(
+        self,
+        loss: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        sync: GradientSync | None,
+        weight: float,
+        max_grad_norm: float,
+    ) -> float:
+        """One synchronised optimiser step on ``loss`` (a mean over ``weight`` local samples):
+        backward, cross-rank sample-weighted average, global-norm clip, step. Returns the norm,
+        or NaN when it is not finite: the norm is taken after the sync, so a NaN/inf on any rank
+        (it spreads through the average) makes every rank skip the same step."""
+        self.zero_()
+        loss.backward()
+        if sync is not None:
+            self.average_(sync, weight)
+        grad_norm = self.clip_norm_(max_grad_norm)
+        if not math.isfinite(grad_norm):
+            return math.nan
+        optimizer.step()
+        return grad_norm
 
     def clip_norm_(self, max_norm: float) -> float:
         """Scale the gradient to at most ``max_norm`` (L2 over all parameters); return the norm

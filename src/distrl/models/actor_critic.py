@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import torch
 from torch import nn
 
-from distrl.config import ModelConfig
+from distrl.models.normalizer import RunningMeanStd
+
+if TYPE_CHECKING:  # distrl.config imports the algorithms, which import this module
+    from distrl.config import ModelConfig
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -91,3 +95,32 @@ def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.
 
 def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
     return (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)
+
+
+class DeterministicActor(nn.Module):
+    """The policy to evaluate or deploy: raw observation in, env action out (observation
+    normalisation, then the most likely discrete action or the Gaussian mean clipped to the
+    action bounds)."""
+
+    def __init__(
+        self,
+        actor_critic: ActorCritic,
+        obs_rms: RunningMeanStd | None,
+        obs_clip: float,
+        action_space: gym.spaces.Space,
+    ) -> None:
+        super().__init__()
+        self.actor_critic = actor_critic
+        self.obs_rms = obs_rms
+        self.obs_clip = obs_clip
+        if actor_critic.continuous:
+            self.register_buffer("action_low", torch.as_tensor(action_space.low, dtype=torch.float32))
+            self.register_buffer("action_high", torch.as_tensor(action_space.high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.obs_rms is not None:
+            obs = self.obs_rms.normalize(obs, self.obs_clip)
+        action = self.actor_critic.act_deterministic(obs)
+        if self.actor_critic.continuous:
+            action = torch.maximum(torch.minimum(action, self.action_high), self.action_low)
+        return action

@@ -3,8 +3,8 @@
 import pytest
 
 from distrl.config import EnvConfig
-from distrl.envs.sharding import shard_envs
 from distrl.errors import UserError
+from distrl.sharding import even_split, shard_envs
 
 
 @pytest.mark.parametrize(
@@ -34,3 +34,8 @@ def test_default_is_eight_global_envs_and_the_two_counts_exclude_each_other() ->
     assert (EnvConfig().num_envs, EnvConfig().num_envs_per_rank) == (8, None)
     with pytest.raises(ValueError, match="env.num_envs and env.num_envs_per_rank exclude each other"):
         EnvConfig(num_envs=4, num_envs_per_rank=2)
+
+
+def test_even_split_covers_every_item_once() -> None:
+    shares = [even_split(10, rank, 4) for rank in range(4)]
+    assert shares == [(0, 3), (3, 3), (6, 2), (8, 2)]

@@ -1,4 +1,4 @@
-"""Which environments a rank steps: the one place env counts meet the number of ranks.
+"""How global counts are shared out over ranks: envs, batch samples, evaluation episodes.
 
 ``env.num_envs`` counts envs over all ranks and is split as evenly as the ranks allow, so adding
 ranks keeps the global batch (and learning per env step) of one process; ``env.num_envs_per_rank``
@@ -24,6 +24,13 @@ class EnvShard:
     """The fewest envs any rank has (ranks differ by at most one)."""
 
 
+def even_split(total: int, rank: int, world_size: int) -> tuple[int, int]:
+    """(first index, count) of ``rank``'s share of ``total`` items: the first ``total % world_size``
+    ranks take one more, so shares differ by at most one."""
+    base, extra = divmod(total, world_size)
+    return rank * base + min(rank, extra), base + (rank < extra)
+
+
 def shard_envs(cfg: EnvConfig, rank: int, world_size: int) -> EnvShard:
     if cfg.num_envs_per_rank is not None:
         per_rank = cfg.num_envs_per_rank
@@ -34,5 +41,5 @@ def shard_envs(cfg: EnvConfig, rank: int, world_size: int) -> EnvShard:
             f"env.num_envs={total} counts envs over all ranks and is fewer than the {world_size} ranks; "
             f"give every rank at least one (env.num_envs >= {world_size}) or set env.num_envs_per_rank"
         )
-    base, extra = divmod(total, world_size)
-    return EnvShard(rank * base + min(rank, extra), base + (rank < extra), total, base)
+    first, count = even_split(total, rank, world_size)
+    return EnvShard(first, count, total, total // world_size)

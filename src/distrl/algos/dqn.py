@@ -1,0 +1,132 @@
+"""Deep Q-learning (Mnih et al. 2015) with a target network, double Q-learning (van Hasselt et al.
+2016), n-step returns and, for learning from logged data, the conservative Q-learning regulariser
+(Kumar et al. 2020, CQL(H) for discrete actions).
+
+The update is rank-agnostic: each gradient step's flat gradient is averaged over ranks, weighted
+by each rank's share of the batch, through the ``gradient_sync`` hook, then clipped; every rank
+applies the same step, and the target network, a copy of identical online networks, stays
+identical too.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+
+from distrl.algos.flat_gradients import FlatGradients, GradientSync
+from distrl.config_base import Section
+from distrl.models.q_network import QNetwork
+from distrl.storage.replay import TransitionBatch
+
+
+class DQNConfig(Section):
+    """Double DQN with a target network; ``algo.name: dqn``. Sizes summed over ranks are marked."""
+
+    resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.hidden_sizes", "model.activation")
+    """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
+
+    name: Literal["dqn"]
+    rollout_steps: PositiveInt = 32
+    """Env steps per env between rounds of gradient steps (per iteration)."""
+    gradient_steps: PositiveInt = 128
+    """Gradient steps per iteration: with ``env.num_envs`` global, the ratio of gradient steps to
+    env steps is the same on any number of ranks."""
+    batch_size: PositiveInt = 64
+    """Samples per gradient step summed over all ranks; each rank draws its share from its own
+    buffer (ranks differ by at most one sample)."""
+    buffer_size: PositiveInt = 100_000
+    """Transitions kept, summed over all ranks (each rank keeps the newest of its own envs)."""
+    learning_starts: NonNegativeInt = 1_000
+    """Global env steps collected before the first gradient step."""
+    learning_rate: PositiveFloat = 2.3e-3
+    anneal_lr: bool = False
+    """Linearly decay the learning rate to zero over ``train.total_steps``."""
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    n_step: PositiveInt = 1
+    """Rewards summed before bootstrapping (stopping early where an episode ends)."""
+    double_q: bool = True
+    """Choose the bootstrap action with the online network, value it with the target network."""
+    target_update_interval: PositiveInt = 128
+    """Gradient steps between target-network updates."""
+    tau: float = Field(1.0, gt=0.0, le=1.0)
+    """Target update: 1 copies the online network, less moves the target that far towards it."""
+    loss: Literal["huber", "mse"] = "huber"
+    max_grad_norm: PositiveFloat = 10.0
+    """Clip the global gradient norm, computed after the cross-rank average."""
+    exploration_initial_eps: float = Field(1.0, ge=0.0, le=1.0)
+    exploration_final_eps: float = Field(0.04, ge=0.0, le=1.0)
+    exploration_fraction: float = Field(0.16, gt=0.0, le=1.0)
+    """Share of ``train.total_steps`` over which epsilon falls linearly to its final value."""
+    cql_alpha: NonNegativeFloat = 0.0
+    """Weight of the conservative regulariser logsumexp_a Q(s, a) - Q(s, a_logged) (0: off)."""
+    adam_eps: PositiveFloat = 1e-8
+
+
+class DQN:
+    def __init__(
+        self,
+        q_network: QNetwork,
+        cfg: DQNConfig,
+        gradient_sync: GradientSync | None = None,
+    ) -> None:
+        self.q_network = q_network
+        self.target_network = copy.deepcopy(q_network).requires_grad_(False)
+        self.cfg = cfg
+        self.gradient_sync = gradient_sync
+        self.params = list(q_network.parameters())
+        self.grads = FlatGradients(self.params)
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
+        self.gradient_steps_done = 0
+
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def gradient_step(self, batch: TransitionBatch) -> dict[str, float]:
+        """One synchronised step on this rank's share of the global batch; then, every
+        ``target_update_interval`` steps, the target update."""
+        loss, stats = self.loss(batch)
+        grad_norm = self.grads.step(
+            loss, self.optimizer, self.gradient_sync, len(batch), self.cfg.max_grad_norm
+        )
+        stats["grad_norm"] = grad_norm
+        stats["skipped_steps"] = float(math.isnan(grad_norm))
+        self.gradient_steps_done += 1
+        if self.gradient_steps_done % self.cfg.target_update_interval == 0:
+            self.update_target()
+        return stats
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        for target, online in zip(self.target_network.parameters(), self.params, strict=True):
+            target.lerp_(online, self.cfg.tau)
+
+    def loss(self, batch: TransitionBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """TD loss against the (double) n-step target, plus the CQL term when ``cql_alpha`` > 0;
+        means over the local batch, so the sample-weighted cross-rank mean of gradients is the
+        global-batch gradient."""
+        cfg = self.cfg
+        q_all = self.q_network(batch.obs)
+        q_taken = q_all.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            next_target = self.target_network(batch.next_obs)
+            if cfg.double_q:
+                next_actions = self.q_network(batch.next_obs).argmax(dim=-1, keepdim=True)
+                next_value = next_target.gather(-1, next_actions).squeeze(-1)
+            else:
+                next_value = next_target.max(dim=-1).values
+            discount = cfg.gamma ** batch.steps.to(next_value.dtype)
+            target = batch.returns + discount * (~batch.terminated) * next_value
+        td_loss = F.smooth_l1_loss(q_taken, target) if cfg.loss == "huber" else F.mse_loss(q_taken, target)
+        loss = td_loss
+        stats = {"td_loss": float(td_loss.detach()), "q_mean": float(q_taken.detach().mean())}
+        if cfg.cql_alpha > 0:
+            cql = (torch.logsumexp(q_all, dim=-1) - q_taken).mean()
+            loss = loss + cfg.cql_alpha * cql
+            stats["cql_loss"] = float(cql.detach())
+        return loss, stats

@@ -1,0 +1,37 @@
+"""Observation and action spaces as JSON, so a checkpoint rebuilds its policy without an env."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+def space_to_json(space: gym.spaces.Space) -> dict[str, Any]:
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n)}
+    if isinstance(space, gym.spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            # JSON has no inf: unbounded entries are written as null.
+            "low": _bounds(space.low),
+            "high": _bounds(space.high),
+        }
+    raise TypeError(f"space {space} has no JSON form")
+
+
+def space_from_json(data: dict[str, Any]) -> gym.spaces.Space:
+    if data["type"] == "Discrete":
+        return gym.spaces.Discrete(data["n"])
+    if data["type"] == "Box":
+        low = np.array([-np.inf if x is None else x for x in data["low"]], dtype=data["dtype"])
+        high = np.array([np.inf if x is None else x for x in data["high"]], dtype=data["dtype"])
+        return gym.spaces.Box(low.reshape(data["shape"]), high.reshape(data["shape"]), dtype=data["dtype"])
+    raise ValueError(f"unknown space type {data['type']!r}")
+
+
+def _bounds(values: np.ndarray) -> list[float | None]:
+    return [float(x) if np.isfinite(x) else None for x in values.reshape(-1)]

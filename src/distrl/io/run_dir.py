@@ -1,0 +1,77 @@
+"""A run directory on rank 0: refuse to clobber another run, record the resolved config, and
+pick the checkpoint a resumed run continues from."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from distrl.config import RunConfig, config_to_dict
+from distrl.errors import UserError
+from distrl.io import checkpoint as ckpt
+
+GENERIC_RESUME_FIXED_KEYS = ("algo.name", "env.id")
+"""Keys no resumed run may change; each algorithm's config adds its own (``resume_fixed_keys``)."""
+
+
+def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bool, overwrite: bool) -> bytes:
+    """Return the packed checkpoint to resume from (empty when starting fresh).
+
+    ``resume``: continue when a checkpoint exists (``--resume``, or a restarted job);
+    ``must_resume``: ``--resume`` was given, so a missing checkpoint is an error.
+    """
+    existing = ckpt.list_checkpoints(run_dir / "checkpoints")
+    payload = b""
+    if resume and existing:
+        payload = ckpt.pack(newest_valid_checkpoint(existing, cfg))
+    elif must_resume:
+        raise UserError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+    elif existing and not overwrite:
+        raise UserError(
+            f"run dir {run_dir} already holds a run; pass --resume to continue it "
+            "or --overwrite to replace it"
+        )
+    try:
+        if overwrite and run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    except OSError as exc:
+        raise UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}") from None
+    return payload
+
+
+def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.CheckpointFiles:
+    """Newest checkpoint that passes its checksums; corrupt ones are reported and skipped."""
+    fixed_keys = (*GENERIC_RESUME_FIXED_KEYS, *cfg.algo.resume_fixed_keys)
+    for path in reversed(checkpoints):
+        try:
+            files = ckpt.load_checkpoint(path)
+        except UserError as exc:
+            print(f"distrl: warning: skipping checkpoint {path}: {exc}", file=sys.stderr)
+            continue
+        saved = json.loads(files["state.json"])["config"]
+        current = config_to_dict(cfg)
+        for key in fixed_keys:
+            was, now = _dotted(saved, key), _dotted(current, key)
+            if was != now:
+                raise UserError(
+                    f"checkpoint {path} was trained with {key}={was!r} but this config has {now!r}; "
+                    "resuming needs the same env and network (use a new --run-dir to start over)"
+                )
+        print(f"distrl: resuming from {path}", file=sys.stderr)
+        return files
+    raise UserError(f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt")
+
+
+def _dotted(data: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data

@@ -1,0 +1,128 @@
+"""What a checkpoint holds, whatever the algorithm: a runner hands over its named modules and
+optimisers, the loop adds its counters and every rank's state, and this module turns them into
+checkpoint files (safetensors + JSON, never pickle) and back.
+
+Layout (format 2): ``model.safetensors`` holds ``<module>.<tensor>`` for every module (weights and
+buffers such as normaliser statistics), ``optimizer.safetensors`` holds
+``<optimiser>.<param index>.<state key>``, and ``state.json`` holds the format version, the
+algorithm, the observation and action spaces, the counters, the resolved config, each
+optimiser's parameter groups and one JSON object per rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from distrl.envs.spaces import space_from_json, space_to_json
+from distrl.errors import UserError
+from distrl.io import checkpoint as ckpt
+
+FORMAT_VERSION = 2
+
+
+@dataclass
+class TrainState:
+    """A runner's live state, by reference: the loop saves from and restores into these objects."""
+
+    algorithm: str
+    observation_space: gym.spaces.Space
+    action_space: gym.spaces.Space
+    modules: dict[str, nn.Module]
+    optimizers: dict[str, torch.optim.Optimizer]
+
+
+@dataclass
+class SavedState:
+    """A checkpoint read back: its ``state.json`` and its model tensors."""
+
+    meta: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def observation_space(self) -> gym.spaces.Space:
+        return space_from_json(self.meta["observation_space"])
+
+    @property
+    def action_space(self) -> gym.spaces.Space:
+        return space_from_json(self.meta["action_space"])
+
+    def module_tensors(self, name: str) -> dict[str, torch.Tensor]:
+        return ckpt.strip_prefix(self.tensors, f"{name}.")
+
+
+def read_state(files: ckpt.CheckpointFiles, where: str) -> SavedState:
+    """Parse a checkpoint's files, refusing formats this version cannot read."""
+    meta = json.loads(files["state.json"])
+    version = meta.get("format_version", 1)
+    if version != FORMAT_VERSION:
+        raise UserError(
+            f"checkpoint {where} has format {version}; this distrl reads format {FORMAT_VERSION} "
+            "(retrain, or evaluate it with the distrl version that wrote it)"
+        )
+    return SavedState(meta, ckpt.tensors_from_bytes(files["model.safetensors"]))
+
+
+def launch_index(files: ckpt.CheckpointFiles | None) -> int:
+    """How many times the run was started before this launch (0 for a fresh run)."""
+    return 0 if files is None else json.loads(files["state.json"])["launch_index"] + 1
+
+
+def parameter_digest(state: TrainState) -> str:
+    """sha256 over every module's tensors: equal on all ranks when they hold the same state."""
+    sha = hashlib.sha256()
+    for module_name, module in state.modules.items():
+        for name, tensor in module.state_dict().items():
+            sha.update(f"{module_name}.{name}".encode())
+            sha.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return sha.hexdigest()
+
+
+def state_files(state: TrainState, meta: dict[str, Any]) -> ckpt.CheckpointFiles:
+    """The checkpoint files of ``state`` plus the loop's ``meta`` (counters, config, ranks)."""
+    model = {
+        f"{module_name}.{name}": tensor
+        for module_name, module in state.modules.items()
+        for name, tensor in module.state_dict().items()
+    }
+    optim_tensors, param_groups = {}, {}
+    for optim_name, optimizer in state.optimizers.items():
+        optim_state = optimizer.state_dict()
+        param_groups[optim_name] = optim_state["param_groups"]
+        for idx, per_param in optim_state["state"].items():
+            for key, value in per_param.items():
+                optim_tensors[f"{optim_name}.{idx}.{key}"] = torch.as_tensor(value)
+    header = {
+        "format_version": FORMAT_VERSION,
+        "algorithm": state.algorithm,
+        "observation_space": space_to_json(state.observation_space),
+        "action_space": space_to_json(state.action_space),
+        "optimizer_param_groups": param_groups,
+    }
+    return {
+        "model.safetensors": ckpt.tensors_to_bytes(model),
+        "optimizer.safetensors": ckpt.tensors_to_bytes(optim_tensors),
+        "state.json": ckpt.json_to_bytes({**header, **meta}),
+    }
+
+
+def restore(state: TrainState, files: ckpt.CheckpointFiles) -> dict[str, Any]:
+    """Load a checkpoint into ``state``'s modules and optimisers; return its ``state.json``."""
+    saved = read_state(files, "to resume")
+    for module_name, module in state.modules.items():
+        module.load_state_dict(saved.module_tensors(module_name))
+    optim_tensors = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
+    for optim_name, optimizer in state.optimizers.items():
+        per_param: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in ckpt.strip_prefix(optim_tensors, f"{optim_name}.").items():
+            idx, name = key.split(".", 1)
+            per_param.setdefault(int(idx), {})[name] = value
+        groups = saved.meta["optimizer_param_groups"][optim_name]
+        optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+    return saved.meta

@@ -1,0 +1,111 @@
+"""What an algorithm's runner supplies to the shared training loop (``distrl.runners.loop``).
+
+A runner owns its envs or data, modules, optimisers and buffers, and runs one iteration at a
+time (collect, returns, update for PPO). Everything else a run needs (metrics, stop rules,
+checkpoints, resume, preemption) is the loop's.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from distrl.comm import Comm
+from distrl.config import RunConfig
+from distrl.envs import VecEnv, make_vec_env
+from distrl.io.train_state import SavedState, TrainState
+from distrl.seeding import env_seeds, seed_torch
+from distrl.sharding import EnvShard, shard_envs
+
+
+@dataclass
+class RunContext:
+    cfg: RunConfig
+    comm: Comm
+    device: torch.device
+    launch_index: int = 0
+    """How many times this run was started before (``io.train_state.launch_index``): shifts env
+    seeds so a resumed run's fresh episodes get seeds no earlier launch used."""
+
+
+@dataclass
+class EpisodeStats:
+    """This rank's recent finished episodes (the loop sums them over ranks)."""
+
+    return_sum: float
+    length_sum: float
+    count: int
+    finished: int
+    """Episodes finished since the start of the launch."""
+
+
+@dataclass
+class IterationResult:
+    env_steps: int
+    """Env steps collected by all ranks in this iteration (the same number on every rank)."""
+    averaged: dict[str, float]
+    """Per-rank numbers the loop averages over ranks (losses, timing shares)."""
+    replicated: dict[str, float] = field(default_factory=dict)
+    """Numbers already equal on every rank (learning rate, share of the rollout collected)."""
+    episodes: EpisodeStats | None = None
+    skipped: bool = False
+    """The update was skipped on every rank (non-finite numbers): counts towards
+    ``train.max_bad_updates`` and withholds the next checkpoint."""
+
+
+class Runner(ABC):
+    algorithm: str
+
+    @abstractmethod
+    def start(self, fresh: bool) -> None:
+        """Called once before the first iteration of a launch (``fresh``: global step 0)."""
+
+    @abstractmethod
+    def iteration(self, global_step: int) -> IterationResult:
+        """One round of collecting and learning; identical parameters on every rank after it."""
+
+    @abstractmethod
+    def train_state(self) -> TrainState:
+        """The modules and optimisers to checkpoint, by reference (the loop also restores them)."""
+
+    @abstractmethod
+    def deployable_policy(self) -> nn.Module:
+        """The live deterministic policy: raw observations in, env actions out."""
+
+    @classmethod
+    @abstractmethod
+    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
+        """The deterministic policy of a saved checkpoint, built without an env."""
+
+    def rank_state(self) -> dict[str, Any]:
+        """This rank's own JSON state worth saving (a buffer position, a data cursor)."""
+        return {}
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``rank_state`` returned on this rank in an earlier launch."""
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no per-rank state but was given {sorted(state)}")
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release envs, files and workers."""
+
+
+def rank_envs(ctx: RunContext) -> tuple[EnvShard, VecEnv]:
+    """Seed this rank's torch RNG and build its share of the envs, each seeded by its global index."""
+    cfg, comm = ctx.cfg, ctx.comm
+    seed_torch(cfg.train.seed, comm.rank)
+    shard = shard_envs(cfg.env, comm.rank, comm.world_size)
+    return shard, make_vec_env(cfg.env, env_seeds(cfg.train.seed, shard, start_index=ctx.launch_index))
+
+
+def scheduled_learning_rate(cfg: RunConfig, global_step: int) -> float:
+    """``algo.learning_rate``, decayed linearly to zero over ``train.total_steps`` when
+    ``algo.anneal_lr``: by global step, so the schedule survives a resume on a different number
+    of ranks."""
+    lr = cfg.algo.learning_rate
+    return lr * max(1.0 - global_step / cfg.train.total_steps, 0.0) if cfg.algo.anneal_lr else lr

@@ -1,0 +1,252 @@
+"""The one training loop every algorithm and launcher shares.
+
+Each pass: the runner's iteration -> the metrics row (one sum over ranks) -> the stop check ->
+log -> the ranks' agreement (preemption, checkpoint due: one small sum) -> checkpoint. The loop
+also owns resume (counters, every rank's RNG and state), the bad-update stop and the progress
+bar; it knows ranks only through the communicator and runners only through ``Runner``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distrl.config import config_to_dict
+from distrl.errors import UserError
+from distrl.evaluate import evaluate
+from distrl.io import checkpoint as ckpt
+from distrl.io import train_state
+from distrl.io.metrics import MetricsLogger, truncate_metrics
+from distrl.launch.preemption import PreemptionFlag
+from distrl.runners.base import IterationResult, RunContext, Runner
+from distrl.sharding import even_split
+
+_STOP_CHECK_SEED_OFFSET = 1_000_000
+
+
+class Preempted(Exception):
+    """Training stopped on SIGTERM/SIGUSR1 after every rank agreed and a checkpoint was written."""
+
+    def __init__(self, signal_name: str, global_step: int) -> None:
+        super().__init__(f"preempted by {signal_name} at step {global_step}; checkpoint saved")
+        self.global_step = global_step
+
+
+@dataclass
+class Agreement:
+    """What every rank decides together after an update."""
+
+    preempted: bool
+    checkpoint_due: bool
+
+
+class TrainingLoop:
+    def __init__(
+        self,
+        ctx: RunContext,
+        runner: Runner,
+        run_dir: Path,
+        checkpoint: ckpt.CheckpointFiles | None = None,
+    ) -> None:
+        """A fresh run, or one resumed from ``checkpoint`` (its files, the same on every rank)."""
+        self.cfg = ctx.cfg
+        self.comm = ctx.comm
+        self.runner = runner
+        self.run_dir = run_dir
+        self.launch_index = ctx.launch_index
+        self.global_step = 0
+        self.update_index = 0
+        self.bad_updates_in_a_row = 0
+        self.preemption = PreemptionFlag()
+        self.checkpoint_writer: ckpt.BackgroundWriter | None = None
+        """Rank 0's checkpoint writer, open while ``run()`` runs."""
+        self._last_checkpoint = (0, time.monotonic())
+        """(global step, monotonic time) of the last checkpoint."""
+        if checkpoint is not None:
+            self._restore(checkpoint)
+
+    def run(self) -> dict[str, Any]:
+        """Train until ``total_steps`` (or ``stop_return``); return the last metrics row.
+
+        Raises ``Preempted`` after saving a checkpoint when any rank got SIGTERM or SIGUSR1.
+        """
+        total_steps = self.cfg.train.total_steps
+        logger = self._make_logger()
+        if self.comm.is_main:
+            self.checkpoint_writer = ckpt.BackgroundWriter(
+                self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
+            )
+        self.preemption.install()
+        self.runner.start(fresh=self.global_step == 0)
+        start_time, start_step = time.perf_counter(), self.global_step
+        self._last_checkpoint = (self.global_step, time.monotonic())
+        row: dict[str, Any] = {}
+        try:
+            while self.global_step < total_steps:
+                iteration_start = time.perf_counter()
+                sync_before = self.comm.grad_sync_time_s
+                result = self.runner.iteration(self.global_step)
+                self.update_index += 1
+                self.global_step += result.env_steps
+                iteration_s = time.perf_counter() - iteration_start
+                row = self._metrics_row(
+                    result,
+                    sps=(self.global_step - start_step) / (time.perf_counter() - start_time),
+                    grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
+                    time_s=time.perf_counter() - start_time,
+                )
+                solved = self._reached_stop_return(row)
+                logger.log(row)
+                self._count_bad_updates(result.skipped)
+                agreed = self._agree()
+                if agreed.preempted:
+                    self.save_checkpoint()
+                    raise Preempted(
+                        self.preemption.signal_name or "a signal on another rank", self.global_step
+                    )
+                if solved:
+                    break
+                # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
+                healthy = not self.bad_updates_in_a_row
+                if agreed.checkpoint_due and healthy and self.global_step < total_steps:
+                    self.save_checkpoint()
+            self.save_checkpoint()
+        finally:
+            if self.checkpoint_writer is not None:
+                self.checkpoint_writer.close()
+            logger.close()
+            self.runner.close()
+        return row
+
+    # ----------------------------------------------------------------------------- per update
+    def _metrics_row(self, result: IterationResult, **timing: float) -> dict[str, Any]:
+        """One row per update: the runner's numbers averaged (or, for episodes, summed) over all
+        ranks in a single collective."""
+        averaged_keys = sorted(result.averaged)
+        episodes = result.episodes
+        local = [result.averaged[k] for k in averaged_keys]
+        if episodes is not None:
+            local += [episodes.return_sum, episodes.length_sum, episodes.count, episodes.finished]
+        total = self.comm.sum_scalars(local) if local else []
+        row: dict[str, Any] = {"global_step": self.global_step, "update": self.update_index}
+        if episodes is not None:
+            return_sum, length_sum, count, finished = total[len(averaged_keys) :]
+            row["episode_return_mean"] = return_sum / count if count else math.nan
+            row["episode_length_mean"] = length_sum / count if count else math.nan
+            row["episodes"] = int(finished)
+            row["recent_episodes"] = int(count)
+        world_size = self.comm.world_size
+        row.update({k: v / world_size for k, v in zip(averaged_keys, total, strict=False)})
+        row.update(result.replicated)
+        row.update(timing)
+        return row
+
+    def _agree(self) -> Agreement:
+        """A preemption signal on any rank stops every rank; rank 0's clock alone decides
+        time-based checkpoint intervals, and every rank follows it."""
+        local = [float(self.preemption.raised), float(self.comm.is_main and self._checkpoint_due())]
+        preempted, checkpoint_due = self.comm.sum_scalars(local)
+        return Agreement(preempted=preempted > 0, checkpoint_due=checkpoint_due > 0)
+
+    def _count_bad_updates(self, skipped: bool) -> None:
+        """Stop once ``train.max_bad_updates`` updates in a row had non-finite numbers."""
+        self.bad_updates_in_a_row = self.bad_updates_in_a_row + 1 if skipped else 0
+        limit = self.cfg.train.max_bad_updates
+        if self.bad_updates_in_a_row >= limit:
+            raise UserError(
+                f"training stopped at step {self.global_step}: {limit} updates in a row had a non-finite "
+                f"loss, gradient or observation and were skipped (set train.max_bad_updates to allow "
+                f"more); the last good checkpoint in {self.run_dir / 'checkpoints'} is kept"
+            )
+
+    def _checkpoint_due(self) -> bool:
+        step, when = self._last_checkpoint
+        minutes = self.cfg.checkpoint.interval_minutes
+        return self.global_step - step >= self.cfg.checkpoint.interval_steps or (
+            minutes is not None and time.monotonic() - when >= 60 * minutes
+        )
+
+    # ----------------------------------------------------------------------------- stop check
+    def _reached_stop_return(self, row: dict[str, Any]) -> bool:
+        """Evaluate the (identical) policy deterministically, the episodes split over the ranks,
+        and stop every rank on the mean over all of them. A check that reaches the target is
+        confirmed on ``stop_confirm_episodes`` more episodes before training stops."""
+        target = self.cfg.train.stop_return
+        if target is None or self.update_index % self.cfg.train.stop_check_every:
+            return False
+        # Seeds kept apart from eval.seed's so the final `distrl eval` is not the stop test.
+        seed = self.cfg.eval.seed + _STOP_CHECK_SEED_OFFSET
+        episodes = self.cfg.eval.episodes
+        total = self._evaluate_split(episodes, seed)
+        row["stop_check_return"] = total / episodes
+        confirm = self.cfg.train.stop_confirm_episodes
+        if row["stop_check_return"] >= target and confirm:
+            total += self._evaluate_split(confirm, seed + episodes)
+            row["stop_check_return"] = total / (episodes + confirm)
+        return row["stop_check_return"] >= target
+
+    def _evaluate_split(self, episodes: int, seed: int) -> float:
+        """Sum of the returns of ``episodes`` deterministic episodes (episode i seeded ``seed + i``),
+        each rank running its share; every rank gets the same sum."""
+        first, count = even_split(episodes, self.comm.rank, self.comm.world_size)
+        returns = evaluate(self.cfg, self.runner.deployable_policy(), count, seed + first)
+        return self.comm.sum_scalars([sum(returns)])[0]
+
+    def _make_logger(self) -> MetricsLogger:
+        main = self.comm.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            truncate_metrics(self.run_dir, self.global_step)
+        return MetricsLogger(
+            self.run_dir,
+            enabled=main,
+            tensorboard=self.cfg.log.tensorboard,
+            total_steps=self.cfg.train.total_steps,
+            progress=self.cfg.log.progress,
+        )
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> None:
+        """Collective: every rank contributes its RNG state, parameter digest and own state;
+        rank 0 checks the digests agree and writes."""
+        state = self.runner.train_state()
+        mine = {
+            "torch_rng": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
+            "param_sha256": train_state.parameter_digest(state),
+            "runner": self.runner.rank_state(),
+        }
+        ranks = [json.loads(b) for b in self.comm.all_gather_bytes(json.dumps(mine).encode())]
+        digests = {r["param_sha256"] for r in ranks}
+        if len(digests) != 1:
+            raise RuntimeError(f"ranks hold different parameters at step {self.global_step}: {digests}")
+        if self.checkpoint_writer is not None:
+            meta = {
+                "global_step": self.global_step,
+                "update_index": self.update_index,
+                "launch_index": self.launch_index,
+                "world_size": self.comm.world_size,
+                "config": config_to_dict(self.cfg),
+                "ranks": ranks,
+            }
+            self.checkpoint_writer.submit(self.global_step, train_state.state_files(state, meta))
+        self._last_checkpoint = (self.global_step, time.monotonic())
+
+    def _restore(self, files: ckpt.CheckpointFiles) -> None:
+        """Load a checkpoint on every rank (the files came from rank 0); rank r takes rank r's
+        RNG and own state when the saving launch had such a rank."""
+        meta = train_state.restore(self.runner.train_state(), files)
+        self.global_step = meta["global_step"]
+        self.update_index = meta["update_index"]
+        ranks = meta["ranks"]
+        if self.comm.rank < len(ranks):
+            mine = ranks[self.comm.rank]
+            rng = base64.b64decode(mine["torch_rng"])
+            torch.set_rng_state(torch.frombuffer(bytearray(rng), dtype=torch.uint8))
+            self.runner.load_rank_state(mine.get("runner", {}))

@@ -1,0 +1,147 @@
+"""Online DQN's runner: every rank steps its own envs epsilon-greedily into its own replay buffer
+and draws its share of every global batch from it; gradients are averaged across ranks exactly
+as in DD-PPO, so all ranks hold identical online and target networks.
+
+``iteration()`` reads as the algorithm: collect ``rollout_steps`` steps per env -> (once
+``learning_starts`` env steps are in) ``gradient_steps`` gradient steps.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from distrl.algos.dqn import DQN
+from distrl.config import RunConfig
+from distrl.errors import UserError
+from distrl.io.train_state import SavedState, TrainState
+from distrl.models.q_network import GreedyPolicy, QNetwork
+from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, scheduled_learning_rate
+from distrl.runners.episodes import EpisodeTracker
+from distrl.sharding import even_split
+from distrl.storage.replay import ReplayBuffer
+
+
+class OffPolicyRunner(Runner):
+    algorithm = "dqn"
+
+    def __init__(self, ctx: RunContext) -> None:
+        cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
+        self.cfg = cfg
+        self.device = device
+        if cfg.normalize.observations or cfg.normalize.rewards:
+            raise UserError("normalize.observations and normalize.rewards are PPO's: set them false for dqn")
+        if cfg.algo.batch_size < comm.world_size:
+            raise UserError(
+                f"algo.batch_size={cfg.algo.batch_size} counts samples over all ranks and is fewer than the "
+                f"{comm.world_size} ranks; every rank needs at least one sample per gradient step"
+            )
+        self.envs, self.env = rank_envs(ctx)
+        if not isinstance(self.env.action_space, gym.spaces.Discrete):
+            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {self.env.action_space}")
+        obs_dim = self.env.observation_space.shape[0]
+        self.q_network = QNetwork(obs_dim, int(self.env.action_space.n), cfg.model).to(device)
+        comm.broadcast_parameters_(self.q_network)
+        self.algo = DQN(self.q_network, cfg.algo, gradient_sync=comm.sum_gradients_)
+        # The buffer keeps buffer_size transitions over all ranks: the same history per env.
+        capacity = max(math.ceil(cfg.algo.buffer_size / self.envs.global_count), cfg.algo.n_step)
+        self.replay = ReplayBuffer(capacity, self.envs.count, obs_dim, device)
+        self.batch_share = even_split(cfg.algo.batch_size, comm.rank, comm.world_size)[1]
+        self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
+        self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window)
+        self.obs: np.ndarray | None = None
+
+    # ----------------------------------------------------------------------------- the runner
+    def start(self, fresh: bool) -> None:
+        self.obs = self.env.reset()
+
+    def iteration(self, global_step: int) -> IterationResult:
+        start = time.perf_counter()
+        lr = scheduled_learning_rate(self.cfg, global_step)
+        self.algo.set_learning_rate(lr)
+        epsilon = self.epsilon(global_step)
+        self.collect(epsilon)
+        collect_s = time.perf_counter() - start
+        stats: dict[str, float] = {}
+        if global_step + self.steps_per_iteration >= self.cfg.algo.learning_starts:
+            stats = self.learn()
+        skipped = stats.pop("skipped_steps", 0.0)
+        return IterationResult(
+            env_steps=self.steps_per_iteration,
+            averaged={**stats, "collect_share": collect_s / (time.perf_counter() - start)},
+            replicated={"learning_rate": lr, "epsilon": epsilon, "skipped_steps": skipped},
+            episodes=self.episodes.stats(),
+            skipped=skipped > 0,
+        )
+
+    def train_state(self) -> TrainState:
+        return TrainState(
+            self.algorithm,
+            self.env.observation_space,
+            self.env.action_space,
+            {"q_network": self.q_network, "target_network": self.algo.target_network},
+            {"q_network": self.algo.optimizer},
+        )
+
+    def deployable_policy(self) -> nn.Module:
+        return GreedyPolicy(self.q_network)
+
+    @classmethod
+    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
+        q_network = QNetwork(saved.observation_space.shape[0], int(saved.action_space.n), cfg.model)
+        q_network.load_state_dict(saved.module_tensors("q_network"))
+        return GreedyPolicy(q_network)
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ----------------------------------------------------------------------------- collect, learn
+    @torch.no_grad()
+    def collect(self, epsilon: float) -> None:
+        """``rollout_steps`` epsilon-greedy steps of every env into the replay buffer."""
+        obs = self.obs
+        for _ in range(self.cfg.algo.rollout_steps):
+            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            actions = self.q_network(obs_t).argmax(dim=-1)
+            explore = torch.rand(actions.shape, device=self.device) < epsilon
+            random_actions = torch.randint(self.q_network.num_actions, actions.shape, device=self.device)
+            actions = torch.where(explore, random_actions, actions)
+            result = self.env.step(actions.cpu().numpy())
+            ended = np.logical_or(result.terminated, result.truncated)
+            self.episodes.step(result.reward, ended)
+            # final_obs is the observation each step led to, also for episodes that just ended.
+            self.replay.add(
+                obs_t,
+                actions,
+                torch.as_tensor(result.reward, dtype=torch.float32, device=self.device),
+                torch.as_tensor(result.final_obs, dtype=torch.float32, device=self.device),
+                torch.as_tensor(result.terminated, device=self.device),
+                torch.as_tensor(ended, device=self.device),
+            )
+            obs = result.obs
+        self.obs = obs
+
+    def learn(self) -> dict[str, float]:
+        """``gradient_steps`` steps, each on this rank's share of a global batch; mean statistics."""
+        cfg = self.cfg.algo
+        totals: dict[str, float] = {}
+        for _ in range(cfg.gradient_steps):
+            batch = self.replay.sample(self.batch_share, cfg.n_step, cfg.gamma)
+            for key, value in self.algo.gradient_step(batch).items():
+                totals[key] = totals.get(key, 0.0) + value
+        skipped = totals.pop("skipped_steps")
+        return {"skipped_steps": skipped, **{k: v / cfg.gradient_steps for k, v in totals.items()}}
+
+    def epsilon(self, global_step: int) -> float:
+        """Linear from ``exploration_initial_eps`` to ``exploration_final_eps`` over the first
+        ``exploration_fraction`` of ``train.total_steps`` (global steps: the same on every rank)."""
+        cfg = self.cfg.algo
+        progress = min(global_step / (cfg.exploration_fraction * self.cfg.train.total_steps), 1.0)
+        return cfg.exploration_initial_eps + progress * (
+            cfg.exploration_final_eps - cfg.exploration_initial_eps
+        )

@@ -1,0 +1,64 @@
+"""An exported policy file gives the same actions as distrl's own policy on a batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+
+from distrl.evaluate import load_policy
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, REPO, distrl
+
+PENDULUM = REPO / "configs" / "pendulum_ppo.yaml"
+SHORT = ["--total-steps", "1024", "train.stop_return=null", "log.tensorboard=false"]
+CASES = {
+    "ppo-discrete": (CARTPOLE, []),
+    # Normalised observations and clipped actions: both must travel inside the file.
+    "ppo-continuous": (PENDULUM, ["env.num_envs=2", "algo.rollout_steps=256"]),
+    "dqn": (CARTPOLE_DQN, ["algo.learning_starts=256", "algo.gradient_steps=4"]),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    config, overrides = CASES[request.param]
+    run_dir = tmp_path_factory.mktemp(request.param)
+    result = distrl("train", "--config", str(config), "--run-dir", str(run_dir), *SHORT, *overrides)
+    assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+def observations(obs_dim: int) -> torch.Tensor:
+    # Wide enough that a continuous policy's mean leaves the action bounds for some rows.
+    return torch.randn(64, obs_dim, generator=torch.Generator().manual_seed(0)) * 5
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_exported_file_acts_like_distrl(trained: Path, tmp_path: Path, fmt: str) -> None:
+    out = tmp_path / f"policy.{'pt' if fmt == 'torchscript' else 'onnx'}"
+    result = distrl("export", "--checkpoint", str(trained), "--format", fmt, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    loaded = load_policy(trained)
+    obs = observations(loaded.obs_dim)
+    with torch.no_grad():
+        expected = loaded.policy(obs).numpy()
+    if fmt == "torchscript":
+        actions = torch.jit.load(str(out))(obs).numpy()
+    else:
+        session = onnxruntime.InferenceSession(str(out))
+        actions = session.run(None, {"obs": obs.numpy()})[0]
+    assert actions.shape == expected.shape and actions.dtype == expected.dtype
+    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_export_to_an_unwritable_place_is_one_line(trained: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = distrl(
+        "export", "--checkpoint", str(trained), "--format", "torchscript", "--out", str(blocker / "x")
+    )
+    assert result.returncode == 2 and result.stderr.startswith("distrl: error: --out")
+    assert len(result.stderr.strip().splitlines()) == 1
