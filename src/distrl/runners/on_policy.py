@@ -257,8 +257,9 @@ class OnPolicyRunner(Runner):
         self.discounted_return = self.discounted_return * self.cfg.algo.gamma + rewards
         self.raw_returns[t] = self.discounted_return
         self.discounted_return[dones] = 0.0
-        scaled = self.return_rms.scale(torch.as_tensor(rewards), self.cfg.normalize.clip)
-        return scaled.numpy()
+        # The statistics live on the rank's device; the env's rewards come back as numpy.
+        scaled = self.return_rms.scale(torch.as_tensor(rewards, device=self.device), self.cfg.normalize.clip)
+        return scaled.cpu().numpy()
 
     def _update_return_stats(self, steps: int) -> None:
         if self.return_rms is not None:
