@@ -8,7 +8,7 @@ exchange) in three ways and counts steps per second:
     sockets, the transport DD-PPO's gradient sync uses), as DD-PPO's ranks meet at every
     minibatch (k=1, ~2 ms apart) and after every rollout (k=10, ~20 ms apart), once sleeping in
     select() while waiting and once busy-polling for up to 50 ms first (distrl's default,
-    ``train.sync_spin_ms``).
+    ``comm.sync_spin_ms``).
 Lockstep / free is what waiting for the slower process costs when the cores' speed varies over
 time independently of each other (a busy hypervisor, sibling hyperthreads on the host): the
 exchanged data is one float, so it measures the waiting, not the transfer. The runs are

@@ -16,12 +16,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_ranks(target: Callable[..., None], world_size: int, *args: Any, timeout_s: float = 120) -> None:
-    """Call ``target(comm, *args)`` on each rank; fail if any rank fails or hangs."""
+def run_ranks(
+    target: Callable[..., None], world_size: int, *args: Any, timeout_s: float = 120, cpu_sum: str = "auto"
+) -> None:
+    """Call ``target(comm, *args)`` on each rank; fail if any rank fails or hangs.
+    ``cpu_sum``: the sum transport (``comm.cpu_sum``: auto, gloo or socket)."""
     port = free_port()
     ctx = mp.get_context("spawn")
     procs = [
-        ctx.Process(target=_rank_main, args=(target, rank, world_size, port, args))
+        ctx.Process(target=_rank_main, args=(target, rank, world_size, port, cpu_sum, args))
         for rank in range(world_size)
     ]
     for p in procs:
@@ -35,8 +38,12 @@ def run_ranks(target: Callable[..., None], world_size: int, *args: Any, timeout_
     assert codes == [0] * world_size, f"rank exit codes {codes}"
 
 
-def _rank_main(target: Callable[..., None], rank: int, world_size: int, port: int, args: tuple) -> None:
+def _rank_main(
+    target: Callable[..., None], rank: int, world_size: int, port: int, cpu_sum: str, args: tuple
+) -> None:
     import torch
+
+    from distrl.config import CommConfig
 
     torch.set_num_threads(1)
     topology = Topology(
@@ -47,7 +54,7 @@ def _rank_main(target: Callable[..., None], rank: int, world_size: int, port: in
         local_world_size=world_size,
         master_port=port,
     )
-    comm = connect(topology, torch.device("cpu"), timeout_s=60)
+    comm = connect(topology, torch.device("cpu"), CommConfig(timeout_s=60, cpu_sum=cpu_sum))
     try:
         target(comm, *args)
     finally:

@@ -64,3 +64,16 @@ def test_a_pair_of_alternatives_takes_one() -> None:
         load_config(None, ["algo.minibatch_size=64", "algo.num_minibatches=4"])
     cfg = load_config(None, ["algo.minibatch_size=null", "algo.num_minibatches=4"])
     assert (cfg.algo.minibatch_size, cfg.algo.num_minibatches) == (None, 4)
+
+
+def test_transport_keys_moved_to_comm_are_still_read_with_a_warning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = load_config(None, ["train.timeout_s=42", "train.sync_spin_ms=0"])
+    assert (cfg.comm.timeout_s, cfg.comm.sync_spin_ms) == (42.0, 0.0)
+    err = capsys.readouterr().err
+    assert "train.timeout_s is deprecated; it is now comm.timeout_s" in err
+    assert "train.sync_spin_ms is deprecated; it is now comm.sync_spin_ms" in err
+    assert load_config(None, ["comm.cpu_sum=gloo"]).comm.cpu_sum == "gloo"
+    with pytest.raises(UserError, match="comm.cpu_sum: Input should be 'auto', 'gloo' or 'socket'"):
+        load_config(None, ["comm.cpu_sum=mpi"])

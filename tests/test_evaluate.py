@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import distrl.envs
 from distrl.evaluate import load_policy
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import FORMAT_VERSION
@@ -38,7 +37,8 @@ def test_policy_is_rebuilt_without_an_env(
     def no_env(*args: object, **kwargs: object) -> None:
         raise AssertionError("loading a policy must not build an env")
 
-    monkeypatch.setattr(distrl.envs, "make_vec_env", no_env)
+    for module in ("distrl.envs", "distrl.evaluate", "distrl.runners.base"):
+        monkeypatch.setattr(f"{module}.make_vec_env", no_env)
     loaded = load_policy(tmp_path)
     obs_dim = state["observation_space"]["shape"][0]
     actions = loaded.policy(torch.randn(5, obs_dim))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from distrl.errors import PeerFailure, UserError
+from distrl.socket_sum import CollectiveMismatch
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-steps", type=int, help="env steps summed over all ranks")
     parser.add_argument("--num-envs", type=int, help="envs summed over all ranks (env.num_envs)")
     parser.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
-    parser.add_argument("--network-interface", help="interface for collectives (train.network_interface)")
+    parser.add_argument("--network-interface", help="interface for collectives (comm.network_interface)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --run-dir")
     parser.add_argument(
@@ -74,7 +75,7 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "train.total_steps": args.total_steps,
         "env.num_envs": args.num_envs,
         "train.device": args.device,
-        "train.network_interface": args.network_interface,
+        "comm.network_interface": args.network_interface,
     }
     # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
     return [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
@@ -131,7 +132,7 @@ def command_train_process(args: argparse.Namespace) -> int:
     # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
     resume = args.resume or topology.restart_count > 0
 
-    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface, cfg.train.sync_spin_ms)
+    comm = connect(topology, device, cfg.comm)
     try:
         payload = comm.run_on_main(
             lambda: prepare_run_dir(run_dir, cfg, resume, must_resume=args.resume, overwrite=args.overwrite)
@@ -168,7 +169,7 @@ def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
     from distrl.seeding import env_seeds
     from distrl.sharding import shard_envs
 
-    comm = connect(topology, device, cfg.train.timeout_s, cfg.train.network_interface, cfg.train.sync_spin_ms)
+    comm = connect(topology, device, cfg.comm)
     try:
         mine = {
             "rank": comm.rank,
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"distrl: error: {exc}", file=sys.stderr)
         return 2
-    except PeerFailure as exc:
+    except (PeerFailure, CollectiveMismatch) as exc:
         print(f"distrl: error: {exc}", file=sys.stderr)
         return 3
 

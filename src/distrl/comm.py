@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.errors import PeerFailure, UserError
-from distrl.socket_sum import SocketSum, recursive_doubling_fits
+from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
 
 
 class Comm:
@@ -138,11 +138,13 @@ def _collective(method: Callable) -> Callable:
     def wrapper(self: TorchComm, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except (RuntimeError, dist.DistError, OSError) as exc:
+        except (dist.DistError, *TRANSPORT_ERRORS) as exc:
+            # Only a failed transport (closed, reset, timed out, unreachable) or gloo's report of
+            # one; anything else is a bug and keeps its traceback.
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PeerFailure(
                 f"rank {self.rank}: {method.__name__} failed; another rank died, hung past "
-                f"train.timeout_s or became unreachable ({detail})"
+                f"comm.timeout_s or became unreachable ({detail})"
             ) from None
 
     return wrapper

@@ -9,6 +9,7 @@ config means the same training on any number of ranks; ``rollout_steps`` is per 
 from __future__ import annotations
 
 import difflib
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -87,14 +88,6 @@ class TrainConfig(Section):
     """Recent training episodes per rank averaged into the logged ``episode_return_mean``."""
     torch_threads: PositiveInt = 1
     """Intra-op threads per rank on CPU; one per rank keeps ranks from fighting over cores."""
-    timeout_s: PositiveFloat = 300.0
-    """Process-group timeout: a collective waiting longer than this fails instead of hanging."""
-    network_interface: str | None = None
-    """Interface for gloo/NCCL traffic (e.g. ib0); default: the one that routes to the master."""
-    sync_spin_ms: float | None = Field(None, ge=0.0)
-    """How long a rank waiting in a CPU sum polls before it sleeps (distrl's socket sums). Unset:
-    50 ms when every rank of the node has a core of its own, else 0 (spinning would take the
-    core from the rank it waits for)."""
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""
@@ -103,6 +96,23 @@ class TrainConfig(Section):
     finished collecting, the others stop collecting (after at least a quarter of their
     rollout) and the update weighs each rank by the samples it has. With N ranks it acts once
     ceil(threshold * N) < N ranks are done, e.g. 0.6 on 4+ ranks, 0.5 on 2."""
+
+
+class CommConfig(Section):
+    """How ranks talk: the transport for CPU sums, timeouts, the network interface."""
+
+    cpu_sum: Literal["auto", "gloo", "socket"] = "auto"
+    """Sums on CPU ranks (gradients, metrics): ``socket`` over distrl's own authenticated TCP
+    connections (power-of-two groups only), ``gloo`` over gloo's collectives, ``auto`` the
+    sockets where they fit and gloo elsewhere. GPU ranks always use NCCL."""
+    timeout_s: PositiveFloat = 300.0
+    """Process-group timeout: a collective waiting longer than this fails instead of hanging."""
+    network_interface: str | None = None
+    """Interface for gloo/NCCL traffic (e.g. ib0); default: the one that routes to the master."""
+    sync_spin_ms: float | None = Field(None, ge=0.0)
+    """How long a rank waiting in a CPU sum polls before it sleeps (distrl's socket sums). Unset:
+    50 ms when every rank of the node has a core of its own, else 0 (spinning would take the
+    core from the rank it waits for)."""
 
 
 class CheckpointConfig(Section):
@@ -137,6 +147,7 @@ class RunConfig(Section):
     """The algorithm's own section, chosen by ``algo.name`` (``ALGORITHM_CONFIGS``; ppo when unset)."""
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    comm: CommConfig = Field(default_factory=CommConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -160,14 +171,22 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     return config_from_dict(data, source=str(path) if path else "config")
 
 
+MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_interface", "sync_spin_ms")}
+"""Keys that moved to another section: still read from the old place, with a warning."""
+
+
 def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     """Validate a plain dict, turning pydantic's report into one line that names the key."""
+    data = _move_deprecated_keys(data, source)
     _check_unknown_keys(data, RunConfig, prefix="")
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
+        loc = list(err["loc"])
+        if loc[:1] == ["algo"] and len(loc) > 1 and loc[1] in ALGORITHM_CONFIGS:
+            del loc[1]  # pydantic names the union member: the user wrote algo.<key>
+        key = ".".join(str(p) for p in loc)
         if err["type"] == "value_error":  # our own validators' messages say it all
             raise UserError(f"{source}: {key}: {err['msg'].removeprefix('Value error, ')}") from None
         raise UserError(f"{source}: {key}: {err['msg']} (got {err.get('input')!r})") from None
@@ -231,6 +250,18 @@ def _check_unknown_keys(data: Any, model: type[BaseModel], prefix: str) -> None:
             annotation = _algorithm_config(value)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             _check_unknown_keys(value, annotation, prefix=f"{prefix}{key}.")
+
+
+def _move_deprecated_keys(data: dict[str, Any], source: str) -> dict[str, Any]:
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for old, new in MOVED_KEYS.items():
+        old_section, key = old.split(".")
+        new_section = new.split(".")[0]
+        if isinstance(data.get(old_section), dict) and key in data[old_section]:
+            value = data[old_section].pop(key)
+            data.setdefault(new_section, {}).setdefault(key, value)
+            print(f"distrl: warning: {source}: {old} is deprecated; it is now {new}", file=sys.stderr)
+    return data
 
 
 def _algorithm_config(section: Any) -> type[Section]:

@@ -83,10 +83,29 @@ def _rank_update(comm: Comm, continuous: bool, split: int, out: Path) -> None:
     np.save(out / f"rank{comm.rank}.npy", flat_params(policy))
 
 
-@pytest.mark.parametrize("split", [TOTAL // 2, 61], ids=["equal-parts", "unequal-parts"])
-@pytest.mark.parametrize("continuous", [False, True], ids=["categorical", "gaussian"])
+CASE_NAMES = {False: "categorical", True: "gaussian", TOTAL // 2: "equal-parts", 61: "unequal-parts"}
+
+
+@pytest.mark.parametrize(
+    ("continuous", "split", "cpu_sum"),
+    [
+        (False, TOTAL // 2, "socket"),
+        (False, 61, "socket"),
+        (True, TOTAL // 2, "socket"),
+        (True, 61, "socket"),
+        # The same math over gloo's collectives (comm.cpu_sum=gloo, the fallback for other groups).
+        (False, 61, "gloo"),
+        (True, 61, "gloo"),
+    ],
+    ids=lambda v: {
+        False: "categorical",
+        True: "gaussian",
+        TOTAL // 2: "equal-parts",
+        61: "unequal-parts",
+    }.get(v, v),
+)
 def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
-    tmp_path: Path, continuous: bool, split: int
+    tmp_path: Path, continuous: bool, split: int, cpu_sum: str
 ) -> None:
     policy = make_policy(continuous)
     before = flat_params(policy)
@@ -96,7 +115,7 @@ def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
     PPO(policy, CFG, MINIBATCHES).update(batch, sampler)
     expected = flat_params(policy)
 
-    run_ranks(_rank_update, 2, continuous, split, tmp_path)
+    run_ranks(_rank_update, 2, continuous, split, tmp_path, cpu_sum=cpu_sum)
     rank0, rank1 = (np.load(tmp_path / f"rank{r}.npy") for r in range(2))
     np.testing.assert_array_equal(rank0, rank1)  # bit-identical across ranks
     assert np.abs(expected - before).max() > 1e-3  # the update really moved the weights

@@ -195,7 +195,7 @@ def test_host_cut_off_mid_run_fails_the_other_host_within_the_timeout(hosts: Hos
     procs = []
     for i in range(2):
         cmd = torchrun(tmp_path / f"host{i}", f"--node_rank={i}", *static)
-        cmd += ["--total-steps", "100000000", f"train.timeout_s={timeout_s}"]
+        cmd += ["--total-steps", "100000000", f"comm.timeout_s={timeout_s}"]
         procs.append(hosts.start(i, cmd, cluster_names=False))
     survivor = procs[0]
     metrics = tmp_path / "host0" / "metrics.jsonl"
@@ -214,4 +214,4 @@ def test_host_cut_off_mid_run_fails_the_other_host_within_the_timeout(hosts: Hos
         kill_all(procs)
     assert survivor.returncode != 0
     assert elapsed < timeout_s + 30, f"took {elapsed:.0f} s"
-    assert "another rank died, hung past train.timeout_s or became unreachable" in stderr, stderr[-3000:]
+    assert "another rank died, hung past comm.timeout_s or became unreachable" in stderr, stderr[-3000:]

@@ -31,7 +31,7 @@ def start_slurm_style_ranks(run_dir: Path) -> list[subprocess.Popen]:
         }
         cmd = [
             sys.executable, "-m", "distrl.train", "--config", str(CARTPOLE), "--run-dir", str(run_dir),
-            "--total-steps", "100000000", "train.stop_return=null", f"train.timeout_s={TIMEOUT_S}",
+            "--total-steps", "100000000", "train.stop_return=null", f"comm.timeout_s={TIMEOUT_S}",
             "--distributed",
         ]  # fmt: skip
         procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
@@ -57,6 +57,6 @@ def test_survivor_fails_clearly_within_the_timeout(tmp_path: Path, fault: signal
     assert survivor.returncode == 3, stderr[-2000:]
     lines = stderr.strip().splitlines()
     assert lines[-1].startswith("distrl: error: rank 0: ")
-    assert "another rank died, hung past train.timeout_s or became unreachable" in lines[-1]
+    assert "another rank died, hung past comm.timeout_s or became unreachable" in lines[-1]
     assert "Traceback" not in stderr
     assert json.loads(metrics.read_text().splitlines()[-1])["global_step"] > 0

@@ -1,12 +1,16 @@
 """Rollout collection and what the update takes from it: truncated episodes bootstrap from their
 final observation; advantages are standardised over the global rollout."""
 
+import math
+
 import torch
 
 from distrl.comm import Comm
 from distrl.config import load_config
+from distrl.runners import build_training
 from distrl.runners.base import RunContext
 from distrl.runners.on_policy import OnPolicyRunner, advantage_sums, normalize_advantages
+from tests.helpers import REPO
 
 
 def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None:
@@ -40,3 +44,21 @@ def test_advantages_normalised_from_summed_moments_match_the_two_pass_statistics
     normalized = normalize_advantages(adv, *advantage_sums(adv))
     expected = (adv.double() - adv.double().mean()) / adv.double().std()
     torch.testing.assert_close(normalized.double(), expected, rtol=0, atol=1e-5)
+
+
+def test_every_normaliser_path_runs_on_the_machines_device(tmp_path) -> None:
+    """Observation and reward normalisation on cuda when the machine has it, else the CPU: the
+    statistics live on the rank's device while env rewards come back as numpy."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = load_config(
+        REPO / "configs" / "pendulum_ppo.yaml",
+        ["env.num_envs=2", "algo.rollout_steps=64", "train.total_steps=512", "log.tensorboard=false"],
+    )
+    assert cfg.normalize.observations and cfg.normalize.rewards
+    loop = build_training(cfg, Comm(), device, tmp_path)
+    row = loop.run()
+    runner = loop.runner
+    assert row["global_step"] == 512 and math.isfinite(row["value_loss"])
+    # The first reset's 2 observations count too; returns count only the 512 steps.
+    for rms, count in ((runner.obs_rms, 514), (runner.return_rms, 512)):
+        assert rms.mean.device.type == device.type and float(rms.count) == count

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.comm import Comm, TorchComm
+from distrl.config import CommConfig
 from distrl.errors import PeerFailure, UserError
 from distrl.launch.network import choose_interface, interface_address
 from distrl.launch.topology import Topology
@@ -34,22 +35,18 @@ def resolve_device(requested: str, topology: Topology) -> torch.device:
 
 
 AUTO_SPIN_S = 0.05
-"""Default busy-poll time of a waiting rank (``train.sync_spin_ms``), long enough to cover the
+"""Default busy-poll time of a waiting rank (``comm.sync_spin_ms``), long enough to cover the
 wait for a peer still collecting its rollout."""
 
 
-def connect(
-    topology: Topology,
-    device: torch.device,
-    timeout_s: float,
-    network_interface: str | None = None,
-    sync_spin_ms: float | None = None,
-) -> Comm:
+def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> Comm:
     """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
     if not topology.is_distributed:
         return Comm()
-    interface = choose_interface(topology.master_addr, network_interface, topology.num_nodes > 1)
+    timeout_s = cfg.timeout_s
+    interface = choose_interface(topology.master_addr, cfg.network_interface, topology.num_nodes > 1)
     backend = "nccl" if device.type == "cuda" else "gloo"
+    use_sockets = _uses_socket_sum(cfg.cpu_sum, backend, topology.world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
@@ -66,32 +63,38 @@ def connect(
         world_size=topology.world_size,
         timeout=timeout,
     )
-    spin_s = sync_spin_s(topology, sync_spin_ms)
-    return TorchComm(device, store, _socket_sum(store, topology, backend, interface, timeout_s, spin_s))
+    socket_sum = None
+    if use_sockets:
+        spin_s = sync_spin_s(topology, cfg.sync_spin_ms)
+        socket_sum = _socket_sum(store, topology, interface, timeout_s, spin_s)
+    return TorchComm(device, store, socket_sum)
+
+
+def _uses_socket_sum(cpu_sum: str, backend: str, world_size: int) -> bool:
+    """``comm.cpu_sum``: sockets for gloo groups of 2^k ranks unless gloo was asked for."""
+    fits = backend == "gloo" and recursive_doubling_fits(world_size)
+    if cpu_sum == "socket" and not fits:
+        raise UserError(
+            f"comm.cpu_sum=socket needs CPU ranks in a power-of-two group, not {world_size} "
+            f"{backend} ranks; use comm.cpu_sum=auto or gloo"
+        )
+    return fits and cpu_sum != "gloo"
 
 
 def sync_spin_s(topology: Topology, requested_ms: float | None) -> float:
-    """``train.sync_spin_ms`` in seconds; unset: spin only while every rank of the node has a core."""
+    """``comm.sync_spin_ms`` in seconds; unset: spin only while every rank of the node has a core."""
     if requested_ms is not None:
         return requested_ms / 1000.0
     return AUTO_SPIN_S if topology.local_world_size <= len(os.sched_getaffinity(0)) else 0.0
 
 
 def _socket_sum(
-    store: dist.Store,
-    topology: Topology,
-    backend: str,
-    interface: str | None,
-    timeout_s: float,
-    spin_s: float,
-) -> SocketSum | None:
+    store: dist.Store, topology: Topology, interface: str | None, timeout_s: float, spin_s: float
+) -> SocketSum:
     """Direct sockets for the sums of a power-of-two gloo group, on the collectives' interface."""
-    world_size = topology.world_size
-    if backend != "gloo" or not recursive_doubling_fits(world_size):
-        return None
     host = (interface and interface_address(interface)) or "127.0.0.1"
     try:
-        return SocketSum(store, topology.rank, world_size, host, timeout_s, spin_s)
+        return SocketSum(store, topology.rank, topology.world_size, host, timeout_s, spin_s)
     except (OSError, RuntimeError) as exc:  # a peer gone between the group's start and this
         raise PeerFailure(
             f"rank {topology.rank}: could not connect to its peers' sum sockets from {host}; another "
