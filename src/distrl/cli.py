@@ -49,6 +49,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="train.seed")
     parser.add_argument("--total-steps", type=int, help="env steps summed over all ranks")
     parser.add_argument("--num-envs", type=int, help="envs summed over all ranks (env.num_envs)")
+    parser.add_argument("--data", help="learn from this logged dataset (data.path) instead of envs")
     parser.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
     parser.add_argument("--network-interface", help="interface for collectives (comm.network_interface)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
@@ -74,6 +75,7 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "train.seed": args.seed,
         "train.total_steps": args.total_steps,
         "env.num_envs": args.num_envs,
+        "data.path": args.data,
         "train.device": args.device,
         "comm.network_interface": args.network_interface,
     }
@@ -234,6 +236,39 @@ def command_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", required=True, help="discrete-action Gymnasium env id or module:Class")
+    parser.add_argument(
+        "--policy",
+        default="random",
+        help="random | epsilon-greedy:CHECKPOINT:EPS | checkpoint:CHECKPOINT (default random)",
+    )
+    parser.add_argument("--steps", required=True, type=int, help="transitions to log")
+    parser.add_argument("--out", required=True, type=Path, help="new (or empty) dataset directory")
+    parser.add_argument("--rows-per-file", type=int, default=10_000, help="rows per Parquet file")
+    parser.add_argument("--num-envs", type=int, default=8, help="envs stepped side by side")
+    parser.add_argument("--seed", type=int, default=1, help="env i is seeded seed + i; actions too")
+
+
+def command_collect(args: argparse.Namespace) -> int:
+    from distrl.config import EnvConfig
+    from distrl.data.collect import collect_dataset
+    from distrl.envs import check_env
+
+    for flag, value in (
+        ("--steps", args.steps),
+        ("--rows-per-file", args.rows_per_file),
+        ("--num-envs", args.num_envs),
+    ):
+        if value < 1:
+            raise UserError(f"{flag} {value}: must be at least 1")
+    env_cfg = EnvConfig(id=args.env, num_envs=args.num_envs)
+    check_env(env_cfg)
+    files = collect_dataset(env_cfg, args.policy, args.steps, args.out, args.rows_per_file, args.seed)
+    print(f"distrl: wrote {args.steps} transitions of {args.env} in {files} file(s) to {args.out}")
+    return 0
+
+
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
     parser.add_argument("--format", required=True, choices=["torchscript", "onnx"], help="file format")
@@ -260,6 +295,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         takes_overrides=True,
     ),
     "eval": Subcommand("evaluate a checkpoint deterministically", add_eval_arguments, command_eval),
+    "collect": Subcommand(
+        "log transitions of a discrete-action env to Parquet (ReAgent's columns)",
+        add_collect_arguments,
+        command_collect,
+    ),
     "export": Subcommand(
         "write a checkpoint's deterministic policy as one TorchScript or ONNX file",
         add_export_arguments,

@@ -115,6 +115,20 @@ class CommConfig(Section):
     core from the rank it waits for)."""
 
 
+class DataConfig(Section):
+    """Logged transitions to learn from instead of envs (offline DQN)."""
+
+    path: str | None = None
+    """A directory of Parquet files with ReAgent's columns (``distrl collect`` writes them);
+    unset: learn online from envs. ``--data DIR`` sets it. ``train.total_steps`` then counts
+    logged transitions trained on, summed over all ranks."""
+    on_bad_row: Literal["error", "skip"] = "error"
+    """A malformed row (wrong length, NaN, propensity outside (0, 1], impossible action) stops
+    the run with its file, row and column, or is dropped and counted (``skipped_rows``)."""
+    shuffle_buffer: PositiveInt = 50_000
+    """Rows a rank holds at most while it shuffles its part of the dataset."""
+
+
 class CheckpointConfig(Section):
     interval_steps: PositiveInt = 50_000
     """Write a checkpoint every this many global env steps (and always at the end)."""
@@ -148,6 +162,7 @@ class RunConfig(Section):
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     comm: CommConfig = Field(default_factory=CommConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -88,9 +88,10 @@ class DQN:
             group["lr"] = lr
 
     def gradient_step(self, batch: TransitionBatch) -> dict[str, float]:
-        """One synchronised step on this rank's share of the global batch; then, every
-        ``target_update_interval`` steps, the target update."""
-        loss, stats = self.loss(batch)
+        """One synchronised step on this rank's share of the global batch (which may be empty:
+        the rank then joins the step with no samples); then, every ``target_update_interval``
+        steps, the target update."""
+        loss, stats = self.loss(batch) if len(batch) else (None, {})
         grad_norm = self.grads.step(
             loss, self.optimizer, self.gradient_sync, len(batch), self.cfg.max_grad_norm
         )
@@ -115,11 +116,19 @@ class DQN:
         q_taken = q_all.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
             next_target = self.target_network(batch.next_obs)
+            mask = batch.next_action_mask
             if cfg.double_q:
-                next_actions = self.q_network(batch.next_obs).argmax(dim=-1, keepdim=True)
+                next_online = self.q_network(batch.next_obs)
+                if mask is not None:  # only actions possible in the next state compete
+                    next_online = next_online.masked_fill(~mask, -torch.inf)
+                next_actions = next_online.argmax(dim=-1, keepdim=True)
                 next_value = next_target.gather(-1, next_actions).squeeze(-1)
             else:
+                if mask is not None:
+                    next_target = next_target.masked_fill(~mask, -torch.inf)
                 next_value = next_target.max(dim=-1).values
+            # A terminal row's value is never used; keep its -inf (no possible action) out of the sum.
+            next_value = torch.where(batch.terminated, 0.0, next_value)
             discount = cfg.gamma ** batch.steps.to(next_value.dtype)
             target = batch.returns + discount * (~batch.terminated) * next_value
         td_loss = F.smooth_l1_loss(q_taken, target) if cfg.loss == "huber" else F.mse_loss(q_taken, target)

@@ -47,7 +47,7 @@ class FlatGradients:
 
     def step(
         self,
-        loss: torch.Tensor,
+        loss: torch.Tensor | None,
         optimizer: torch.optim.Optimizer,
         sync: GradientSync | None,
         weight: float,
@@ -56,9 +56,11 @@ class FlatGradients:
         """One synchronised optimiser step on ``loss`` (a mean over ``weight`` local samples):
         backward, cross-rank sample-weighted average, global-norm clip, step. Returns the norm,
         or NaN when it is not finite: the norm is taken after the sync, so a NaN/inf on any rank
-        (it spreads through the average) makes every rank skip the same step."""
+        (it spreads through the average) makes every rank skip the same step. ``loss`` None: this
+        rank has no samples for the step and joins the sync with weight 0."""
         self.zero_()
-        loss.backward()
+        if loss is not None:
+            loss.backward()
         if sync is not None:
             self.average_(sync, weight)
         grad_norm = self.clip_norm_(max_grad_norm)

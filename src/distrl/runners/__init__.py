@@ -14,16 +14,21 @@ from distrl.io.train_state import launch_index
 from distrl.runners.base import RunContext, Runner
 from distrl.runners.loop import TrainingLoop
 from distrl.runners.off_policy import OffPolicyRunner
+from distrl.runners.offline import OfflineRunner
 from distrl.runners.on_policy import OnPolicyRunner
 
 RUNNERS: dict[str, type[Runner]] = {"ppo": OnPolicyRunner, "dqn": OffPolicyRunner}
-"""``algo.name`` -> the runner that trains it."""
+"""``algo.name`` -> the runner that trains it from envs."""
+OFFLINE_RUNNERS: dict[str, type[Runner]] = {"dqn": OfflineRunner}
+"""``algo.name`` -> the runner that trains it from logged data (``data.path``)."""
 
 
-def runner_class(algorithm: str) -> type[Runner]:
-    if algorithm not in RUNNERS:
-        raise UserError(f"algorithm {algorithm!r} has no runner here (known: {', '.join(RUNNERS)})")
-    return RUNNERS[algorithm]
+def runner_class(algorithm: str, offline: bool = False) -> type[Runner]:
+    runners = OFFLINE_RUNNERS if offline else RUNNERS
+    if algorithm not in runners:
+        where = "from logged data (data.path)" if offline else "online"
+        raise UserError(f"algo.name={algorithm} does not train {where}; known: {', '.join(runners)}")
+    return runners[algorithm]
 
 
 def build_training(
@@ -35,4 +40,5 @@ def build_training(
 ) -> TrainingLoop:
     """The config's runner inside the shared loop, fresh or resumed from ``checkpoint``."""
     ctx = RunContext(cfg, comm, device, launch_index(checkpoint))
-    return TrainingLoop(ctx, runner_class(cfg.algo.name)(ctx), run_dir, checkpoint)
+    runner = runner_class(cfg.algo.name, offline=cfg.data.path is not None)
+    return TrainingLoop(ctx, runner(ctx), run_dir, checkpoint)

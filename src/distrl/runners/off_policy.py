@@ -27,13 +27,16 @@ from distrl.sharding import even_split
 from distrl.storage.replay import ReplayBuffer
 
 
-class OffPolicyRunner(Runner):
+class QLearningRunner(Runner):
+    """What online and offline DQN share: the Q-network and its learner, checkpoint contents, and
+    the greedy policy."""
+
     algorithm = "dqn"
 
-    def __init__(self, ctx: RunContext) -> None:
-        cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
-        self.cfg = cfg
-        self.device = device
+    def __init__(
+        self, ctx: RunContext, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
+    ) -> None:
+        cfg, comm = ctx.cfg, ctx.comm
         if cfg.normalize.observations or cfg.normalize.rewards:
             raise UserError("normalize.observations and normalize.rewards are PPO's: set them false for dqn")
         if cfg.algo.batch_size < comm.world_size:
@@ -41,17 +44,56 @@ class OffPolicyRunner(Runner):
                 f"algo.batch_size={cfg.algo.batch_size} counts samples over all ranks and is fewer than the "
                 f"{comm.world_size} ranks; every rank needs at least one sample per gradient step"
             )
-        self.envs, self.env = rank_envs(ctx)
-        if not isinstance(self.env.action_space, gym.spaces.Discrete):
-            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {self.env.action_space}")
-        obs_dim = self.env.observation_space.shape[0]
-        self.q_network = QNetwork(obs_dim, int(self.env.action_space.n), cfg.model).to(device)
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {action_space}")
+        self.cfg = cfg
+        self.device = ctx.device
+        self.observation_space, self.action_space = observation_space, action_space
+        self.q_network = QNetwork(observation_space.shape[0], int(action_space.n), cfg.model).to(ctx.device)
         comm.broadcast_parameters_(self.q_network)
         self.algo = DQN(self.q_network, cfg.algo, gradient_sync=comm.sum_gradients_)
+        self.batch_share = even_split(cfg.algo.batch_size, comm.rank, comm.world_size)[1]
+
+    def train_state(self) -> TrainState:
+        return TrainState(
+            self.algorithm,
+            self.observation_space,
+            self.action_space,
+            {"q_network": self.q_network, "target_network": self.algo.target_network},
+            {"q_network": self.algo.optimizer},
+        )
+
+    def deployable_policy(self) -> nn.Module:
+        return GreedyPolicy(self.q_network)
+
+    @classmethod
+    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
+        q_network = QNetwork(saved.observation_space.shape[0], int(saved.action_space.n), cfg.model)
+        q_network.load_state_dict(saved.module_tensors("q_network"))
+        return GreedyPolicy(q_network)
+
+    def rank_state(self) -> dict[str, int]:
+        # The target network's update cadence counts gradient steps across launches.
+        return {"gradient_steps_done": self.algo.gradient_steps_done}
+
+    def load_rank_state(self, state: dict[str, int]) -> None:
+        self.algo.gradient_steps_done = state.get("gradient_steps_done", 0)
+
+    def set_learning_rate(self, global_step: int) -> float:
+        lr = scheduled_learning_rate(self.cfg, global_step)
+        self.algo.set_learning_rate(lr)
+        return lr
+
+
+class OffPolicyRunner(QLearningRunner):
+    def __init__(self, ctx: RunContext) -> None:
+        cfg = ctx.cfg
+        self.envs, self.env = rank_envs(ctx)
+        super().__init__(ctx, self.env.observation_space, self.env.action_space)
+        obs_dim = self.env.observation_space.shape[0]
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.
         capacity = max(math.ceil(cfg.algo.buffer_size / self.envs.global_count), cfg.algo.n_step)
-        self.replay = ReplayBuffer(capacity, self.envs.count, obs_dim, device)
-        self.batch_share = even_split(cfg.algo.batch_size, comm.rank, comm.world_size)[1]
+        self.replay = ReplayBuffer(capacity, self.envs.count, obs_dim, ctx.device)
         self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
         self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window)
         self.obs: np.ndarray | None = None
@@ -62,8 +104,7 @@ class OffPolicyRunner(Runner):
 
     def iteration(self, global_step: int) -> IterationResult:
         start = time.perf_counter()
-        lr = scheduled_learning_rate(self.cfg, global_step)
-        self.algo.set_learning_rate(lr)
+        lr = self.set_learning_rate(global_step)
         epsilon = self.epsilon(global_step)
         self.collect(epsilon)
         collect_s = time.perf_counter() - start
@@ -78,24 +119,6 @@ class OffPolicyRunner(Runner):
             episodes=self.episodes.stats(),
             skipped=skipped > 0,
         )
-
-    def train_state(self) -> TrainState:
-        return TrainState(
-            self.algorithm,
-            self.env.observation_space,
-            self.env.action_space,
-            {"q_network": self.q_network, "target_network": self.algo.target_network},
-            {"q_network": self.algo.optimizer},
-        )
-
-    def deployable_policy(self) -> nn.Module:
-        return GreedyPolicy(self.q_network)
-
-    @classmethod
-    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        q_network = QNetwork(saved.observation_space.shape[0], int(saved.action_space.n), cfg.model)
-        q_network.load_state_dict(saved.module_tensors("q_network"))
-        return GreedyPolicy(q_network)
 
     def close(self) -> None:
         self.env.close()

@@ -19,6 +19,8 @@ class TransitionBatch:
     next_obs: torch.Tensor
     terminated: torch.Tensor
     steps: torch.Tensor
+    next_action_mask: torch.Tensor | None = None
+    """Actions possible in ``next_obs`` (logged data); None: all of them."""
 
     def __len__(self) -> int:
         return self.obs.shape[0]

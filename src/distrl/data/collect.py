@@ -1,0 +1,155 @@
+"""Write a logged-transition dataset from a discrete-action env (``distrl collect``).
+
+The logging policy is ``random``, ``epsilon-greedy:CHECKPOINT:EPS`` or ``checkpoint:CHECKPOINT``;
+each row records the exact probability with which the logged action was drawn (null for the
+deterministic checkpoint policy), so off-policy evaluation can reweight it. The same seed gives
+the same dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch import nn
+
+from distrl.config import EnvConfig
+from distrl.data.schema import SCHEMA
+from distrl.envs import make_vec_env
+from distrl.errors import UserError
+
+
+@dataclass
+class LoggingPolicy:
+    """Chooses actions and says with which probability each chosen action was drawn."""
+
+    num_actions: int
+    epsilon: float = 1.0
+    """Share of uniformly random actions (1: the random policy)."""
+    greedy: nn.Module | None = None
+    """Deterministic policy the other actions come from (None: random policy)."""
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+        n = len(obs)
+        random_actions = rng.integers(self.num_actions, size=n)
+        if self.greedy is None:
+            return random_actions, np.full(n, 1.0 / self.num_actions)
+        greedy = self.greedy(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+        if self.epsilon == 0.0:
+            return greedy, None  # a deterministic logger has no propensities
+        explore = rng.random(n) < self.epsilon
+        actions = np.where(explore, random_actions, greedy)
+        probability = self.epsilon / self.num_actions + (1.0 - self.epsilon) * (actions == greedy)
+        return actions, probability
+
+
+def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
+    """``random`` | ``epsilon-greedy:CHECKPOINT:EPS`` | ``checkpoint:CHECKPOINT``."""
+    from distrl.evaluate import load_policy
+
+    kind, _, rest = spec.partition(":")
+    if kind == "random" and not rest:
+        return LoggingPolicy(num_actions)
+    if kind == "checkpoint" and rest:
+        return LoggingPolicy(num_actions, 0.0, load_policy(Path(rest)).policy)
+    if kind == "epsilon-greedy" and rest:
+        checkpoint, _, eps = rest.rpartition(":")
+        try:
+            epsilon = float(eps)
+        except ValueError:
+            epsilon = -1.0
+        if checkpoint and 0.0 <= epsilon <= 1.0:
+            return LoggingPolicy(num_actions, epsilon, load_policy(Path(checkpoint)).policy)
+    raise UserError(
+        f"--policy {spec!r}: expected random, epsilon-greedy:CHECKPOINT:EPS (EPS in [0, 1]) or "
+        "checkpoint:CHECKPOINT"
+    )
+
+
+def collect_dataset(
+    env_cfg: EnvConfig, policy_spec: str, steps: int, out: Path, rows_per_file: int, seed: int
+) -> int:
+    """Step ``env_cfg.num_envs`` envs until ``steps`` transitions are logged; return files written."""
+    env = make_vec_env(env_cfg, [seed + i for i in range(env_cfg.num_envs)])
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        raise UserError(f"env {env_cfg.id!r}: collect needs Discrete actions, not {env.action_space}")
+    num_actions = int(env.action_space.n)
+    policy = parse_policy(policy_spec, num_actions)
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"--out {out}: not empty; collect writes a new dataset into an empty dir")
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    writer = _FileWriter(out, rows_per_file)
+    obs = env.reset()
+    episode = np.zeros(env.num_envs, dtype=np.int64)
+    step_in_episode = np.zeros(env.num_envs, dtype=np.int64)
+    all_actions = [True] * num_actions
+    while writer.rows_written + writer.pending < steps:
+        actions, probability = policy.act(obs, rng)
+        result = env.step(actions)
+        ended = np.logical_or(result.terminated, result.truncated)
+        for i in range(env.num_envs):
+            writer.add(
+                mdp_id=f"{seed + i}:{episode[i]}",
+                sequence_number=int(step_in_episode[i]),
+                state_features=obs[i].astype(np.float32).tolist(),
+                action=int(actions[i]),
+                action_probability=None if probability is None else float(probability[i]),
+                reward=float(result.reward[i]),
+                # final_obs is where the step led, also when the episode ended there.
+                next_state_features=result.final_obs[i].astype(np.float32).tolist(),
+                terminal=bool(result.terminated[i]),
+                possible_actions=all_actions,
+                possible_next_actions=[not result.terminated[i]] * num_actions,
+                time_diff=1,
+            )
+        step_in_episode = np.where(ended, 0, step_in_episode + 1)
+        episode += ended
+        obs = result.obs
+    env.close()
+    writer.close(limit=steps)
+    return writer.files
+
+
+class _FileWriter:
+    """Buffers rows and writes ``part-NNNNN.parquet`` files of ``rows_per_file`` rows, each in a
+    few row groups (the units ranks share a dataset by when files are few)."""
+
+    def __init__(self, out: Path, rows_per_file: int) -> None:
+        self.out = out
+        self.rows_per_file = rows_per_file
+        self.columns: dict[str, list] = {name: [] for name in SCHEMA.names}
+        self.rows_written = 0
+        self.files = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self.columns["mdp_id"])
+
+    def add(self, **row: object) -> None:
+        for name, value in row.items():
+            self.columns[name].append(value)
+        if self.pending >= self.rows_per_file:
+            self._flush(self.rows_per_file)
+
+    def close(self, limit: int) -> None:
+        """Write what is left, up to ``limit`` rows in all."""
+        while self.pending and self.rows_written < limit:
+            self._flush(min(self.pending, limit - self.rows_written, self.rows_per_file))
+
+    def _flush(self, rows: int) -> None:
+        table = pa.table({name: values[:rows] for name, values in self.columns.items()}, schema=SCHEMA)
+        path = self.out / f"part-{self.files:05d}.parquet"
+        try:
+            pq.write_table(table, path, row_group_size=max(1, self.rows_per_file // 4))
+        except OSError as exc:
+            raise UserError(f"writing {path} failed: {exc.strerror or exc}") from None
+        self.columns = {name: values[rows:] for name, values in self.columns.items()}
+        self.rows_written += rows
+        self.files += 1

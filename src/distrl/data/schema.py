@@ -1,0 +1,28 @@
+"""The columns of a logged-transition dataset, one row per transition (ReAgent's layout).
+
+A dataset is a directory of Parquet files with these columns; ``action_probability`` is the
+logging policy's probability of the logged action (null for a deterministic logger), and the
+``possible_*`` columns are boolean masks over the discrete actions.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA = pa.schema(
+    [
+        ("mdp_id", pa.string()),
+        ("sequence_number", pa.int64()),
+        ("state_features", pa.list_(pa.float32())),
+        ("action", pa.int64()),
+        ("action_probability", pa.float64()),
+        ("reward", pa.float64()),
+        ("next_state_features", pa.list_(pa.float32())),
+        ("terminal", pa.bool_()),
+        ("possible_actions", pa.list_(pa.bool_())),
+        ("possible_next_actions", pa.list_(pa.bool_())),
+        ("time_diff", pa.int64()),
+    ]
+)
+REQUIRED = [name for name in SCHEMA.names if name != "time_diff"]
+"""Columns every dataset must have (``time_diff`` is optional)."""

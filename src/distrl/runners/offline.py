@@ -1,0 +1,122 @@
+"""Offline DQN's runner: learn from logged transitions, data-parallel (ReAgent's setting).
+
+Every rank streams its own part of the dataset (``distrl.data.logged``) and never holds the
+whole of it; every row is trained on exactly once per epoch over all ranks. Ranks' parts may
+differ in size, yet every rank must take the same gradient steps: an epoch has as many steps as
+the rank with the most rows needs at its share of the batch, and a rank whose part is used up
+joins the remaining steps of the epoch with no samples (its gradient weighs nothing in the
+sample-weighted average). The policy is evaluated online on ``env.id`` for the stop check and
+``distrl eval``. A resumed run continues its epoch where the checkpoint left it (the same number
+of ranks; on another number the epoch starts over).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from distrl.data.logged import LoggedDataset, Rows, ShuffledStream
+from distrl.runners.base import IterationResult, RunContext
+from distrl.runners.off_policy import QLearningRunner
+from distrl.seeding import rank_seed, seed_torch
+from distrl.storage.replay import TransitionBatch
+
+
+class OfflineRunner(QLearningRunner):
+    def __init__(self, ctx: RunContext) -> None:
+        cfg, comm = ctx.cfg, ctx.comm
+        seed_torch(cfg.train.seed, comm.rank)
+        self.dataset = LoggedDataset(Path(cfg.data.path), cfg.data.on_bad_row)
+        obs_space = gym.spaces.Box(-np.inf, np.inf, (self.dataset.obs_dim,), dtype=np.float32)
+        super().__init__(ctx, obs_space, gym.spaces.Discrete(self.dataset.num_actions))
+        units = self.dataset.shard(comm.rank, comm.world_size)
+        seed = rank_seed(cfg.train.seed, comm.rank)
+        self.stream = ShuffledStream(self.dataset, units, cfg.data.shuffle_buffer, seed)
+        # Every rank learns every rank's part size, so all agree on the steps of an epoch.
+        mine = json.dumps([self.stream.rows_per_epoch, self.batch_share]).encode()
+        sizes = [json.loads(b) for b in comm.all_gather_bytes(mine)]
+        self.steps_per_epoch = max(math.ceil(rows / share) for rows, share in sizes)
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.batches: Iterator[Rows] = iter(())
+        self.comm = comm
+
+    def start(self, fresh: bool) -> None:
+        self.batches = self.stream.batches(self.batch_share, self.epoch)
+        # A resumed run replays its epoch's order (seeded by rank and epoch) up to where it was.
+        for _ in range(self.step_in_epoch):
+            next(self.batches, None)
+
+    def rank_state(self) -> dict[str, int]:
+        cursor = {
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "world_size": self.comm.world_size,
+        }
+        return {**super().rank_state(), **cursor}
+
+    def load_rank_state(self, state: dict[str, int]) -> None:
+        super().load_rank_state(state)
+        self.epoch = state.get("epoch", 0)
+        # The same parts only on the same number of ranks; otherwise the epoch starts over.
+        if state.get("world_size") == self.comm.world_size:
+            self.step_in_epoch = state.get("step_in_epoch", 0)
+
+    def iteration(self, global_step: int) -> IterationResult:
+        lr = self.set_learning_rate(global_step)
+        totals: dict[str, float] = {}
+        samples = steps_with_data = 0
+        for _ in range(self.cfg.algo.gradient_steps):
+            if self.step_in_epoch == self.steps_per_epoch:
+                self.epoch += 1
+                self.step_in_epoch = 0
+                self.batches = self.stream.batches(self.batch_share, self.epoch)
+            rows = next(self.batches, None)
+            batch = self._to_batch(rows)
+            stats = self.algo.gradient_step(batch)
+            self.step_in_epoch += 1
+            samples += len(batch)
+            if len(batch):
+                steps_with_data += 1
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value
+        skipped = totals.pop("skipped_steps", 0.0)
+        global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
+        averaged = {k: v / max(steps_with_data, 1) for k, v in totals.items()}
+        return IterationResult(
+            env_steps=int(global_samples),
+            averaged=averaged,
+            replicated={
+                "learning_rate": lr,
+                "epoch": self.epoch,
+                "skipped_rows": skipped_rows,
+            },
+            skipped=skipped > 0,
+        )
+
+    def close(self) -> None:
+        """Nothing to release: files are opened per read."""
+
+    def _to_batch(self, rows: Rows | None) -> TransitionBatch:
+        if rows is None:  # this rank's part is used up for the epoch
+            rows = Rows.empty(self.dataset.obs_dim, self.dataset.num_actions)
+        device = self.device
+
+        def tensor(values: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+            return torch.as_tensor(values, dtype=dtype, device=device)
+
+        return TransitionBatch(
+            obs=tensor(rows.obs, torch.float32),
+            actions=tensor(rows.actions),
+            returns=tensor(rows.rewards, torch.float32),
+            next_obs=tensor(rows.next_obs, torch.float32),
+            terminated=tensor(rows.terminal),
+            steps=torch.ones(len(rows), dtype=torch.int64, device=device),
+            next_action_mask=tensor(rows.next_action_mask),
+        )
