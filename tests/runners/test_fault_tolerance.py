@@ -18,7 +18,8 @@ from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from tests.distributed import free_port
 from tests.helpers import CARTPOLE, clean_env, distrl
 
-STEPS_PER_UPDATE_2_RANKS = 2 * 32 * 16
+STEPS_PER_UPDATE = 32 * 16
+"""The shipped config's global batch, the same on 1 or 2 ranks."""
 
 
 def metrics_steps(run_dir: Path) -> list[int]:
@@ -66,7 +67,7 @@ def run_with_two_sigkills(run_dir: Path, *args: str) -> None:
     rng = random.Random(1234)
     for _ in range(2):
         # Kill a random rank a random number of updates after the last logged step.
-        target = max(metrics_steps(run_dir) or [0]) + rng.randint(6, 14) * STEPS_PER_UPDATE_2_RANKS
+        target = max(metrics_steps(run_dir) or [0]) + rng.randint(12, 28) * STEPS_PER_UPDATE
         wait_for(lambda t=target: max(metrics_steps(run_dir) or [0]) >= t, 240, proc)
         time.sleep(rng.uniform(0.0, 0.05))
         victim = rng.choice(children(proc.pid))
@@ -78,12 +79,12 @@ def run_with_two_sigkills(run_dir: Path, *args: str) -> None:
     assert state["launch_index"] == 2  # two automatic resumes, no --resume given
     # No update missing or logged twice across the restarts.
     steps = metrics_steps(run_dir)
-    assert steps == list(range(STEPS_PER_UPDATE_2_RANKS, steps[-1] + 1, STEPS_PER_UPDATE_2_RANKS))
+    assert steps == list(range(STEPS_PER_UPDATE, steps[-1] + 1, STEPS_PER_UPDATE))
     assert state["global_step"] == steps[-1]
 
 
 def test_chaos_fixed_budget_ends_at_the_same_step_as_an_uninterrupted_run(tmp_path: Path) -> None:
-    total = 70 * STEPS_PER_UPDATE_2_RANKS
+    total = 140 * STEPS_PER_UPDATE
     run_with_two_sigkills(tmp_path, f"--total-steps={total}", "train.stop_return=null")
     assert metrics_steps(tmp_path)[-1] == total
 
@@ -95,7 +96,7 @@ def test_chaos_run_still_solves_cartpole(tmp_path: Path) -> None:
 
 
 def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(tmp_path: Path) -> None:
-    total = 60 * STEPS_PER_UPDATE_2_RANKS
+    total = 120 * STEPS_PER_UPDATE
     proc = start_torchrun(
         tmp_path, f"--total-steps={total}", "train.stop_return=null", "checkpoint.interval_steps=1000000"
     )
@@ -111,13 +112,13 @@ def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(tmp_path: P
 
     resumed = distrl(
         "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--resume",
-        f"--total-steps={total}", "train.stop_return=null", "env.num_envs=64",
+        f"--total-steps={total}", "train.stop_return=null",
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     steps = metrics_steps(tmp_path)
     assert steps == sorted(set(steps)) and steps[-1] >= total
-    # Resumed on 1 rank instead of 2 with twice the envs: the global batch stays the same.
-    assert steps[-1] - steps[-2] == STEPS_PER_UPDATE_2_RANKS
+    # Resumed on 1 rank instead of 2: global sizes keep the global batch the same.
+    assert steps[-1] - steps[-2] == STEPS_PER_UPDATE
 
 
 def test_sigterm_single_process_exit_code(tmp_path: Path) -> None:

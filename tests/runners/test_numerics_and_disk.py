@@ -15,7 +15,7 @@ from tests.helpers import CARTPOLE, distrl, torchrun_train
 def test_nan_observations_skip_updates_then_stop_with_last_good_checkpoint(tmp_path: Path) -> None:
     args = [
         "--env", "tests.envs.toy:BrokenSensorEnv", "env.kwargs={healthy_steps: 600}",
-        "env.max_episode_steps=50", "--num-envs", "4", "algo.rollout_steps=64", "algo.num_minibatches=4",
+        "env.max_episode_steps=50", "--num-envs", "8", "algo.rollout_steps=64", "algo.num_minibatches=4",
         "train.max_bad_updates=3", "train.stop_return=null", "checkpoint.interval_steps=256",
         "--total-steps", "100000", "--run-dir", str(tmp_path),
     ]  # fmt: skip
@@ -24,7 +24,7 @@ def test_nan_observations_skip_updates_then_stop_with_last_good_checkpoint(tmp_p
     assert "3 updates in a row had a non-finite loss, gradient or observation" in result.stderr
     # One line per rank from distrl; the only traceback is torchrun's own report of the exit code.
     assert "distrl/" not in result.stderr and "exitcode  : 2" in result.stderr
-    # Each env is healthy for 600 steps: 9 full rollouts of 64 steps (512 global steps per update),
+    # Each env is healthy for 600 steps: 9 full rollouts of 64 steps (8 envs: 512 global steps per update),
     # then NaN. The newest checkpoint is the last good update's, and it loads with finite weights.
     good = ckpt.list_checkpoints(tmp_path / "checkpoints")[-1]
     assert good.name == ckpt.checkpoint_dir_name(9 * 512)

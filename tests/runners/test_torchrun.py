@@ -34,7 +34,7 @@ def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> Non
     assert state["ranks"][0]["torch_rng"] != state["ranks"][1]["torch_rng"]  # distinct seeds
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["global_step"] == 16384
-    assert rows[0]["global_step"] == 2 * 32 * 16  # global batch counts both ranks
+    assert rows[0]["global_step"] == 32 * 16  # the config's global batch, shared by both ranks
     assert all(r["rollout_fraction"] == 1.0 for r in rows)  # no straggler cut-off unless asked
 
 
@@ -52,7 +52,7 @@ def test_dry_run_prints_every_rank_and_builds_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("rank ")]
     assert [line.split()[1] for line in lines] == ["0/2", "1/2"]
-    assert "seeds 1..32" in lines[0] and "seeds 33..64" in lines[1]
+    assert "envs 16 seeds 1..16" in lines[0] and "envs 16 seeds 17..32" in lines[1]
     assert all("backend gloo" in line and "master 127.0.0.1:" in line for line in lines)
     assert all("interface lo " in line for line in lines)  # the interface that reaches the master
     assert "dry run ok: 2 rank(s) joined" in result.stdout
