@@ -108,25 +108,24 @@ class SocketSum:
     ) -> None:
         """Send header + message and receive the partner's at once: with both sides sending
         first, a message larger than the socket buffers would deadlock a plain sendall-then-recv.
-        The partner's header is checked against ours before its payload is read."""
+        Each pass tries both directions with one gathering send and one scattering receive, and
+        waits only when neither moved a byte; the partner's header is checked as soon as it is in,
+        before any of its payload is used."""
         outgoing = [memoryview(header), send]
         their_header = bytearray(_HEADER.size)
         incoming = [memoryview(their_header), recv]
+        received = 0
         while outgoing or incoming:
+            sent = _send_some(peer, outgoing) if outgoing else 0
+            got = _recv_some(peer, incoming) if incoming else 0
+            if received < _HEADER.size <= received + got:
+                self._check_header(partner, header, bytes(their_header))
+            received += got
+            if sent or got:
+                continue
             readable, writable = self._wait(selector, peer, reading=bool(incoming), writing=bool(outgoing))
             if not readable and not writable:
                 raise TimeoutError(f"no data moved to or from rank {partner} within {self._timeout_s:.0f} s")
-            if writable:
-                outgoing[0] = outgoing[0][_send_some(peer, outgoing[0]) :]
-                if not len(outgoing[0]):
-                    outgoing.pop(0)
-            if readable:
-                got = _recv_some(peer, incoming[0])
-                incoming[0] = incoming[0][got:]
-                if not len(incoming[0]):
-                    incoming.pop(0)
-                    if len(incoming) == 1:  # the header is complete: check it before the payload
-                        self._check_header(partner, header, bytes(their_header))
 
     def _check_header(self, partner: int, mine: bytes, theirs: bytes) -> None:
         if mine == theirs:
@@ -144,7 +143,8 @@ class SocketSum:
     ) -> tuple[bool, bool]:
         """Poll without sleeping for up to ``spin_s``, then sleep in the selector up to the timeout."""
         events = (selectors.EVENT_READ if reading else 0) | (selectors.EVENT_WRITE if writing else 0)
-        selector.modify(peer, events)
+        if selector.get_key(peer).events != events:
+            selector.modify(peer, events)
         deadline = time.perf_counter() + self._spin_s
         while True:
             ready = selector.select(0)
@@ -166,22 +166,36 @@ def _bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.numpy()).cast("B")
 
 
-def _send_some(peer: socket.socket, data: memoryview) -> int:
+def _send_some(peer: socket.socket, views: list[memoryview]) -> int:
+    """Send what the socket takes from ``views`` in one call and drop it from them."""
     try:
-        return peer.send(data)
+        n = peer.sendmsg(views)
     except BlockingIOError:
         return 0
+    _advance(views, n)
+    return n
 
 
-def _recv_some(peer: socket.socket, buffer: memoryview) -> int:
-    """Bytes read into ``buffer``; 0 on a spurious wake-up (no data yet)."""
+def _recv_some(peer: socket.socket, views: list[memoryview]) -> int:
+    """Receive what has arrived into ``views`` in one call and drop the filled part from them;
+    0 when nothing has arrived yet (a spurious wake-up included)."""
     try:
-        n = peer.recv_into(buffer)
+        n = peer.recvmsg_into(views)[0]
     except BlockingIOError:
         return 0
     if n == 0:
         raise ConnectionError("a peer closed its connection")
+    _advance(views, n)
     return n
+
+
+def _advance(views: list[memoryview], n: int) -> None:
+    while n and views:
+        if n >= len(views[0]):
+            n -= len(views.pop(0))
+        else:
+            views[0] = views[0][n:]
+            n = 0
 
 
 def _connect(

@@ -1,5 +1,6 @@
 """DQN's distributed math: 2 ranks holding parts of every batch take exactly the steps 1 rank
-takes on the whole batches (also with unequal parts), and the target network follows."""
+takes on the whole batches (also with unequal parts, and with one rank holding no samples at all,
+as a rank whose logged data ran out does), and the target network follows."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def batches() -> list[TransitionBatch]:
             next_obs=torch.randn(TOTAL, 4, generator=gen),
             terminated=torch.rand(TOTAL, generator=gen) < 0.2,
             steps=torch.randint(1, 4, (TOTAL,), generator=gen),
+            # Logged data says which actions the next state allows (at least action 0 here).
+            next_action_mask=(torch.rand(TOTAL, 3, generator=gen) < 0.6) | (torch.arange(3) == 0),
         )
         for _ in range(STEPS)
     ]
@@ -58,7 +61,9 @@ def _rank_steps(comm: Comm, split: int, cql_alpha: float, out: Path) -> None:
     np.save(out / f"rank{comm.rank}.npy", flat(dqn))
 
 
-@pytest.mark.parametrize("split", [TOTAL // 2, 13], ids=["equal-parts", "unequal-parts"])
+@pytest.mark.parametrize(
+    "split", [TOTAL // 2, 13, 0], ids=["equal-parts", "unequal-parts", "rank-0-without-samples"]
+)
 @pytest.mark.parametrize("cql_alpha", [0.0, 1.0], ids=["dqn", "cql"])
 def test_two_ranks_with_parts_of_each_batch_match_one_rank(
     tmp_path: Path, split: int, cql_alpha: float
