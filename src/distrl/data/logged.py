@@ -32,6 +32,8 @@ class Unit:
     path: Path
     row_group: int | None
     rows: int
+    first_row: int = 0
+    """The unit's first row within its file (for error messages)."""
 
 
 @dataclass
@@ -77,22 +79,24 @@ class LoggedDataset:
             raise UserError(f"--data {path}: no .parquet files there")
         self.on_bad_row = on_bad_row
         self.skipped_rows = 0
-        self.files = files
+        self.whole_files: list[Unit] = []
         self.row_groups: list[Unit] = []
-        for file in files:
-            meta = _open(file).metadata
-            self._check_columns(file, _open(file).schema_arrow)
-            self.row_groups += [Unit(file, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
-        self.num_rows = sum(u.rows for u in self.row_groups)
+        for file in files:  # each file's footer is read once, here
+            parquet = _open(file)
+            self._check_columns(file, parquet.schema_arrow)
+            first_row = 0
+            for group in range(parquet.metadata.num_row_groups):
+                rows = parquet.metadata.row_group(group).num_rows
+                self.row_groups.append(Unit(file, group, rows, first_row))
+                first_row += rows
+            self.whole_files.append(Unit(file, None, parquet.metadata.num_rows))
         first = _read(self.row_groups[0])
         self.obs_dim = len(first.column("state_features")[0])
         self.num_actions = len(first.column("possible_actions")[0])
 
     def units(self, world_size: int) -> list[Unit]:
         """Whole files when there are enough for every rank, else row groups."""
-        if len(self.files) >= world_size:
-            return [Unit(f, None, _open(f).metadata.num_rows) for f in self.files]
-        return self.row_groups
+        return self.whole_files if len(self.whole_files) >= world_size else self.row_groups
 
     def shard(self, rank: int, world_size: int) -> list[Unit]:
         return self.units(world_size)[rank::world_size]
@@ -101,13 +105,12 @@ class LoggedDataset:
         """A unit's rows, validated: a bad row stops with file, row and column (``on_bad_row:
         error``) or is dropped and counted in ``skipped_rows`` (``skip``)."""
         table = _read(unit)
-        first_row = 0 if unit.row_group is None else _first_row(unit)
         bad = self._bad_rows(table)
         if bad:
             row, column, problem = bad[0]
             if self.on_bad_row == "error":
                 raise UserError(
-                    f"{unit.path}: row {first_row + row}: column {column}: {problem} "
+                    f"{unit.path}: row {unit.first_row + row}: column {column}: {problem} "
                     "(data.on_bad_row=skip drops such rows)"
                 )
             self.skipped_rows += len({r for r, _, _ in bad})
@@ -198,11 +201,6 @@ def _open(path: Path) -> pq.ParquetFile:
 def _read(unit: Unit) -> pa.Table:
     file = _open(unit.path)
     return file.read() if unit.row_group is None else file.read_row_group(unit.row_group)
-
-
-def _first_row(unit: Unit) -> int:
-    meta = _open(unit.path).metadata
-    return sum(meta.row_group(g).num_rows for g in range(unit.row_group))
 
 
 def _list_matrix(column: pa.ChunkedArray, width: int, lengths: np.ndarray) -> np.ndarray:
