@@ -1,5 +1,3 @@
-import sys
+from distrl.cli import run
 
-from distrl.cli import main
-
-sys.exit(main())
+run()

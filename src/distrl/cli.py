@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import socket
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from distrl.errors import PeerFailure, UserError
 from distrl.socket_sum import CollectiveMismatch
@@ -330,5 +331,18 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
+def run(argv: list[str] | None = None) -> NoReturn:
+    """The process entry (console script, ``python -m distrl``, ``python -m distrl.train``): ``main``,
+    then exit without the interpreter's teardown. A gloo worker thread may still be releasing the
+    last collective's tensors when teardown starts; it then needs the GIL, which finalisation no
+    longer gives, and the process aborts (SIGABRT) after a successful run, which torchrun counts
+    as a failure. Everything distrl writes is closed by then; stdio and logging are flushed here."""
+    code = main(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -138,6 +138,12 @@ class CheckpointConfig(Section):
     """Checkpoints kept; older ones are deleted only after a newer one is safely on disk."""
 
 
+class OutputConfig(Section):
+    path: str | None = None
+    """When set, rank 0 writes the final deterministic policy here as one deployable file
+    (``distrl export``'s): ONNX for a ``.onnx`` name, TorchScript otherwise."""
+
+
 class LogConfig(Section):
     tensorboard: bool = True
     progress: bool = True
@@ -164,6 +170,7 @@ class RunConfig(Section):
     comm: CommConfig = Field(default_factory=CommConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from distrl.cli import main
+from distrl.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main(["train", *sys.argv[1:]]))
+    run(["train", *sys.argv[1:]])

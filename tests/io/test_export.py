@@ -36,22 +36,27 @@ def observations(obs_dim: int) -> torch.Tensor:
     return torch.randn(64, obs_dim, generator=torch.Generator().manual_seed(0)) * 5
 
 
+def assert_file_acts_like_checkpoint(file: Path, run_dir: Path) -> None:
+    """The exported ``file`` (TorchScript or ``.onnx``) gives the actions of ``run_dir``'s final
+    checkpoint as distrl rebuilds it, dtype and shape included."""
+    loaded = load_policy(run_dir)
+    obs = observations(loaded.obs_dim)
+    with torch.no_grad():
+        expected = loaded.policy(obs).numpy()
+    if file.suffix == ".onnx":
+        actions = onnxruntime.InferenceSession(str(file)).run(None, {"obs": obs.numpy()})[0]
+    else:
+        actions = torch.jit.load(str(file))(obs).numpy()
+    assert actions.shape == expected.shape and actions.dtype == expected.dtype
+    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
 def test_exported_file_acts_like_distrl(trained: Path, tmp_path: Path, fmt: str) -> None:
     out = tmp_path / f"policy.{'pt' if fmt == 'torchscript' else 'onnx'}"
     result = distrl("export", "--checkpoint", str(trained), "--format", fmt, "--out", str(out))
     assert result.returncode == 0, result.stderr
-    loaded = load_policy(trained)
-    obs = observations(loaded.obs_dim)
-    with torch.no_grad():
-        expected = loaded.policy(obs).numpy()
-    if fmt == "torchscript":
-        actions = torch.jit.load(str(out))(obs).numpy()
-    else:
-        session = onnxruntime.InferenceSession(str(out))
-        actions = session.run(None, {"obs": obs.numpy()})[0]
-    assert actions.shape == expected.shape and actions.dtype == expected.dtype
-    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+    assert_file_acts_like_checkpoint(out, trained)
 
 
 def test_export_to_an_unwritable_place_is_one_line(trained: Path, tmp_path: Path) -> None:
@@ -62,3 +67,15 @@ def test_export_to_an_unwritable_place_is_one_line(trained: Path, tmp_path: Path
     )
     assert result.returncode == 2 and result.stderr.startswith("distrl: error: --out")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_output_path_names_an_unwritable_place_before_training(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = distrl(
+        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "run"), *SHORT,
+        f"output.path={blocker / 'policy.pt'}",
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.startswith("distrl: error: output.path")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -99,12 +99,22 @@ def hosts() -> Iterator[Hosts]:
 
 
 def wait_ok(procs: list[subprocess.Popen], timeout: float = 240) -> None:
-    try:
-        for proc in procs:
-            _, stderr = proc.communicate(timeout=timeout)
-            assert proc.returncode == 0, stderr[-3000:]
-    finally:
-        kill_all(procs)
+    """Every host's launcher exits 0 within ``timeout``; a failure shows every host's stderr (one
+    host's launcher may wait on the other's, which then holds the cause)."""
+    deadline = time.monotonic() + timeout
+    stderr: dict[int, str] = {}
+    for index, proc in enumerate(procs):
+        try:
+            stderr[index] = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))[1]
+        except subprocess.TimeoutExpired:
+            break
+    for index, proc in enumerate(procs):
+        if index not in stderr:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            stderr[index] = proc.communicate()[1]
+    report = "\n".join(f"host{i} exit {p.returncode}: {stderr[i][-2000:]}" for i, p in enumerate(procs))
+    assert all(proc.returncode == 0 for proc in procs), report
 
 
 def assert_trained_and_saved_on_host0(tmp_path: Path, steps: int = 4096) -> None:

@@ -1,5 +1,5 @@
 """Offline DQN from logged Parquet data: learns, and trains data-parallel on 2 ranks with parts of
-unequal size (equal gradient steps, identical parameters)."""
+unequal size (equal gradient steps, identical parameters, rank 0 writing the final model)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from distrl.io import checkpoint as ckpt
 from tests.helpers import REPO, distrl, torchrun_train
+from tests.io.test_export import assert_file_acts_like_checkpoint
 
 OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
 
@@ -29,7 +30,7 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     result = torchrun_train(
         2, "--config", str(OFFLINE), "--data", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
         "algo.batch_size=64", "algo.gradient_steps=47", "--total-steps", "7500", "train.stop_return=null",
-        "log.tensorboard=false",
+        "log.tensorboard=false", f"output.path={tmp_path / 'model' / 'policy.onnx'}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -44,6 +45,8 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
         distrl("eval", "--checkpoint", str(tmp_path / "run"), "--episodes", "2", "--json").stdout
     )
     assert report["episodes"] == 2
+    # ReAgent's node 0 saving the model: the final policy, one deployable file.
+    assert_file_acts_like_checkpoint(tmp_path / "model" / "policy.onnx", tmp_path / "run")
 
 
 def test_a_resumed_run_continues_its_epoch_and_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:

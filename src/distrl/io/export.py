@@ -7,7 +7,9 @@ the ``export`` extra. Both take a float32 batch ``[batch, obs_dim]`` of any batc
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import os
 from pathlib import Path
 
 import torch
@@ -16,27 +18,46 @@ from torch import nn
 from distrl.errors import UserError
 
 
-def export_policy(policy: nn.Module, obs_dim: int, fmt: str, out: Path) -> None:
-    """Write ``policy`` as ``fmt`` (``torchscript`` or ``onnx``) to ``out``."""
-    policy = policy.eval().requires_grad_(False)  # a deployed policy's outputs need no graph
-    example = torch.zeros(2, obs_dim)
+def format_of(path: Path) -> str:
+    """The format a file name asks for: ONNX for ``.onnx``, TorchScript otherwise."""
+    return "onnx" if path.suffix == ".onnx" else "torchscript"
+
+
+def check_can_export(fmt: str, out: Path, where: str) -> None:
+    """Fail with one line, before any work, if ``fmt`` cannot be written to ``out``."""
+    missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
+    if fmt == "onnx" and missing:
+        raise UserError(
+            f"{where}: ONNX needs {' and '.join(missing)}: install the export extra "
+            "(pip install 'distrl[export]')"
+        )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        if fmt == "torchscript":
-            torch.jit.save(torch.jit.trace(policy, example), str(out))
-        else:
-            _export_onnx(policy, example, out)
     except OSError as exc:
-        raise UserError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
+        raise UserError(f"{where} {out}: cannot write: {exc.strerror or exc}") from None
+    if out.is_dir() or not os.access(out.parent, os.W_OK):
+        raise UserError(f"{where} {out}: cannot write there")
+
+
+def export_policy(policy: nn.Module, obs_dim: int, fmt: str, out: Path, where: str = "--out") -> None:
+    """Write ``policy`` as ``fmt`` (``torchscript`` or ``onnx``) to ``out``, replacing it only once
+    the new file is whole. ``policy`` itself is left as it was (a copy is exported, on the CPU)."""
+    check_can_export(fmt, out, where)
+    # A deployed policy's outputs need no graph.
+    policy = copy.deepcopy(policy).cpu().eval().requires_grad_(False)
+    example = torch.zeros(2, obs_dim)
+    partial = out.with_name(out.name + ".partial")
+    try:
+        if fmt == "torchscript":
+            torch.jit.save(torch.jit.trace(policy, example), str(partial))
+        else:
+            _export_onnx(policy, example, partial)
+        os.replace(partial, out)
+    except OSError as exc:
+        raise UserError(f"{where} {out}: cannot write: {exc.strerror or exc}") from None
 
 
 def _export_onnx(policy: nn.Module, example: torch.Tensor, out: Path) -> None:
-    missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise UserError(
-            f"--format onnx needs {' and '.join(missing)}: install the export extra "
-            "(pip install 'distrl[export]')"
-        )
     batch = torch.export.Dim("batch", min=1)
     program = torch.onnx.export(
         policy,

@@ -14,6 +14,7 @@ import yaml
 from distrl.config import RunConfig, config_to_dict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
+from distrl.io.export import check_can_export, format_of
 
 GENERIC_RESUME_FIXED_KEYS = ("algo.name", "env.id")
 """Keys no resumed run may change; each algorithm's config adds its own (``resume_fixed_keys``)."""
@@ -25,6 +26,8 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
     ``resume``: continue when a checkpoint exists (``--resume``, or a restarted job);
     ``must_resume``: ``--resume`` was given, so a missing checkpoint is an error.
     """
+    if cfg.output.path:  # found out now, not after hours of training
+        check_can_export(format_of(Path(cfg.output.path)), Path(cfg.output.path), "output.path")
     existing = ckpt.list_checkpoints(run_dir / "checkpoints")
     payload = b""
     if resume and existing:

@@ -23,6 +23,7 @@ from distrl.errors import UserError
 from distrl.evaluate import evaluate
 from distrl.io import checkpoint as ckpt
 from distrl.io import train_state
+from distrl.io.export import export_policy, format_of
 from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.launch.preemption import PreemptionFlag
 from distrl.runners.base import IterationResult, RunContext, Runner
@@ -78,6 +79,7 @@ class TrainingLoop:
         Raises ``Preempted`` after saving a checkpoint when any rank got SIGTERM or SIGUSR1.
         """
         total_steps = self.cfg.train.total_steps
+        output = Path(self.cfg.output.path) if self.cfg.output.path else None
         logger = self._make_logger()
         if self.comm.is_main:
             self.checkpoint_writer = ckpt.BackgroundWriter(
@@ -118,6 +120,8 @@ class TrainingLoop:
                 if agreed.checkpoint_due and healthy and self.global_step < total_steps:
                     self.save_checkpoint()
             self.save_checkpoint()
+            if output is not None and self.comm.is_main:
+                self._write_output(output)
         finally:
             if self.checkpoint_writer is not None:
                 self.checkpoint_writer.close()
@@ -237,6 +241,11 @@ class TrainingLoop:
             }
             self.checkpoint_writer.submit(self.global_step, train_state.state_files(state, meta))
         self._last_checkpoint = (self.global_step, time.monotonic())
+
+    def _write_output(self, out: Path) -> None:
+        """The final policy as one deployable file (ReAgent's node 0 saving the model)."""
+        obs_dim = self.runner.train_state().observation_space.shape[0]
+        export_policy(self.runner.deployable_policy(), obs_dim, format_of(out), out, "output.path")
 
     def _restore(self, files: ckpt.CheckpointFiles) -> None:
         """Load a checkpoint on every rank (the files came from rank 0); rank r takes rank r's
