@@ -140,7 +140,8 @@ def command_train_process(args: argparse.Namespace) -> int:
         payload = comm.run_on_main(
             lambda: prepare_run_dir(run_dir, cfg, resume, must_resume=args.resume, overwrite=args.overwrite)
         )
-        loop = build_training(cfg, comm, device, run_dir, ckpt.unpack(payload) if payload else None)
+        checkpoint = ckpt.unpack(payload) if payload else None
+        loop = build_training(cfg, comm, device, run_dir, checkpoint, topology.node_rank)
         try:
             row = loop.run()
         except Preempted as exc:

@@ -127,6 +127,10 @@ class DataConfig(Section):
     the run with its file, row and column, or is dropped and counted (``skipped_rows``)."""
     shuffle_buffer: PositiveInt = 50_000
     """Rows a rank holds at most while it shuffles its part of the dataset."""
+    layout: Literal["copy", "split"] = "copy"
+    """ReAgent's two layouts. ``copy``: every node holds the whole dataset at ``path`` and all
+    ranks divide it (checked: the nodes' copies must match). ``split``: each node holds its own
+    part at ``path`` and that node's ranks divide it; the parts together are the dataset."""
 
 
 class CheckpointConfig(Section):

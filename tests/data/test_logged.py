@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distrl.data.logged import LoggedDataset, ShuffledStream
+from distrl.data.logged import LoggedDataset, ShuffledStream, ranks_sharing_a_copy
 from distrl.errors import UserError
 from tests.helpers import distrl
 
@@ -29,6 +29,10 @@ def row_ids(rows) -> list[tuple]:
     return [(tuple(o.tolist()), int(a)) for o, a in zip(rows.obs, rows.actions, strict=True)]
 
 
+def all_row_ids(data: LoggedDataset) -> list[tuple]:
+    return [r for unit in data.units(1) for r in row_ids(data.read(unit))]
+
+
 @pytest.mark.parametrize(
     ("world_size", "unit"), [(2, "file"), (3, "file"), (5, "row group"), (8, "row group")]
 )
@@ -36,9 +40,7 @@ def test_every_row_exactly_once_per_epoch_over_all_ranks(dataset: Path, world_si
     data = LoggedDataset(dataset)
     units = data.units(world_size)
     assert all((u.row_group is None) == (unit == "file") for u in units)
-    everything = row_ids(data.read(units[0]))[:0]
-    for u in data.units(1):
-        everything += row_ids(data.read(u))
+    everything = all_row_ids(data)
     assert len(everything) == len(set(everything)) == 2000
     for epoch in range(2):
         seen = []
@@ -102,3 +104,23 @@ def test_a_missing_column_is_named(dataset: Path, tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "nocol" / "part-00000.parquet")
     with pytest.raises(UserError, match="part-00000.parquet: column reward is missing"):
         LoggedDataset(tmp_path / "nocol")
+
+
+@pytest.mark.parametrize("layout", ["copy", "split"])
+def test_every_row_once_per_epoch_under_both_layouts(dataset: Path, tmp_path: Path, layout: str) -> None:
+    """4 ranks on 2 nodes. ``copy``: every node holds the whole dataset and all 4 ranks divide it;
+    ``split``: node 1 holds a dataset of its own and each node's 2 ranks divide their node's."""
+    other = tmp_path / "node1"
+    result = distrl("collect", "--env", "CartPole-v1", "--steps", "900", "--out", str(other), "--seed", "7")
+    assert result.returncode == 0, result.stderr
+    node_of_rank = [0, 0, 1, 1]
+    node_data = [LoggedDataset(dataset), LoggedDataset(dataset if layout == "copy" else other)]
+    seen = []
+    for rank, node in enumerate(node_of_rank):
+        peers = ranks_sharing_a_copy(layout, node_of_rank, rank)
+        data = node_data[node]
+        stream = ShuffledStream(data, data.shard(peers.index(rank), len(peers)), buffer_rows=250, seed=rank)
+        seen += [r for b in stream.batches(64, epoch=0) for r in row_ids(b)]
+    distinct = node_data[:1] if layout == "copy" else node_data
+    expected = [r for data in distinct for r in all_row_ids(data)]
+    assert sorted(seen) == sorted(expected) and len(expected) == (2000 if layout == "copy" else 2900)

@@ -4,23 +4,60 @@ unequal size (equal gradient steps, identical parameters, rank 0 writing the fin
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import REPO, distrl, torchrun_train
+from tests.helpers import REPO, clean_env, distrl, torchrun_train
 from tests.io.test_export import assert_file_acts_like_checkpoint
 
 OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
 
 
-def collect(out: Path, steps: int, rows_per_file: int) -> None:
+def collect(out: Path, steps: int, rows_per_file: int, seed: int = 0) -> None:
     result = distrl(
         "collect", "--env", "CartPole-v1", "--steps", str(steps), "--out", str(out),
-        "--rows-per-file", str(rows_per_file),
+        "--rows-per-file", str(rows_per_file), "--seed", str(seed),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def start_two_nodes(tmp_path: Path, data: list[Path], *overrides: str) -> list[subprocess.Popen]:
+    """Two "nodes" meeting through a shared file, one rank each, each reading its own ``--data``."""
+    rendezvous = tmp_path / "shared" / "rendezvous"
+    rendezvous.parent.mkdir(exist_ok=True)
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distrl",
+                "train",
+                "--config",
+                str(OFFLINE),
+                "--data",
+                str(path),
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--num-nodes",
+                "2",
+                "--node-index",
+                str(index),
+                "--rendezvous-file",
+                str(rendezvous),
+                "--procs-per-node",
+                "1",
+                *overrides,
+            ],  # fmt: skip
+            env=clean_env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index, path in enumerate(data)
+    ]
 
 
 def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
@@ -47,6 +84,36 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     assert report["episodes"] == 2
     # ReAgent's node 0 saving the model: the final policy, one deployable file.
     assert_file_acts_like_checkpoint(tmp_path / "model" / "policy.onnx", tmp_path / "run")
+
+
+def test_split_layout_each_node_trains_on_its_own_part(tmp_path: Path) -> None:
+    # Node 0 holds 1500 rows (2 files), node 1 another 1000: with 64 samples per step (32 each)
+    # an epoch is ceil(1500 / 32) = 47 steps and 2500 samples, every row of both parts once.
+    collect(tmp_path / "node0", 1500, 1000, seed=0)
+    collect(tmp_path / "node1", 1000, 1000, seed=1)
+    nodes = start_two_nodes(
+        tmp_path, [tmp_path / "node0", tmp_path / "node1"], "data.layout=split", "algo.batch_size=64",
+        "algo.gradient_steps=47", "--total-steps", "5000", "train.stop_return=null", "log.tensorboard=false",
+    )  # fmt: skip
+    for node in nodes:
+        _, stderr = node.communicate(timeout=300)
+        assert node.returncode == 0, stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["global_step"], r["epoch"]) for r in rows] == [(2500, 0), (5000, 1)]
+
+
+def test_copy_layout_refuses_nodes_whose_copies_differ(tmp_path: Path) -> None:
+    collect(tmp_path / "node0", 300, 300, seed=0)
+    collect(tmp_path / "node1", 200, 200, seed=1)
+    nodes = start_two_nodes(tmp_path, [tmp_path / "node0", tmp_path / "node1"], "train.stop_return=null")
+    for node in nodes:
+        _, stderr = node.communicate(timeout=120)
+        assert node.returncode == 2, stderr[-3000:]
+        assert stderr.strip().splitlines() == [
+            f"distrl: error: data.layout=copy: node 1's dataset ({tmp_path / 'node1'}) differs from node "
+            f"0's ({tmp_path / 'node0'}) in file names or row counts; if each node holds its own part, "
+            "use data.layout=split"
+        ]
 
 
 def test_a_resumed_run_continues_its_epoch_and_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:

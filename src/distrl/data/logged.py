@@ -1,8 +1,10 @@
 """Read a logged-transition dataset: validated, shared out over ranks, streamed through a bounded
 shuffle buffer, so no rank ever holds the whole dataset.
 
-Sharing: the dataset's units are its files when there are at least as many files as ranks, else
-its row groups; rank r takes units r, r + N, r + 2N, ... so every row belongs to exactly one rank.
+Sharing: the N ranks that divide one copy of the data (all ranks under ``data.layout: copy``, a
+node's ranks under ``split``, ``ranks_sharing_a_copy``) split it into units: its files when there
+are at least N, else its row groups; the r-th of them takes units r, r + N, r + 2N, ... so every
+row belongs to exactly one rank.
 Each epoch a rank reads its units in a fresh order and draws rows at random from a buffer of at
 most ``shuffle_buffer`` rows, so every row comes out exactly once per epoch.
 """
@@ -94,6 +96,10 @@ class LoggedDataset:
         self.obs_dim = len(first.column("state_features")[0])
         self.num_actions = len(first.column("possible_actions")[0])
 
+    def summary(self) -> list[tuple[str, int]]:
+        """(file name, rows) of every file: what two copies of a dataset must agree on."""
+        return [(unit.path.name, unit.rows) for unit in self.whole_files]
+
     def units(self, world_size: int) -> list[Unit]:
         """Whole files when there are enough for every rank, else row groups."""
         return self.whole_files if len(self.whole_files) >= world_size else self.row_groups
@@ -152,6 +158,14 @@ class LoggedDataset:
             if not (0 <= action < self.num_actions) or (len(mask) == self.num_actions and not mask[action]):
                 problems.append((row, "action", f"action {action} is not among the possible actions"))
         return sorted(problems)
+
+
+def ranks_sharing_a_copy(layout: str, node_of_rank: list[int], rank: int) -> list[int]:
+    """The ranks that divide the copy of the data ``rank`` reads: all of them under ``copy``, the
+    ranks of its own node under ``split``."""
+    if layout == "copy":
+        return list(range(len(node_of_rank)))
+    return [r for r, node in enumerate(node_of_rank) if node == node_of_rank[rank]]
 
 
 class ShuffledStream:

@@ -37,8 +37,9 @@ def build_training(
     device: torch.device,
     run_dir: Path,
     checkpoint: ckpt.CheckpointFiles | None = None,
+    node_rank: int = 0,
 ) -> TrainingLoop:
     """The config's runner inside the shared loop, fresh or resumed from ``checkpoint``."""
-    ctx = RunContext(cfg, comm, device, launch_index(checkpoint))
+    ctx = RunContext(cfg, comm, device, launch_index(checkpoint), node_rank)
     runner = runner_class(cfg.algo.name, offline=cfg.data.path is not None)
     return TrainingLoop(ctx, runner(ctx), run_dir, checkpoint)

@@ -30,6 +30,8 @@ class RunContext:
     launch_index: int = 0
     """How many times this run was started before (``io.train_state.launch_index``): shifts env
     seeds so a resumed run's fresh episodes get seeds no earlier launch used."""
+    node_rank: int = 0
+    """This process's node (from the launcher): which ranks share a node-local dataset part."""
 
 
 @dataclass

@@ -5,9 +5,10 @@ whole of it; every row is trained on exactly once per epoch over all ranks. Rank
 differ in size, yet every rank must take the same gradient steps: an epoch has as many steps as
 the rank with the most rows needs at its share of the batch, and a rank whose part is used up
 joins the remaining steps of the epoch with no samples (its gradient weighs nothing in the
-sample-weighted average). The policy is evaluated online on ``env.id`` for the stop check and
-``distrl eval``. A resumed run continues its epoch where the checkpoint left it (the same number
-of ranks; on another number the epoch starts over).
+sample-weighted average). ``data.layout`` says which ranks divide which copy of the data (all
+ranks one dataset, or each node's ranks that node's part). The policy is evaluated online on
+``env.id`` for the stop check and ``distrl eval``. A resumed run continues its epoch where the
+checkpoint left it (the same ranks and layout; otherwise the epoch starts over).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from distrl.data.logged import LoggedDataset, Rows, ShuffledStream
+from distrl.data.logged import LoggedDataset, Rows, ShuffledStream, ranks_sharing_a_copy
+from distrl.errors import UserError
 from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.off_policy import QLearningRunner
 from distrl.seeding import rank_seed, seed_torch
@@ -35,7 +37,9 @@ class OfflineRunner(QLearningRunner):
         self.dataset = LoggedDataset(Path(cfg.data.path), cfg.data.on_bad_row)
         obs_space = gym.spaces.Box(-np.inf, np.inf, (self.dataset.obs_dim,), dtype=np.float32)
         super().__init__(ctx, obs_space, gym.spaces.Discrete(self.dataset.num_actions))
-        units = self.dataset.shard(comm.rank, comm.world_size)
+        self.comm = comm
+        peers = self._ranks_sharing_my_copy(ctx.node_rank)
+        units = self.dataset.shard(peers.index(comm.rank), len(peers))
         seed = rank_seed(cfg.train.seed, comm.rank)
         self.stream = ShuffledStream(self.dataset, units, cfg.data.shuffle_buffer, seed)
         # Every rank learns every rank's part size, so all agree on the steps of an epoch.
@@ -45,7 +49,29 @@ class OfflineRunner(QLearningRunner):
         self.epoch = 0
         self.step_in_epoch = 0
         self.batches: Iterator[Rows] = iter(())
-        self.comm = comm
+
+    def _ranks_sharing_my_copy(self, node_rank: int) -> list[int]:
+        """Check the nodes' data against ``data.layout`` (the same on every rank, so all fail
+        together) and return the ranks that divide this rank's copy."""
+        layout = self.cfg.data.layout
+        mine = {"node": node_rank, "path": self.cfg.data.path, "files": self.dataset.summary()}
+        mine["shape"] = [self.dataset.obs_dim, self.dataset.num_actions]
+        ranks = [json.loads(b) for b in self.comm.all_gather_bytes(json.dumps(mine).encode())]
+        first = ranks[0]
+        for theirs in ranks:
+            if theirs["shape"] != first["shape"]:
+                raise UserError(
+                    f"data.path: node {theirs['node']}'s rows ({theirs['path']}) have {theirs['shape'][0]} "
+                    f"features and {theirs['shape'][1]} actions, node {first['node']}'s ({first['path']}) "
+                    f"{first['shape'][0]} and {first['shape'][1]}"
+                )
+            if layout == "copy" and theirs["files"] != first["files"]:
+                raise UserError(
+                    f"data.layout=copy: node {theirs['node']}'s dataset ({theirs['path']}) differs from node "
+                    f"{first['node']}'s ({first['path']}) in file names or row counts; if each node holds "
+                    "its own part, use data.layout=split"
+                )
+        return ranks_sharing_a_copy(layout, [r["node"] for r in ranks], self.comm.rank)
 
     def start(self, fresh: bool) -> None:
         self.batches = self.stream.batches(self.batch_share, self.epoch)
@@ -58,14 +84,18 @@ class OfflineRunner(QLearningRunner):
             "epoch": self.epoch,
             "step_in_epoch": self.step_in_epoch,
             "world_size": self.comm.world_size,
+            "layout": self.cfg.data.layout,
         }
         return {**super().rank_state(), **cursor}
 
     def load_rank_state(self, state: dict[str, int]) -> None:
         super().load_rank_state(state)
         self.epoch = state.get("epoch", 0)
-        # The same parts only on the same number of ranks; otherwise the epoch starts over.
-        if state.get("world_size") == self.comm.world_size:
+        # The same parts only on the same ranks and layout; otherwise the epoch starts over.
+        if (
+            state.get("world_size") == self.comm.world_size
+            and state.get("layout", "copy") == self.cfg.data.layout
+        ):
             self.step_in_epoch = state.get("step_in_epoch", 0)
 
     def iteration(self, global_step: int) -> IterationResult:
