@@ -1,4 +1,5 @@
-"""Runs that survive: elastic restarts after SIGKILL, preemption by signal, corrupt checkpoints."""
+"""Runs that survive: elastic restarts after SIGKILL, preemption by signal, corrupt checkpoints;
+for PPO from envs and for DQN from logged data alike."""
 
 from __future__ import annotations
 
@@ -16,10 +17,35 @@ import pytest
 from distrl.io import checkpoint as ckpt
 from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from tests.distributed import free_port
-from tests.helpers import CARTPOLE, clean_env, distrl
+from tests.helpers import CARTPOLE, REPO, clean_env, distrl
 
 STEPS_PER_UPDATE = 32 * 16
-"""The shipped config's global batch, the same on 1 or 2 ranks."""
+"""The shipped PPO config's global batch, the same on 1 or 2 ranks; offline DQN below is set to
+train on as many logged rows per update (8 gradient steps of 64)."""
+OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
+
+
+@pytest.fixture(scope="module")
+def logged_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 files of 1024 rows: 2 ranks hold 2048 rows each, an epoch of 64 steps on both."""
+    out = tmp_path_factory.mktemp("logged") / "cartpole"
+    result = distrl(
+        "collect", "--env", "CartPole-v1", "--steps", "4096", "--out", str(out), "--rows-per-file", "1024"
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture(params=["ppo", "offline-dqn"])
+def training(request: pytest.FixtureRequest) -> list[str]:
+    """The config arguments of a run: PPO on CartPole, or DQN from logged CartPole transitions."""
+    if request.param == "ppo":
+        return ["--config", str(CARTPOLE)]
+    data = request.getfixturevalue("logged_data")
+    return [
+        "--config", str(OFFLINE), "--data", str(data), "algo.batch_size=64", "algo.gradient_steps=8",
+        "log.tensorboard=false",
+    ]  # fmt: skip
 
 
 def metrics_steps(run_dir: Path) -> list[int]:
@@ -44,11 +70,13 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def start_torchrun(run_dir: Path, *args: str, max_restarts: int = 0) -> subprocess.Popen:
+def start_torchrun(
+    run_dir: Path, *args: str, max_restarts: int = 0, training: tuple[str, ...] = ("--config", str(CARTPOLE))
+) -> subprocess.Popen:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
         f"--max-restarts={max_restarts}", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-        "-m", "distrl.train", "--config", str(CARTPOLE), "--run-dir", str(run_dir), *args, "--distributed",
+        "-m", "distrl.train", *training, "--run-dir", str(run_dir), *args, "--distributed",
     ]  # fmt: skip
     return subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -61,9 +89,11 @@ def wait_for(condition, timeout_s: float, proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
-def run_with_two_sigkills(run_dir: Path, *args: str) -> None:
+def run_with_two_sigkills(
+    run_dir: Path, *args: str, training: tuple[str, ...] = ("--config", str(CARTPOLE))
+) -> None:
     """torchrun --max-restarts=3 with a random rank SIGKILLed twice at random points."""
-    proc = start_torchrun(run_dir, "checkpoint.interval_steps=8192", *args, max_restarts=3)
+    proc = start_torchrun(run_dir, "checkpoint.interval_steps=8192", *args, max_restarts=3, training=training)
     rng = random.Random(1234)
     for _ in range(2):
         # Kill a random rank a random number of updates after the last logged step.
@@ -83,9 +113,13 @@ def run_with_two_sigkills(run_dir: Path, *args: str) -> None:
     assert state["global_step"] == steps[-1]
 
 
-def test_chaos_fixed_budget_ends_at_the_same_step_as_an_uninterrupted_run(tmp_path: Path) -> None:
+def test_chaos_fixed_budget_ends_at_the_same_step_as_an_uninterrupted_run(
+    tmp_path: Path, training: list[str]
+) -> None:
     total = 140 * STEPS_PER_UPDATE
-    run_with_two_sigkills(tmp_path, f"--total-steps={total}", "train.stop_return=null")
+    run_with_two_sigkills(
+        tmp_path, f"--total-steps={total}", "train.stop_return=null", training=tuple(training)
+    )
     assert metrics_steps(tmp_path)[-1] == total
 
 
@@ -95,10 +129,16 @@ def test_chaos_run_still_solves_cartpole(tmp_path: Path) -> None:
     assert report["return_mean"] >= 475
 
 
-def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(tmp_path: Path) -> None:
+def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(
+    tmp_path: Path, training: list[str]
+) -> None:
     total = 120 * STEPS_PER_UPDATE
     proc = start_torchrun(
-        tmp_path, f"--total-steps={total}", "train.stop_return=null", "checkpoint.interval_steps=1000000"
+        tmp_path,
+        f"--total-steps={total}",
+        "train.stop_return=null",
+        "checkpoint.interval_steps=1000000",
+        training=tuple(training),
     )
     wait_for(lambda: len(metrics_steps(tmp_path)) >= 5, 240, proc)
     os.kill(children(proc.pid)[-1], signal.SIGTERM)  # one rank only
@@ -111,14 +151,46 @@ def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(tmp_path: P
     assert ckpt.resolve_checkpoint(tmp_path).name == ckpt.checkpoint_dir_name(stopped_at)
 
     resumed = distrl(
-        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--resume",
-        f"--total-steps={total}", "train.stop_return=null",
+        "train", *training, "--run-dir", str(tmp_path), "--resume", f"--total-steps={total}",
+        "train.stop_return=null",
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     steps = metrics_steps(tmp_path)
     assert steps == sorted(set(steps)) and steps[-1] >= total
     # Resumed on 1 rank instead of 2: global sizes keep the global batch the same.
     assert steps[-1] - steps[-2] == STEPS_PER_UPDATE
+
+
+def test_offline_run_stopped_mid_epoch_by_sigterm_resumes_exactly_on_the_same_ranks(
+    tmp_path: Path, logged_data: Path
+) -> None:
+    """An epoch is 8 updates here; the SIGTERM lands after the 11th (mid-epoch unless the stop
+    agreement falls on the 16th), and the resumed run continues that epoch where it stopped: it
+    ends with the uninterrupted run's parameters."""
+    training = ("--config", str(OFFLINE), "--data", str(logged_data), "algo.batch_size=64",
+                "algo.gradient_steps=8", "log.tensorboard=false")  # fmt: skip
+    common = (
+        f"--total-steps={24 * STEPS_PER_UPDATE}",
+        "train.stop_return=null",
+        "checkpoint.interval_steps=1000000",
+    )
+    whole = start_torchrun(tmp_path / "whole", *common, training=training)
+    assert whole.communicate(timeout=300) and whole.returncode == 0
+    run = tmp_path / "stopped"
+    stopped = start_torchrun(run, *common, training=training)
+    wait_for(lambda: len(metrics_steps(run)) >= 11, 240, stopped)
+    os.kill(children(stopped.pid)[0], signal.SIGTERM)
+    stopped.communicate(timeout=300)
+    assert 11 <= len(metrics_steps(run)) < 24
+    resumed = start_torchrun(run, *common, "--resume", training=training)
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr[-3000:]
+
+    def final(path: Path) -> dict:
+        return json.loads((ckpt.resolve_checkpoint(path) / "state.json").read_text())
+
+    assert metrics_steps(run) == list(range(STEPS_PER_UPDATE, 24 * STEPS_PER_UPDATE + 1, STEPS_PER_UPDATE))
+    assert final(run)["ranks"][0]["param_sha256"] == final(tmp_path / "whole")["ranks"][0]["param_sha256"]
 
 
 def test_sigterm_single_process_exit_code(tmp_path: Path) -> None:
@@ -133,9 +205,9 @@ def test_sigterm_single_process_exit_code(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def three_checkpoints(tmp_path: Path) -> Path:
+def three_checkpoints(tmp_path: Path, training: list[str]) -> Path:
     result = distrl(
-        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--total-steps=3072",
+        "train", *training, "--run-dir", str(tmp_path), "--total-steps=3072",
         "train.stop_return=null", "checkpoint.interval_steps=1024", "checkpoint.keep_last=5",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -144,7 +216,9 @@ def three_checkpoints(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_corrupt_newest_checkpoint_falls_back_to_previous(three_checkpoints: Path, damage: str) -> None:
+def test_corrupt_newest_checkpoint_falls_back_to_previous(
+    three_checkpoints: Path, training: list[str], damage: str
+) -> None:
     previous, newest = ckpt.list_checkpoints(three_checkpoints / "checkpoints")[-2:]
     target = newest / "model.safetensors"
     data = bytearray(target.read_bytes())
@@ -154,8 +228,8 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(three_checkpoints: Pat
         data[len(data) // 2] ^= 0xFF
         target.write_bytes(bytes(data))
     result = distrl(
-        "train", "--config", str(CARTPOLE), "--run-dir", str(three_checkpoints), "--resume",
-        "--total-steps=4096", "train.stop_return=null",
+        "train", *training, "--run-dir", str(three_checkpoints), "--resume", "--total-steps=4096",
+        "train.stop_return=null",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert f"skipping checkpoint {newest}" in result.stderr
@@ -163,9 +237,9 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(three_checkpoints: Pat
     assert metrics_steps(three_checkpoints) == list(range(512, 4097, 512))
 
 
-def test_no_valid_checkpoint_is_a_clear_error(three_checkpoints: Path) -> None:
+def test_no_valid_checkpoint_is_a_clear_error(three_checkpoints: Path, training: list[str]) -> None:
     for path in ckpt.list_checkpoints(three_checkpoints / "checkpoints"):
         (path / "state.json").write_text("{}")
-    result = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(three_checkpoints), "--resume")
+    result = distrl("train", *training, "--run-dir", str(three_checkpoints), "--resume")
     assert result.returncode == 2
     assert "no valid checkpoint" in result.stderr and "Traceback" not in result.stderr
