@@ -289,6 +289,36 @@ def command_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_evaluate_offline_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint", required=True, type=Path, help="checkpoint dir or run dir of a dqn run"
+    )
+    parser.add_argument(
+        "--data", required=True, type=Path, help="logged dataset dir (distrl collect's Parquet)"
+    )
+    parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples per interval")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def command_evaluate_offline(args: argparse.Namespace) -> int:
+    import torch
+
+    from distrl.ope.dqn import evaluate_checkpoint_offline, print_report
+    from distrl.ope.estimators import Bootstrap
+
+    torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
+    if args.bootstrap < 1:
+        raise UserError(f"--bootstrap {args.bootstrap}: must be at least 1")
+    bootstrap = Bootstrap(resamples=args.bootstrap, seed=args.seed)
+    report = evaluate_checkpoint_offline(args.checkpoint, args.data, bootstrap)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_report(report, bootstrap.confidence)
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "train": Subcommand(
         "train a policy (one process, torchrun, srun or file rendezvous)",
@@ -306,6 +336,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "write a checkpoint's deterministic policy as one TorchScript or ONNX file",
         add_export_arguments,
         command_export,
+    ),
+    "evaluate-offline": Subcommand(
+        "estimate a dqn checkpoint's value from logged data (IPS, DM, DR, SDR, WDR)",
+        add_evaluate_offline_arguments,
+        command_evaluate_offline,
     ),
 }
 
