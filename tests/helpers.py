@@ -12,6 +12,7 @@ from tests.distributed import free_port
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = REPO / "configs" / "cartpole_ppo.yaml"
 CARTPOLE_DQN = REPO / "configs" / "cartpole_dqn.yaml"
+OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID")
 
 
@@ -32,6 +33,15 @@ def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subproc
         env=clean_env(),
         timeout=timeout,
     )
+
+
+def collect(out: Path, steps: int, rows_per_file: int, seed: int = 0) -> None:
+    """``distrl collect``: ``steps`` random CartPole transitions into ``out``."""
+    result = distrl(
+        "collect", "--env", "CartPole-v1", "--steps", str(steps), "--out", str(out),
+        "--rows-per-file", str(rows_per_file), "--seed", str(seed),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
 
 
 def torchrun_train(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

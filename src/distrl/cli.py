@@ -211,9 +211,15 @@ def command_eval(args: argparse.Namespace) -> int:
     import torch
 
     from distrl.evaluate import evaluate, load_policy
+    from distrl.models.parametric_q_network import ParametricGreedyPolicy
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
     loaded = load_policy(args.checkpoint)
+    if isinstance(loaded.policy, ParametricGreedyPolicy):
+        raise UserError(
+            f"checkpoint {loaded.checkpoint} holds a parametric-action policy, which chooses among "
+            "candidate sets no env offers; it has no online evaluation"
+        )
     episodes = args.episodes if args.episodes is not None else loaded.cfg.eval.episodes
     if episodes < 1:
         raise UserError(f"--episodes {episodes}: must be at least 1")
@@ -298,22 +304,29 @@ def add_evaluate_offline_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples per interval")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--max-rows",
+        type=int,
+        help="evaluate on the first whole episodes up to this many rows (reading no further); default all",
+    )
+    parser.add_argument("--json", action="store_true", help="print one strict JSON object (null for NaN)")
 
 
 def command_evaluate_offline(args: argparse.Namespace) -> int:
     import torch
 
-    from distrl.ope.dqn import evaluate_checkpoint_offline, print_report
+    from distrl.ope.dqn import evaluate_checkpoint_offline, print_report, report_json
     from distrl.ope.estimators import Bootstrap
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
     if args.bootstrap < 1:
         raise UserError(f"--bootstrap {args.bootstrap}: must be at least 1")
+    if args.max_rows is not None and args.max_rows < 1:
+        raise UserError(f"--max-rows {args.max_rows}: must be at least 1")
     bootstrap = Bootstrap(resamples=args.bootstrap, seed=args.seed)
-    report = evaluate_checkpoint_offline(args.checkpoint, args.data, bootstrap)
+    report = evaluate_checkpoint_offline(args.checkpoint, args.data, bootstrap, args.max_rows)
     if args.json:
-        print(json.dumps(report))
+        print(report_json(report))
     else:
         print_report(report, bootstrap.confidence)
     return 0

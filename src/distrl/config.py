@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from distrl.algos.dqn import DQNConfig
 from distrl.algos.ppo import PPOConfig
@@ -158,6 +166,14 @@ class EvalConfig(Section):
     episodes: PositiveInt = 10
     seed: int = 10_000
     """First seed of the evaluation episodes (kept apart from training seeds)."""
+    cpe_every: NonNegativeInt = 10
+    """Learning from logged data: every this many updates rank 0 estimates the greedy policy's
+    value from the log (``cpe/*`` metrics: IPS, DM, DR, SDR, WDR, as ``distrl evaluate-offline``);
+    0: never. Needs logged propensities and discrete actions; skipped, with one line, without."""
+    cpe_max_rows: PositiveInt = 20_000
+    """The estimates use the dataset's first whole episodes up to this many rows."""
+    cpe_bootstrap: PositiveInt = 100
+    """Bootstrap resamples behind each estimate's confidence interval."""
 
 
 ALGORITHM_CONFIGS: dict[str, type[Section]] = {"ppo": PPOConfig, "dqn": DQNConfig}

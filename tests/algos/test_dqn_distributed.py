@@ -45,7 +45,8 @@ def batches() -> list[TransitionBatch]:
 
 
 def part(batch: TransitionBatch, start: int, end: int) -> TransitionBatch:
-    return TransitionBatch(*(getattr(batch, f)[start:end] for f in batch.__dataclass_fields__))
+    fields = (getattr(batch, f) for f in batch.__dataclass_fields__)
+    return TransitionBatch(*(None if v is None else v[start:end] for v in fields))
 
 
 def flat(dqn: DQN) -> np.ndarray:

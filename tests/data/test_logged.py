@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from distrl.data.logged import LoggedDataset, ShuffledStream, ranks_sharing_a_copy
+from distrl.data.recommendation import write_dataset
 from distrl.errors import UserError
 from tests.helpers import distrl
 
@@ -88,14 +90,70 @@ def write_bad(dataset: Path, out: Path, row: int, column: str, value: object) ->
 def test_a_malformed_row_is_reported_with_file_row_and_column(
     dataset: Path, tmp_path: Path, column: str, value: object, problem: str
 ) -> None:
-    bad_file = write_bad(dataset, tmp_path / "bad", 170, column, value)
-    data = LoggedDataset(tmp_path / "bad")
+    assert_reported(write_bad(dataset, tmp_path / "bad", 170, column, value), problem, rows=600)
+
+
+def assert_reported(bad_file: Path, problem: str, rows: int) -> None:
+    """Row 170 of ``bad_file`` (``rows`` rows, groups of 150) is malformed with ``problem``."""
+    data = LoggedDataset(bad_file.parent)
     data.read(data.row_groups[0])  # rows 0-149 are fine
     with pytest.raises(UserError) as info:
         data.read(data.row_groups[1])  # rows 150-299 hold the bad one
     assert str(info.value).startswith(f"{bad_file}: row 170: {problem}")
-    skipping = LoggedDataset(tmp_path / "bad", on_bad_row="skip")
-    assert sum(len(skipping.read(u)) for u in skipping.units(1)) == 599 and skipping.skipped_rows == 1
+    skipping = LoggedDataset(bad_file.parent, on_bad_row="skip")
+    assert sum(len(skipping.read(u)) for u in skipping.units(1)) == rows - 1 and skipping.skipped_rows == 1
+
+
+@pytest.fixture(scope="module")
+def recommendations(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "recommendation"
+    write_dataset(out, rows=1200, rows_per_file=300, seed=0)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("action_features", [0.1], "column action_features: 1 features, not 4"),
+        (
+            "possible_actions_features",
+            [[0.1, 0.2]] * 8,
+            "column possible_actions_features: a candidate with 2 features",
+        ),
+        (
+            "possible_actions_features",
+            [[0.0, float("inf"), 0.0, 0.0]] * 8,
+            "column possible_actions_features: not a finite",
+        ),
+        ("possible_actions_features", [], "column possible_actions_features: no candidates"),
+        ("action", 9, "column action: action 9 is not one of"),
+        (
+            "terminal",
+            False,
+            "column possible_next_actions_features: no candidates for a state that is not terminal",
+        ),
+    ],
+)
+def test_a_malformed_parametric_row_is_reported(
+    recommendations: Path, tmp_path: Path, column: str, value: object, problem: str
+) -> None:
+    assert_reported(write_bad(recommendations, tmp_path / "bad", 170, column, value), problem, rows=300)
+
+
+def test_parametric_rows_decode_to_padded_candidate_sets(recommendations: Path) -> None:
+    data = LoggedDataset(recommendations)
+    assert data.parametric and data.action_dim == 4 and data.num_actions == 0
+    table = pq.read_table(sorted(recommendations.glob("*.parquet"))[0])
+    rows = data.read(data.whole_files[0])
+    counts = [len(c) for c in table.column("possible_actions_features").to_pylist()]
+    assert rows.candidate_mask.sum(axis=1).tolist() == counts and rows.candidates.shape[1] == max(counts)
+    logged = rows.candidates[np.arange(len(rows)), rows.actions]
+    np.testing.assert_array_equal(logged, np.array(table.column("action_features").to_pylist(), np.float32))
+    # Batches mixing parts with different largest sets are padded to the larger.
+    stream = ShuffledStream(data, data.shard(0, 1), buffer_rows=500, seed=0)
+    batch = next(stream.batches(1200, epoch=0))
+    assert len(batch) == 1200 and batch.candidates.shape == (1200, 8, 4)
+    assert (batch.candidate_mask.sum(axis=1) >= 2).all()
 
 
 def test_a_missing_column_is_named(dataset: Path, tmp_path: Path) -> None:

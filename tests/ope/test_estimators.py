@@ -53,8 +53,10 @@ def two_episodes() -> EvaluationSteps:
         rewards=np.array([3.0, 1.0, 1.0]),
         logging_propensity=np.array([0.8, 0.5, 0.25]),
         target_probability=np.array([0.4, 0.5, 0.5]),
-        q_logged=np.array([2.0, 0.5, 1.0]),
-        target_value=np.array([1.5, 0.2, 0.7]),
+        reward_model_logged=np.array([2.5, 0.9, 1.1]),
+        reward_model_target=np.array([1.2, 0.8, 0.6]),
+        value_model_logged=np.array([2.0, 0.5, 1.0]),
+        value_model_target=np.array([1.5, 0.2, 0.7]),
     )
 
 
@@ -104,7 +106,7 @@ def test_rows_and_episodes_without_propensity_are_left_out_and_counted() -> None
     only_b = cpe_metrics(EvaluationSteps(*(v[steps.mdp_id == "b"] for v in vars(steps).values())), 0.5, FEW)
     for name in ("ips", "dr", "sdr", "wdr"):
         assert partial[f"cpe/{name}"] == pytest.approx(only_b[f"cpe/{name}"])
-    assert partial["cpe/dm"] == pytest.approx(steps.target_value.mean())  # DM needs no propensity: all rows
+    assert partial["cpe/dm"] == pytest.approx(steps.reward_model_target.mean())  # DM: all rows
 
 
 def test_a_deterministic_logger_cannot_be_importance_weighted() -> None:
@@ -189,7 +191,8 @@ MDP_TOLERANCE = 0.05
 
 
 def log_episodes(episodes: int, seed: int, q_hat: np.ndarray) -> EvaluationSteps:
-    """``episodes`` episodes of the logging policy, rewards with N(0, 0.1) noise, rows shuffled."""
+    """``episodes`` episodes of the logging policy, rewards with N(0, 0.1) noise, rows shuffled;
+    the value model is ``q_hat``, the reward model the true mean rewards."""
     rng = np.random.default_rng(seed)
     state = draw(np.tile(START, (episodes, 1)), rng)
     running = np.arange(episodes)
@@ -214,8 +217,10 @@ def log_episodes(episodes: int, seed: int, q_hat: np.ndarray) -> EvaluationSteps
         rewards=REWARD[state, action] + rng.normal(0.0, 0.1, len(state)),
         logging_propensity=MDP_LOGGING[state, action],
         target_probability=MDP_TARGET[state, action],
-        q_logged=q_hat[state, action],
-        target_value=(MDP_TARGET * q_hat).sum(axis=1)[state],
+        reward_model_logged=REWARD[state, action],
+        reward_model_target=(MDP_TARGET * REWARD).sum(axis=1)[state],
+        value_model_logged=q_hat[state, action],
+        value_model_target=(MDP_TARGET * q_hat).sum(axis=1)[state],
     )
 
 

@@ -8,21 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import REPO, clean_env, distrl, torchrun_train
+from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect, distrl, torchrun_train
 from tests.io.test_export import assert_file_acts_like_checkpoint
-
-OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
-
-
-def collect(out: Path, steps: int, rows_per_file: int, seed: int = 0) -> None:
-    result = distrl(
-        "collect", "--env", "CartPole-v1", "--steps", str(steps), "--out", str(out),
-        "--rows-per-file", str(rows_per_file), "--seed", str(seed),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
 
 
 def start_two_nodes(tmp_path: Path, data: list[Path], *overrides: str) -> list[subprocess.Popen]:
@@ -139,6 +131,49 @@ def test_a_resumed_run_continues_its_epoch_and_ends_where_an_uninterrupted_one_d
     assert final("whole")["ranks"][0]["param_sha256"] == final("resumed")["ranks"][0]["param_sha256"]
 
 
+def logged_episode_returns(data: Path) -> list[float]:
+    """The logging policy's own returns: rewards summed over each episode of the log that ended
+    (terminal, or CartPole-v1's 500-step limit)."""
+    table = pq.read_table(data, columns=["mdp_id", "reward", "terminal"])
+    episodes = table.group_by("mdp_id").aggregate(
+        [("reward", "sum"), ("reward", "count"), ("terminal", "max")]
+    )
+    return [
+        total
+        for total, length, ended in zip(
+            *(episodes.column(c).to_pylist() for c in ("reward_sum", "reward_count", "terminal_max")),
+            strict=True,
+        )
+        if ended or length == 500
+    ]
+
+
+def test_two_ranks_learn_a_better_policy_than_the_epsilon_greedy_logger(tmp_path: Path) -> None:
+    """ReAgent's use: log a deployed policy with exploration, learn offline, beat it. The logger is
+    a briefly trained PPO policy taking a random action 30% of the time (returns around 90)."""
+    logger = tmp_path / "logger"
+    trained = distrl(
+        "train", "--config", str(CARTPOLE), "--run-dir", str(logger), "--total-steps", "8192",
+        "train.stop_return=null", "log.tensorboard=false",
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    data = tmp_path / "data"
+    logged = distrl(
+        "collect", "--env", "CartPole-v1", "--policy", f"epsilon-greedy:{logger}:0.3", "--steps", "40000",
+        "--out", str(data), "--rows-per-file", "10000",
+    )  # fmt: skip
+    assert logged.returncode == 0, logged.stderr
+    result = torchrun_train(
+        2, "--config", str(OFFLINE), "--data", str(data), "--run-dir", str(tmp_path / "run"),
+        "--total-steps", "800000", "algo.cql_alpha=0.2", "train.stop_return=null", "log.tensorboard=false",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(
+        distrl("eval", "--checkpoint", str(tmp_path / "run"), "--episodes", "20", "--json").stdout
+    )
+    assert report["return_mean"] > float(np.mean(logged_episode_returns(data)))
+
+
 @pytest.mark.slow
 def test_offline_dqn_from_random_transitions_far_outdoes_the_random_policy(tmp_path: Path) -> None:
     """ReAgent's offline CartPole check: random-policy transitions (a random policy lasts ~22
@@ -151,4 +186,4 @@ def test_offline_dqn_from_random_transitions_far_outdoes_the_random_policy(tmp_p
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path / "run"), "--json").stdout)
-    assert report["return_mean"] >= 80
+    assert report["return_mean"] >= 3 * 22  # three times the random policy's return

@@ -1,6 +1,7 @@
 """Deep Q-learning (Mnih et al. 2015) with a target network, double Q-learning (van Hasselt et al.
 2016), n-step returns and, for learning from logged data, the conservative Q-learning regulariser
-(Kumar et al. 2020, CQL(H) for discrete actions).
+(Kumar et al. 2020, CQL(H) for discrete actions). With parametric actions (ReAgent) the network
+scores each row's own candidates and every max, arg-max and logsumexp runs over real candidates.
 
 The update is rank-agnostic: each gradient step's flat gradient is averaged over ranks, weighted
 by each rank's share of the batch, through the ``gradient_sync`` hook, then clipped; every rank
@@ -17,10 +18,10 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from torch import nn
 
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.config_base import Section
-from distrl.models.q_network import QNetwork
 from distrl.storage.replay import TransitionBatch
 
 
@@ -70,10 +71,11 @@ class DQNConfig(Section):
 class DQN:
     def __init__(
         self,
-        q_network: QNetwork,
+        q_network: nn.Module,
         cfg: DQNConfig,
         gradient_sync: GradientSync | None = None,
     ) -> None:
+        """``q_network``: a ``QNetwork``, or a ``ParametricQNetwork`` for batches with candidates."""
         self.q_network = q_network
         self.target_network = copy.deepcopy(q_network).requires_grad_(False)
         self.cfg = cfg
@@ -112,13 +114,13 @@ class DQN:
         means over the local batch, so the sample-weighted cross-rank mean of gradients is the
         global-batch gradient."""
         cfg = self.cfg
-        q_all = self.q_network(batch.obs)
+        q_all = q_values(self.q_network, batch.obs, batch.candidates)
         q_taken = q_all.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
-            next_target = self.target_network(batch.next_obs)
+            next_target = q_values(self.target_network, batch.next_obs, batch.next_candidates)
             mask = batch.next_action_mask
             if cfg.double_q:
-                next_online = self.q_network(batch.next_obs)
+                next_online = q_values(self.q_network, batch.next_obs, batch.next_candidates)
                 if mask is not None:  # only actions possible in the next state compete
                     next_online = next_online.masked_fill(~mask, -torch.inf)
                 next_actions = next_online.argmax(dim=-1, keepdim=True)
@@ -135,7 +137,15 @@ class DQN:
         loss = td_loss
         stats = {"td_loss": float(td_loss.detach()), "q_mean": float(q_taken.detach().mean())}
         if cfg.cql_alpha > 0:
+            if batch.candidate_mask is not None:
+                q_all = q_all.masked_fill(~batch.candidate_mask, -torch.inf)
             cql = (torch.logsumexp(q_all, dim=-1) - q_taken).mean()
             loss = loss + cfg.cql_alpha * cql
             stats["cql_loss"] = float(cql.detach())
         return loss, stats
+
+
+def q_values(network: nn.Module, obs: torch.Tensor, candidates: torch.Tensor | None) -> torch.Tensor:
+    """[batch, actions] from a discrete Q-network, or [batch, K] for the given candidates from a
+    parametric one."""
+    return network(obs) if candidates is None else network(obs, candidates)

@@ -85,7 +85,7 @@ def collect_dataset(
         raise UserError(f"--out {out}: not empty; collect writes a new dataset into an empty dir")
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    writer = _FileWriter(out, rows_per_file)
+    writer = DatasetWriter(out, rows_per_file)
     obs = env.reset()
     episode = np.zeros(env.num_envs, dtype=np.int64)
     step_in_episode = np.zeros(env.num_envs, dtype=np.int64)
@@ -117,14 +117,15 @@ def collect_dataset(
     return writer.files
 
 
-class _FileWriter:
+class DatasetWriter:
     """Buffers rows and writes ``part-NNNNN.parquet`` files of ``rows_per_file`` rows, each in a
     few row groups (the units ranks share a dataset by when files are few)."""
 
-    def __init__(self, out: Path, rows_per_file: int) -> None:
+    def __init__(self, out: Path, rows_per_file: int, schema: pa.Schema = SCHEMA) -> None:
         self.out = out
         self.rows_per_file = rows_per_file
-        self.columns: dict[str, list] = {name: [] for name in SCHEMA.names}
+        self.schema = schema
+        self.columns: dict[str, list] = {name: [] for name in schema.names}
         self.rows_written = 0
         self.files = 0
 
@@ -144,7 +145,7 @@ class _FileWriter:
             self._flush(min(self.pending, limit - self.rows_written, self.rows_per_file))
 
     def _flush(self, rows: int) -> None:
-        table = pa.table({name: values[:rows] for name, values in self.columns.items()}, schema=SCHEMA)
+        table = pa.table({name: values[:rows] for name, values in self.columns.items()}, schema=self.schema)
         path = self.out / f"part-{self.files:05d}.parquet"
         try:
             pq.write_table(table, path, row_group_size=max(1, self.rows_per_file // 4))

@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from distrl.data.schema import REQUIRED
+from distrl.data.schema import PARAMETRIC_REQUIRED, REQUIRED
 from distrl.errors import UserError
 
 FLOAT_LISTS = ("state_features", "next_state_features")
@@ -48,18 +49,40 @@ class Rows:
     next_obs: np.ndarray
     terminal: np.ndarray
     next_action_mask: np.ndarray
+    """Discrete: the actions possible next. Parametric: which of ``next_candidates`` are real."""
     propensity: np.ndarray
     """The logger's probability of the logged action; NaN where it was deterministic (null)."""
+    candidates: np.ndarray | None = None
+    """Parametric actions only: [rows, K, action features] of each row's candidates, padded to
+    the largest set (``candidate_mask`` marks real ones); ``actions`` index into it."""
+    candidate_mask: np.ndarray | None = None
+    next_candidates: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.actions)
 
     def take(self, idx: np.ndarray) -> Rows:
-        return Rows(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+        return Rows(*(None if v is None else v[idx] for v in self._values()))
+
+    def without(self, idx: np.ndarray) -> Rows:
+        """These rows but rows ``idx`` (distinct), in place and in O(len(idx)): the last rows
+        move into the holes, so the order changes (a shuffle buffer's order does not matter)."""
+        stay = len(self) - len(idx)
+        holes = idx[idx < stay]
+        tail = np.arange(stay, len(self))
+        movers = tail[~np.isin(tail, idx)]
+        for value in self._values():
+            if value is not None:
+                value[holes] = value[movers]
+        return Rows(*(None if v is None else v[:stay] for v in self._values()))
+
+    def _values(self) -> list[np.ndarray | None]:
+        return [getattr(self, f) for f in self.__dataclass_fields__]
 
     @staticmethod
-    def empty(obs_dim: int, num_actions: int) -> Rows:
-        return Rows(
+    def empty(obs_dim: int, num_actions: int, action_dim: int | None = None) -> Rows:
+        """No rows; ``action_dim`` given: parametric rows with that many action features."""
+        empty = Rows(
             np.zeros((0, obs_dim), np.float32),
             np.zeros(0, np.int64),
             np.zeros(0, np.float32),
@@ -68,10 +91,27 @@ class Rows:
             np.zeros((0, num_actions), bool),
             np.zeros(0),
         )
+        if action_dim is not None:
+            empty.candidates = empty.next_candidates = np.zeros((0, 1, action_dim), np.float32)
+            empty.candidate_mask = empty.next_action_mask = np.zeros((0, 1), bool)
+        return empty
 
     @staticmethod
     def concat(parts: list[Rows]) -> Rows:
-        return Rows(*(np.concatenate([getattr(p, f) for p in parts]) for f in Rows.__dataclass_fields__))
+        """The rows of ``parts`` in order; candidate sets padded to the largest among them."""
+        columns = zip(*(part._values() for part in parts), strict=True)
+        return Rows(*(None if values[0] is None else _concat_padded(values) for values in columns))
+
+
+def _concat_padded(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Concatenate along rows, padding axis 1 of [rows, K, ...] arrays (zeros / False) to the
+    largest K; arrays of one width (features, discrete masks) are concatenated as they are."""
+    if arrays[0].ndim < 2 or len({a.shape[1] for a in arrays}) == 1:
+        return np.concatenate(arrays)
+    width = max(a.shape[1] for a in arrays)
+    return np.concatenate(
+        [np.pad(a, [(0, 0), (0, width - a.shape[1])] + [(0, 0)] * (a.ndim - 2)) for a in arrays]
+    )
 
 
 class LoggedDataset:
@@ -80,25 +120,49 @@ class LoggedDataset:
         if not files:
             raise UserError(f"--data {path}: no .parquet files there")
         self.on_bad_row = on_bad_row
+        self.parametric = "action_features" in _open(files[0]).schema_arrow.names
+        """Rows carry candidate sets with action features instead of discrete masks."""
         self.skipped_rows = 0
         self.whole_files: list[Unit] = []
-        self.row_groups: list[Unit] = []
+        self._file_row_groups: dict[Path, list[Unit]] = {}
         for file in files:  # each file's footer is read once, here
             parquet = _open(file)
             self._check_columns(file, parquet.schema_arrow)
+            groups = self._file_row_groups[file] = []
             first_row = 0
             for group in range(parquet.metadata.num_row_groups):
                 rows = parquet.metadata.row_group(group).num_rows
-                self.row_groups.append(Unit(file, group, rows, first_row))
+                groups.append(Unit(file, group, rows, first_row))
                 first_row += rows
             self.whole_files.append(Unit(file, None, parquet.metadata.num_rows))
+        self.row_groups = [group for groups in self._file_row_groups.values() for group in groups]
         first = _read(self.row_groups[0])
         self.obs_dim = len(first.column("state_features")[0])
-        self.num_actions = len(first.column("possible_actions")[0])
+        self.action_dim: int | None = None
+        """Parametric actions: features per action (None: discrete actions)."""
+        self.num_actions = 0
+        """Discrete actions: how many (0 for parametric actions)."""
+        if self.parametric:
+            self.action_dim = len(first.column("action_features")[0])
+        else:
+            self.num_actions = len(first.column("possible_actions")[0])
+
+    def action_space(self) -> gym.spaces.Space:
+        """Discrete(n), or for parametric actions a Box of one action's features."""
+        if self.action_dim is None:
+            return gym.spaces.Discrete(self.num_actions)
+        return gym.spaces.Box(-np.inf, np.inf, (self.action_dim,), dtype=np.float32)
+
+    def empty_rows(self) -> Rows:
+        return Rows.empty(self.obs_dim, self.num_actions, self.action_dim)
 
     def summary(self) -> list[tuple[str, int]]:
         """(file name, rows) of every file: what two copies of a dataset must agree on."""
         return [(unit.path.name, unit.rows) for unit in self.whole_files]
+
+    def pieces(self, unit: Unit) -> list[Unit]:
+        """The row groups ``unit`` is read in: a whole file is never decoded at once."""
+        return self._file_row_groups[unit.path] if unit.row_group is None else [unit]
 
     def units(self, world_size: int) -> list[Unit]:
         """Whole files when there are enough for every rank, else row groups."""
@@ -123,27 +187,28 @@ class LoggedDataset:
             keep = np.ones(len(table), dtype=bool)
             keep[[r for r, _, _ in bad]] = False
             table = table.filter(pa.array(keep))
-        return _decode(table)
+        return _decode(table, self.action_dim)
 
     def _check_columns(self, file: Path, schema: pa.Schema) -> None:
-        missing = [c for c in REQUIRED if c not in schema.names]
+        required = PARAMETRIC_REQUIRED if self.parametric else REQUIRED
+        missing = [c for c in required if c not in schema.names]
         if missing:
-            raise UserError(f"{file}: column {missing[0]} is missing (a dataset needs {', '.join(REQUIRED)})")
+            kind = "a parametric-action dataset" if self.parametric else "a dataset"
+            raise UserError(f"{file}: column {missing[0]} is missing ({kind} needs {', '.join(required)})")
 
     def _bad_rows(self, table: pa.Table) -> list[tuple[int, str, str]]:
         """(row, column, problem) of every malformed row, in row order."""
         problems: list[tuple[int, str, str]] = []
-        for column in FLOAT_LISTS:
+        widths = dict.fromkeys(FLOAT_LISTS, self.obs_dim)
+        if self.action_dim is not None:
+            widths["action_features"] = self.action_dim
+        for column, width in widths.items():
             lengths = pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
-            for row in np.flatnonzero(lengths != self.obs_dim):
-                problems.append((int(row), column, f"{lengths[row]} features, not {self.obs_dim}"))
-            values = _list_matrix(table.column(column), self.obs_dim, lengths)
+            for row in np.flatnonzero(lengths != width):
+                problems.append((int(row), column, f"{lengths[row]} features, not {width}"))
+            values = _list_matrix(table.column(column), width, lengths)
             for row in np.flatnonzero(~np.isfinite(values).all(axis=1)):
                 problems.append((int(row), column, "not a finite number"))
-        for column in MASK_LISTS:
-            lengths = pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
-            for row in np.flatnonzero(lengths != self.num_actions):
-                problems.append((int(row), column, f"{lengths[row]} entries for {self.num_actions} actions"))
         reward = table.column("reward").to_numpy(zero_copy_only=False).astype(np.float64)
         for row in np.flatnonzero(~np.isfinite(reward)):
             problems.append((int(row), "reward", "not a finite number"))
@@ -152,12 +217,44 @@ class LoggedDataset:
         for row in np.flatnonzero(given & ~((propensity > 0) & (propensity <= 1))):
             problems.append((int(row), "action_probability", f"{propensity[row]} is outside (0, 1]"))
         actions = table.column("action").to_numpy(zero_copy_only=False)
+        if self.parametric:
+            problems += self._bad_candidates(table, actions)
+        else:
+            problems += self._bad_masks(table, actions)
+        return sorted(problems)
+
+    def _bad_masks(self, table: pa.Table, actions: np.ndarray) -> list[tuple[int, str, str]]:
+        problems = []
+        for column in MASK_LISTS:
+            lengths = pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
+            for row in np.flatnonzero(lengths != self.num_actions):
+                problems.append((int(row), column, f"{lengths[row]} entries for {self.num_actions} actions"))
         possible = table.column("possible_actions").to_pylist()
         for row, action in enumerate(actions):
             mask = possible[row]
             if not (0 <= action < self.num_actions) or (len(mask) == self.num_actions and not mask[action]):
                 problems.append((row, "action", f"action {action} is not among the possible actions"))
-        return sorted(problems)
+        return problems
+
+    def _bad_candidates(self, table: pa.Table, actions: np.ndarray) -> list[tuple[int, str, str]]:
+        """Parametric rows: candidates of the right length and finite, the logged action among
+        them, and next candidates wherever the episode goes on."""
+        assert self.action_dim is not None
+        problems = []
+        terminal = table.column("terminal").to_numpy(zero_copy_only=False).astype(bool)
+        for column in ("possible_actions_features", "possible_next_actions_features"):
+            counts, bad = _candidate_problems(table.column(column), self.action_dim)
+            problems += [(row, column, problem) for row, problem in bad]
+            may_be_empty = terminal if column == "possible_next_actions_features" else np.zeros_like(terminal)
+            why = "" if column == "possible_actions_features" else " for a state that is not terminal"
+            for row in np.flatnonzero((counts == 0) & ~may_be_empty):
+                problems.append((int(row), column, "no candidates" + why))
+            if column == "possible_actions_features":
+                for row in np.flatnonzero((counts > 0) & ((actions < 0) | (actions >= counts))):
+                    problems.append(
+                        (int(row), "action", f"action {actions[row]} is not one of {counts[row]} candidates")
+                    )
+        return problems
 
 
 def ranks_sharing_a_copy(layout: str, node_of_rank: list[int], rank: int) -> list[int]:
@@ -169,8 +266,10 @@ def ranks_sharing_a_copy(layout: str, node_of_rank: list[int], rank: int) -> lis
 
 
 class ShuffledStream:
-    """One rank's rows, epoch after epoch: units in a fresh order each epoch, rows drawn at random
-    from a buffer of at most ``buffer_rows``; every row of the shard comes out once per epoch."""
+    """One rank's rows, epoch after epoch: units in a fresh order each epoch, read a row group at
+    a time into a buffer of ``buffer_rows`` rows (one batch, if that is more); each batch is a
+    uniformly random subset of the buffer, so every row of the shard comes out once per epoch and
+    a rank holds about ``buffer_rows`` rows whatever the size of its files."""
 
     def __init__(self, dataset: LoggedDataset, units: list[Unit], buffer_rows: int, seed: int) -> None:
         self.dataset = dataset
@@ -183,26 +282,23 @@ class ShuffledStream:
         """Epoch ``epoch``'s rows in batches of ``batch_size`` (the last one smaller)."""
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.units))
-        pending = iter(self.units[i] for i in order)
+        pieces = (piece for i in order for piece in self.dataset.pieces(self.units[i]))
+        fill_to = max(self.buffer_rows, batch_size)
         buffer: Rows | None = None
         exhausted = False
         while True:
-            while not exhausted and (buffer is None or len(buffer) < self.buffer_rows):
-                unit = next(pending, None)
-                if unit is None:
+            while not exhausted and (buffer is None or len(buffer) < fill_to):
+                piece = next(pieces, None)
+                if piece is None:
                     exhausted = True
                     break
-                rows = self.dataset.read(unit)
+                rows = self.dataset.read(piece)
                 buffer = rows if buffer is None else Rows.concat([buffer, rows])
             if buffer is None or len(buffer) == 0:
                 break
-            if exhausted or len(buffer) >= batch_size:
-                size = min(batch_size, len(buffer))
-                picked = rng.choice(len(buffer), size=size, replace=False)
-                keep = np.ones(len(buffer), dtype=bool)
-                keep[picked] = False
-                yield buffer.take(picked)
-                buffer = buffer.take(np.flatnonzero(keep))
+            picked = rng.choice(len(buffer), size=min(batch_size, len(buffer)), replace=False)
+            yield buffer.take(picked)
+            buffer = buffer.without(picked)
 
 
 def _open(path: Path) -> pq.ParquetFile:
@@ -230,19 +326,58 @@ def _list_matrix(column: pa.ChunkedArray, width: int, lengths: np.ndarray) -> np
     return out
 
 
-def _decode(table: pa.Table) -> Rows:
+def _candidate_problems(column: pa.ChunkedArray, width: int) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Each row's number of candidates, and (row, problem) where a candidate has the wrong
+    number of features or a feature that is not a finite number."""
+    counts = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+    candidates = pc.list_flatten(column)
+    lengths = pc.fill_null(pc.list_value_length(candidates), 0).to_numpy(zero_copy_only=False)
+    row_of_candidate = np.repeat(np.arange(len(counts)), counts)
+    problems = [(int(row), f"a candidate with {lengths[row_of_candidate == row][0]} features, not {width}")
+                for row in np.unique(row_of_candidate[lengths != width])]  # fmt: skip
+    values = pc.list_flatten(candidates).to_numpy(zero_copy_only=False).astype(np.float64)
+    row_of_value = np.repeat(row_of_candidate, lengths)
+    problems += [(int(row), "not a finite number") for row in np.unique(row_of_value[~np.isfinite(values)])]
+    return counts, problems
+
+
+def _candidate_matrix(column: pa.ChunkedArray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validated candidate sets as [rows, K, width] features padded to the largest set, and the
+    [rows, K] mask of real candidates."""
+    counts = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    values = pc.list_flatten(pc.list_flatten(column)).to_numpy(zero_copy_only=False)
+    mask = np.arange(max(counts.max(initial=0), 1)) < counts[:, None]
+    features = np.zeros((*mask.shape, width), np.float32)
+    features[mask] = values.reshape(-1, width)
+    return features, mask
+
+
+def _decode(table: pa.Table, action_dim: int | None) -> Rows:
     n = len(table)
 
     def matrix(column: str, dtype: type) -> np.ndarray:
         flat = pc.list_flatten(table.column(column)).to_numpy(zero_copy_only=False)
         return flat.astype(dtype).reshape(n, -1) if n else np.zeros((0, 0), dtype=dtype)
 
+    def vector(column: str, dtype: type) -> np.ndarray:
+        return table.column(column).to_numpy(zero_copy_only=False).astype(dtype)
+
+    common = {
+        "obs": matrix("state_features", np.float32),
+        "actions": vector("action", np.int64),
+        "rewards": vector("reward", np.float32),
+        "next_obs": matrix("next_state_features", np.float32),
+        "terminal": vector("terminal", bool),
+        "propensity": vector("action_probability", np.float64),
+    }
+    if action_dim is None:
+        return Rows(**common, next_action_mask=matrix("possible_next_actions", bool))
+    candidates, candidate_mask = _candidate_matrix(table.column("possible_actions_features"), action_dim)
+    next_candidates, next_mask = _candidate_matrix(table.column("possible_next_actions_features"), action_dim)
     return Rows(
-        obs=matrix("state_features", np.float32),
-        actions=table.column("action").to_numpy(zero_copy_only=False).astype(np.int64),
-        rewards=table.column("reward").to_numpy(zero_copy_only=False).astype(np.float32),
-        next_obs=matrix("next_state_features", np.float32),
-        terminal=table.column("terminal").to_numpy(zero_copy_only=False).astype(bool),
-        next_action_mask=matrix("possible_next_actions", bool),
-        propensity=table.column("action_probability").to_numpy(zero_copy_only=False).astype(np.float64),
+        **common,
+        next_action_mask=next_mask,
+        candidates=candidates,
+        candidate_mask=candidate_mask,
+        next_candidates=next_candidates,
     )

@@ -3,6 +3,11 @@
 A dataset is a directory of Parquet files with these columns; ``action_probability`` is the
 logging policy's probability of the logged action (null for a deterministic logger), and the
 ``possible_*`` columns are boolean masks over the discrete actions.
+
+Parametric actions (recommendation: each row its own candidate set, of any size) replace the
+masks by the candidates' features: ``possible_actions_features`` (one feature list per candidate),
+``possible_next_actions_features`` (empty only where ``terminal``) and ``action_features``; the
+``action`` column is then the logged action's index in ``possible_actions_features``.
 """
 
 from __future__ import annotations
@@ -26,3 +31,15 @@ SCHEMA = pa.schema(
 )
 REQUIRED = [name for name in SCHEMA.names if name != "time_diff"]
 """Columns every dataset must have (``time_diff`` is optional)."""
+
+_COMMON = [name for name in REQUIRED if name not in ("possible_actions", "possible_next_actions")]
+PARAMETRIC_SCHEMA = pa.schema(
+    [
+        *(SCHEMA.field(name) for name in _COMMON),
+        ("action_features", pa.list_(pa.float32())),
+        ("possible_actions_features", pa.list_(pa.list_(pa.float32()))),
+        ("possible_next_actions_features", pa.list_(pa.list_(pa.float32()))),
+    ]
+)
+PARAMETRIC_REQUIRED = PARAMETRIC_SCHEMA.names
+"""Columns every parametric-action dataset must have (told apart by ``action_features``)."""

@@ -45,26 +45,34 @@ def export_policy(policy: nn.Module, obs_dim: int, fmt: str, out: Path, where: s
     check_can_export(fmt, out, where)
     # A deployed policy's outputs need no graph.
     policy = copy.deepcopy(policy).cpu().eval().requires_grad_(False)
-    example = torch.zeros(2, obs_dim)
+    # A policy with more inputs than observations (parametric DQN's candidates) names them.
+    examples = (
+        policy.example_inputs(obs_dim) if hasattr(policy, "example_inputs") else (torch.zeros(2, obs_dim),)
+    )
     partial = out.with_name(out.name + ".partial")
     try:
         if fmt == "torchscript":
-            torch.jit.save(torch.jit.trace(policy, example), str(partial))
+            torch.jit.save(torch.jit.trace(policy, examples), str(partial))
         else:
-            _export_onnx(policy, example, partial)
+            _export_onnx(policy, examples, getattr(policy, "input_names", ("obs",)), partial)
         os.replace(partial, out)
     except OSError as exc:
         raise UserError(f"{where} {out}: cannot write: {exc.strerror or exc}") from None
 
 
-def _export_onnx(policy: nn.Module, example: torch.Tensor, out: Path) -> None:
-    batch = torch.export.Dim("batch", min=1)
+def _export_onnx(
+    policy: nn.Module, examples: tuple[torch.Tensor, ...], names: tuple[str, ...], out: Path
+) -> None:
+    """Any batch size; for inputs with a second axis beyond the observation's features (candidate
+    sets), any size of that axis too."""
+    batch, candidates = torch.export.Dim("batch", min=1), torch.export.Dim("candidates", min=1)
+    dynamic = {name: {0: batch} if i == 0 else {0: batch, 1: candidates} for i, name in enumerate(names)}
     program = torch.onnx.export(
         policy,
-        (example,),
-        input_names=["obs"],
+        examples,
+        input_names=list(names),
         output_names=["action"],
-        dynamic_shapes={"obs": {0: batch}},
+        dynamic_shapes=dynamic,
         dynamo=True,
         external_data=False,
     )

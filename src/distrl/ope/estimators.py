@@ -4,7 +4,9 @@ logging policy collected, before deploying it. Pure numpy; notation as in the pa
 Per logged step i: reward r_i, the logger's probability mu_i of the logged action a_i (its
 propensity; NaN for a deterministic logger), the target policy's probability pi_i of a_i, the
 model's q-hat(x_i, a_i), and the model's value of the target policy V-hat(x_i) =
-sum_a pi(a|x_i) q-hat(x_i, a).
+sum_a pi(a|x_i) q-hat(x_i, a). The estimators take the model's numbers as arrays, whatever the
+model: for the one-step ones it predicts immediate rewards (a reward model r-hat), for the
+sequential ones discounted returns (a value model such as a Q-network).
 
 One-step (contextual bandit) estimators treat every row as its own decision:
 
@@ -69,8 +71,9 @@ DEFAULT_BOOTSTRAP = Bootstrap()
 
 @dataclass(frozen=True)
 class EvaluationSteps:
-    """One entry per logged step: what the log, the logger, the target policy and the model say
-    about it (ReAgent's ``EvaluationDataPage``)."""
+    """One entry per logged step: what the log, the logger, the target policy and the two models
+    say about it (ReAgent's ``EvaluationDataPage``): a reward model for the one-step estimators
+    and a value model for the sequential ones."""
 
     mdp_id: np.ndarray
     sequence_number: np.ndarray
@@ -79,10 +82,14 @@ class EvaluationSteps:
     """mu_i, the logger's probability of the logged action; NaN where the logger was deterministic."""
     target_probability: np.ndarray
     """pi_i, the target policy's probability of the logged action."""
-    q_logged: np.ndarray
-    """The model's q-hat(x_i, a_i) of the logged action."""
-    target_value: np.ndarray
-    """The model's value of the target policy, V-hat(x_i) = sum_a pi(a|x_i) q-hat(x_i, a)."""
+    reward_model_logged: np.ndarray
+    """r-hat(x_i, a_i), the reward model's immediate reward of the logged action (DM, DR)."""
+    reward_model_target: np.ndarray
+    """sum_a pi(a|x_i) r-hat(x_i, a), the reward model's immediate reward of the target policy (DM, DR)."""
+    value_model_logged: np.ndarray
+    """q-hat(x_i, a_i), the value model's discounted return of the logged action (SDR, WDR)."""
+    value_model_target: np.ndarray
+    """V-hat(x_i) = sum_a pi(a|x_i) q-hat(x_i, a), the value model's value of the target policy (SDR, WDR)."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +131,8 @@ class Episodes:
         return Episodes(
             rewards=padded(steps.rewards, 0.0),
             importance_ratio=padded(steps.target_probability / steps.logging_propensity, 1.0),
-            q_logged=padded(steps.q_logged, 0.0),
-            target_value=padded(steps.target_value, 0.0),
+            q_logged=padded(steps.value_model_logged, 0.0),
+            target_value=padded(steps.value_model_target, 0.0),
         )
 
 
@@ -225,13 +232,13 @@ def cpe_metrics(
         "ips": inverse_propensity_score(
             steps.rewards, steps.logging_propensity, steps.target_probability, bootstrap
         ),
-        "dm": direct_method(steps.rewards, steps.target_value, bootstrap),
+        "dm": direct_method(steps.rewards, steps.reward_model_target, bootstrap),
         "dr": doubly_robust(
             steps.rewards,
             steps.logging_propensity,
             steps.target_probability,
-            steps.q_logged,
-            steps.target_value,
+            steps.reward_model_logged,
+            steps.reward_model_target,
             bootstrap,
         ),
         "sdr": sequential_doubly_robust(episodes, gamma, bootstrap),

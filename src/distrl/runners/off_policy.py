@@ -20,6 +20,7 @@ from distrl.algos.dqn import DQN
 from distrl.config import RunConfig
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState, TrainState
+from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
 from distrl.models.q_network import GreedyPolicy, QNetwork
 from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, scheduled_learning_rate
 from distrl.runners.episodes import EpisodeTracker
@@ -44,12 +45,10 @@ class QLearningRunner(Runner):
                 f"algo.batch_size={cfg.algo.batch_size} counts samples over all ranks and is fewer than the "
                 f"{comm.world_size} ranks; every rank needs at least one sample per gradient step"
             )
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {action_space}")
         self.cfg = cfg
         self.device = ctx.device
         self.observation_space, self.action_space = observation_space, action_space
-        self.q_network = QNetwork(observation_space.shape[0], int(action_space.n), cfg.model).to(ctx.device)
+        self.q_network = make_q_network(cfg, observation_space, action_space).to(ctx.device)
         comm.broadcast_parameters_(self.q_network)
         self.algo = DQN(self.q_network, cfg.algo, gradient_sync=comm.sum_gradients_)
         self.batch_share = even_split(cfg.algo.batch_size, comm.rank, comm.world_size)[1]
@@ -64,13 +63,13 @@ class QLearningRunner(Runner):
         )
 
     def deployable_policy(self) -> nn.Module:
-        return GreedyPolicy(self.q_network)
+        return greedy_policy(self.q_network)
 
     @classmethod
     def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        q_network = QNetwork(saved.observation_space.shape[0], int(saved.action_space.n), cfg.model)
+        q_network = make_q_network(cfg, saved.observation_space, saved.action_space)
         q_network.load_state_dict(saved.module_tensors("q_network"))
-        return GreedyPolicy(q_network)
+        return greedy_policy(q_network)
 
     def rank_state(self) -> dict[str, int]:
         # The target network's update cadence counts gradient steps across launches.
@@ -85,10 +84,28 @@ class QLearningRunner(Runner):
         return lr
 
 
+def make_q_network(
+    cfg: RunConfig, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
+) -> nn.Module:
+    """One value per action for Discrete actions; for parametric actions (a Box of one action's
+    features) a network scoring (state, action features) pairs."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return QNetwork(observation_space.shape[0], int(action_space.n), cfg.model)
+    return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model)
+
+
+def greedy_policy(q_network: nn.Module) -> nn.Module:
+    if isinstance(q_network, ParametricQNetwork):
+        return ParametricGreedyPolicy(q_network)
+    return GreedyPolicy(q_network)
+
+
 class OffPolicyRunner(QLearningRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg = ctx.cfg
         self.envs, self.env = rank_envs(ctx)
+        if not isinstance(self.env.action_space, gym.spaces.Discrete):
+            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {self.env.action_space}")
         super().__init__(ctx, self.env.observation_space, self.env.action_space)
         obs_dim = self.env.observation_space.shape[0]
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.

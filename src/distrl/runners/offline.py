@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,10 @@ import numpy as np
 import torch
 
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream, ranks_sharing_a_copy
+from distrl.data.reader import open_dataset
 from distrl.errors import UserError
+from distrl.ope.dqn import OfflineEvaluator
+from distrl.ope.estimators import Bootstrap
 from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.off_policy import QLearningRunner
 from distrl.seeding import rank_seed, seed_torch
@@ -34,9 +38,15 @@ class OfflineRunner(QLearningRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm = ctx.cfg, ctx.comm
         seed_torch(cfg.train.seed, comm.rank)
-        self.dataset = LoggedDataset(Path(cfg.data.path), cfg.data.on_bad_row)
+        self.dataset = open_dataset(Path(cfg.data.path), cfg.data.on_bad_row)
+        if self.dataset.parametric and cfg.train.stop_return is not None:
+            raise UserError(
+                f"train.stop_return={cfg.train.stop_return} evaluates the policy in env {cfg.env.id!r}, but "
+                f"{cfg.data.path} has parametric actions (candidate sets no env offers): "
+                "set train.stop_return=null"
+            )
         obs_space = gym.spaces.Box(-np.inf, np.inf, (self.dataset.obs_dim,), dtype=np.float32)
-        super().__init__(ctx, obs_space, gym.spaces.Discrete(self.dataset.num_actions))
+        super().__init__(ctx, obs_space, self.dataset.action_space())
         self.comm = comm
         peers = self._ranks_sharing_my_copy(ctx.node_rank)
         units = self.dataset.shard(peers.index(comm.rank), len(peers))
@@ -49,6 +59,8 @@ class OfflineRunner(QLearningRunner):
         self.epoch = 0
         self.step_in_epoch = 0
         self.batches: Iterator[Rows] = iter(())
+        self.iterations = 0
+        self.evaluator = self._offline_evaluator() if comm.is_main and cfg.eval.cpe_every else None
 
     def _ranks_sharing_my_copy(self, node_rank: int) -> list[int]:
         """Check the nodes' data against ``data.layout`` (the same on every rank, so all fail
@@ -72,6 +84,27 @@ class OfflineRunner(QLearningRunner):
                     "its own part, use data.layout=split"
                 )
         return ranks_sharing_a_copy(layout, [r["node"] for r in ranks], self.comm.rank)
+
+    def _offline_evaluator(self) -> OfflineEvaluator | None:
+        """Rank 0's counterfactual evaluator on the first episodes of its dataset, when the data
+        allow one (logged propensities, discrete actions)."""
+        cfg = self.cfg
+        why_not = None
+        if not isinstance(self.dataset, LoggedDataset) or self.dataset.parametric:
+            why_not = "it needs ReAgent-format data with discrete actions"
+        else:
+            bootstrap = Bootstrap(resamples=cfg.eval.cpe_bootstrap)
+            evaluator = OfflineEvaluator.from_dataset(
+                self.dataset, cfg.algo.gamma, bootstrap, cfg.eval.cpe_max_rows
+            )
+            if not np.isnan(evaluator.logged.rows.propensity).all():
+                return evaluator
+            why_not = "the log has no propensities (a deterministic logger)"
+        print(
+            f"distrl: no counterfactual evaluation during training: {why_not} (eval.cpe_every=0 hides this)",
+            file=sys.stderr,
+        )
+        return None
 
     def start(self, fresh: bool) -> None:
         self.batches = self.stream.batches(self.batch_share, self.epoch)
@@ -117,6 +150,10 @@ class OfflineRunner(QLearningRunner):
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
         skipped = totals.pop("skipped_steps", 0.0)
+        self.iterations += 1
+        estimates = {}
+        if self.evaluator is not None and self.iterations % self.cfg.eval.cpe_every == 0:
+            estimates = self.evaluator.metrics(self.q_network)  # rank 0's row is the one logged
         global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
         averaged = {k: v / max(steps_with_data, 1) for k, v in totals.items()}
         return IterationResult(
@@ -126,6 +163,7 @@ class OfflineRunner(QLearningRunner):
                 "learning_rate": lr,
                 "epoch": self.epoch,
                 "skipped_rows": skipped_rows,
+                **estimates,
             },
             skipped=skipped > 0,
         )
@@ -135,11 +173,11 @@ class OfflineRunner(QLearningRunner):
 
     def _to_batch(self, rows: Rows | None) -> TransitionBatch:
         if rows is None:  # this rank's part is used up for the epoch
-            rows = Rows.empty(self.dataset.obs_dim, self.dataset.num_actions)
+            rows = self.dataset.empty_rows()
         device = self.device
 
-        def tensor(values: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
-            return torch.as_tensor(values, dtype=dtype, device=device)
+        def tensor(values: np.ndarray | None, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+            return None if values is None else torch.as_tensor(values, dtype=dtype, device=device)
 
         return TransitionBatch(
             obs=tensor(rows.obs, torch.float32),
@@ -149,4 +187,7 @@ class OfflineRunner(QLearningRunner):
             terminated=tensor(rows.terminal),
             steps=torch.ones(len(rows), dtype=torch.int64, device=device),
             next_action_mask=tensor(rows.next_action_mask),
+            candidates=tensor(rows.candidates),
+            candidate_mask=tensor(rows.candidate_mask),
+            next_candidates=tensor(rows.next_candidates),
         )

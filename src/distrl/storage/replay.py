@@ -20,7 +20,13 @@ class TransitionBatch:
     terminated: torch.Tensor
     steps: torch.Tensor
     next_action_mask: torch.Tensor | None = None
-    """Actions possible in ``next_obs`` (logged data); None: all of them."""
+    """Actions possible in ``next_obs`` (logged data); None: all of them. With parametric
+    actions: which of ``next_candidates`` are real."""
+    candidates: torch.Tensor | None = None
+    """Parametric actions only: [batch, K, action features] of each row's candidates (padded;
+    ``candidate_mask`` marks real ones); ``actions`` index into them."""
+    candidate_mask: torch.Tensor | None = None
+    next_candidates: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.obs.shape[0]
