@@ -332,6 +332,23 @@ def command_evaluate_offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
+    from distrl.io.plot import X_AXES
+
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="runs to draw")
+    parser.add_argument("--metric", default="episode_return_mean", help="metrics.jsonl key to draw")
+    parser.add_argument("--x", default="global_step", choices=X_AXES, help="x axis")
+    parser.add_argument("--out", required=True, type=Path, help="PNG file to write")
+
+
+def command_plot(args: argparse.Namespace) -> int:
+    from distrl.io.plot import plot_runs
+
+    lines = plot_runs(args.run_dirs, args.metric, args.x, args.out)
+    print(f"distrl: drew {args.metric} of {len(args.run_dirs)} run(s) as {lines} line(s) in {args.out}")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "train": Subcommand(
         "train a policy (one process, torchrun, srun or file rendezvous)",
@@ -349,6 +366,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "write a checkpoint's deterministic policy as one TorchScript or ONNX file",
         add_export_arguments,
         command_export,
+    ),
+    "plot": Subcommand(
+        "draw learning curves from run dirs (seeds of one config: mean and min-max band)",
+        add_plot_arguments,
+        command_plot,
     ),
     "evaluate-offline": Subcommand(
         "estimate a dqn checkpoint's value from logged data (IPS, DM, DR, SDR, WDR)",
