@@ -4,6 +4,7 @@ unequal size (equal gradient steps, identical parameters, rank 0 writing the fin
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -59,13 +60,15 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     result = torchrun_train(
         2, "--config", str(OFFLINE), "--data", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
         "algo.batch_size=64", "algo.gradient_steps=47", "--total-steps", "7500", "train.stop_return=null",
-        "log.tensorboard=false", f"output.path={tmp_path / 'model' / 'policy.onnx'}",
+        "log.tensorboard=false", f"output.path={tmp_path / 'model' / 'policy.onnx'}", "eval.cpe_every=2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     # Each iteration is one epoch: every row once, so 2500 samples, then epoch 1, 2.
     assert [r["global_step"] for r in rows] == [2500, 5000, 7500]
     assert [r["epoch"] for r in rows] == [0, 1, 2]
+    # Rank 0's counterfactual estimates, every second update.
+    assert [math.isfinite(r.get("cpe/dr", math.nan)) for r in rows] == [False, True, False]
     state = json.loads((ckpt.resolve_checkpoint(tmp_path / "run") / "state.json").read_text())
     assert (
         state["algorithm"] == "dqn" and state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]

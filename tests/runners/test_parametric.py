@@ -33,6 +33,7 @@ def trained(recommendations: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     run = tmp_path_factory.mktemp("parametric") / "run"
     result = distrl("train", *TRAIN, "--data", str(recommendations), "--run-dir", str(run))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "no counterfactual evaluation during training: it needs ReAgent-format data" in result.stderr
     return run
 
 

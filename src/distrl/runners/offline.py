@@ -18,6 +18,7 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +33,9 @@ from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.off_policy import QLearningRunner
 from distrl.seeding import rank_seed, seed_torch
 from distrl.storage.replay import TransitionBatch
+
+if TYPE_CHECKING:
+    from distrl.data.minari_dataset import MinariLoggedDataset
 
 
 class OfflineRunner(QLearningRunner):
@@ -67,15 +71,14 @@ class OfflineRunner(QLearningRunner):
         together) and return the ranks that divide this rank's copy."""
         layout = self.cfg.data.layout
         mine = {"node": node_rank, "path": self.cfg.data.path, "files": self.dataset.summary()}
-        mine["shape"] = [self.dataset.obs_dim, self.dataset.num_actions]
+        mine["rows"] = _row_shape(self.dataset)
         ranks = [json.loads(b) for b in self.comm.all_gather_bytes(json.dumps(mine).encode())]
         first = ranks[0]
         for theirs in ranks:
-            if theirs["shape"] != first["shape"]:
+            if theirs["rows"] != first["rows"]:
                 raise UserError(
-                    f"data.path: node {theirs['node']}'s rows ({theirs['path']}) have {theirs['shape'][0]} "
-                    f"features and {theirs['shape'][1]} actions, node {first['node']}'s ({first['path']}) "
-                    f"{first['shape'][0]} and {first['shape'][1]}"
+                    f"data.path: node {theirs['node']}'s rows ({theirs['path']}) have {theirs['rows']}, "
+                    f"node {first['node']}'s ({first['path']}) {first['rows']}"
                 )
             if layout == "copy" and theirs["files"] != first["files"]:
                 raise UserError(
@@ -89,17 +92,21 @@ class OfflineRunner(QLearningRunner):
         """Rank 0's counterfactual evaluator on the first episodes of its dataset, when the data
         allow one (logged propensities, discrete actions)."""
         cfg = self.cfg
-        why_not = None
         if not isinstance(self.dataset, LoggedDataset) or self.dataset.parametric:
             why_not = "it needs ReAgent-format data with discrete actions"
         else:
-            bootstrap = Bootstrap(resamples=cfg.eval.cpe_bootstrap)
-            evaluator = OfflineEvaluator.from_dataset(
-                self.dataset, cfg.algo.gamma, bootstrap, cfg.eval.cpe_max_rows
-            )
-            if not np.isnan(evaluator.logged.rows.propensity).all():
-                return evaluator
-            why_not = "the log has no propensities (a deterministic logger)"
+            try:  # a dataset of its own: its reads must not count in training's skipped rows
+                dataset = LoggedDataset(Path(cfg.data.path), cfg.data.on_bad_row)
+                bootstrap = Bootstrap(resamples=cfg.eval.cpe_bootstrap)
+                evaluator = OfflineEvaluator.from_dataset(
+                    dataset, cfg.algo.gamma, bootstrap, cfg.eval.cpe_max_rows
+                )
+            except UserError as exc:  # training itself may still go on (skipped rows, a tight cap)
+                why_not = str(exc)
+            else:
+                if not np.isnan(evaluator.logged.rows.propensity).all():
+                    return evaluator
+                why_not = "the log has no propensities (a deterministic logger)"
         print(
             f"distrl: no counterfactual evaluation during training: {why_not} (eval.cpe_every=0 hides this)",
             file=sys.stderr,
@@ -191,3 +198,10 @@ class OfflineRunner(QLearningRunner):
             candidate_mask=tensor(rows.candidate_mask),
             next_candidates=tensor(rows.next_candidates),
         )
+
+
+def _row_shape(dataset: LoggedDataset | MinariLoggedDataset) -> str:
+    """What every node's rows must agree on, in words."""
+    if dataset.action_dim is not None:
+        return f"{dataset.obs_dim} features and candidates of {dataset.action_dim} features"
+    return f"{dataset.obs_dim} features and {dataset.num_actions} actions"
