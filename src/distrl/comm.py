@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from distrl.errors import PeerFailure, UserError
 from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
+from distrl.timing import phase
 
 
 class Comm:
@@ -25,6 +26,8 @@ class Comm:
 
     rank: int = 0
     world_size: int = 1
+    time_sync_wait: bool = False
+    """Split gradient-sync time into waiting and transfer (``comm.time_sync_wait``)."""
 
     def __init__(self) -> None:
         self.grad_sync_time_s = 0.0
@@ -97,11 +100,20 @@ class Comm:
 
     def sum_gradients_(self, bucket: torch.Tensor) -> None:
         """All-reduce sum of a flat gradient bucket (``FlatGradients.average_``'s hook), timed
-        in ``grad_sync_time_s``."""
+        in ``grad_sync_time_s`` and the ``sync`` phase; with ``time_sync_wait`` a one-number sum
+        first tells waiting for the slowest rank (``sync_wait``) from the transfer
+        (``sync_transfer``), at the cost of that extra collective."""
         if self.world_size == 1:
             return
         start = time.perf_counter()
-        self.allreduce_sum_(bucket)
+        if self.time_sync_wait:
+            with phase("sync_wait"):
+                self.sum_scalars([0.0])  # returns once the last rank has arrived
+            with phase("sync_transfer"):
+                self.allreduce_sum_(bucket)
+        else:
+            with phase("sync"):
+                self.allreduce_sum_(bucket)
         self.grad_sync_time_s += time.perf_counter() - start
 
     def arrive(self, key: str) -> int:

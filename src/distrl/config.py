@@ -117,6 +117,10 @@ class CommConfig(Section):
     """Process-group timeout: a collective waiting longer than this fails instead of hanging."""
     network_interface: str | None = None
     """Interface for gloo/NCCL traffic (e.g. ib0); default: the one that routes to the master."""
+    time_sync_wait: bool = False
+    """Tell the time ranks wait for the slowest one (``time/sync_wait``) from the gradient
+    transfer (``time/sync_transfer``) with one extra one-number sum per gradient step; off, both
+    are ``time/sync``."""
     sync_spin_ms: float | None = Field(None, ge=0.0)
     """How long a rank waiting in a CPU sum polls before it sleeps (distrl's socket sums). Unset:
     50 ms when every rank of the node has a core of its own, else 0 (spinning would take the

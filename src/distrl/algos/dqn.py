@@ -23,6 +23,7 @@ from torch import nn
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.config_base import Section
 from distrl.storage.replay import TransitionBatch
+from distrl.timing import phase
 
 
 class DQNConfig(Section):
@@ -93,7 +94,8 @@ class DQN:
         """One synchronised step on this rank's share of the global batch (which may be empty:
         the rank then joins the step with no samples); then, every ``target_update_interval``
         steps, the target update."""
-        loss, stats = self.loss(batch) if len(batch) else (None, {})
+        with phase("forward"):
+            loss, stats = self.loss(batch) if len(batch) else (None, {})
         grad_norm = self.grads.step(
             loss, self.optimizer, self.gradient_sync, len(batch), self.cfg.max_grad_norm
         )

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from distrl.timing import phase
+
 GradientSync = Callable[[torch.Tensor], None]
 """Sums a flat buffer over all ranks in place (in one process: leaves it as it is)."""
 
@@ -60,13 +62,15 @@ class FlatGradients:
         rank has no samples for the step and joins the sync with weight 0."""
         self.zero_()
         if loss is not None:
-            loss.backward()
+            with phase("backward"):
+                loss.backward()
         if sync is not None:
-            self.average_(sync, weight)
-        grad_norm = self.clip_norm_(max_grad_norm)
-        if not math.isfinite(grad_norm):
-            return math.nan
-        optimizer.step()
+            self.average_(sync, weight)  # the communicator times the sum itself
+        with phase("optimizer"):
+            grad_norm = self.clip_norm_(max_grad_norm)
+            if not math.isfinite(grad_norm):
+                return math.nan
+            optimizer.step()
         return grad_norm
 
     def clip_norm_(self, max_norm: float) -> float:

@@ -19,6 +19,7 @@ from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.config_base import Section, at_most_one, default_unless_either
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
+from distrl.timing import phase
 
 DEFAULT_MINIBATCH_SIZE = 256
 
@@ -129,7 +130,8 @@ class PPO:
         return {"skipped_minibatches": skipped, **{k: v / steps for k, v in totals.items()}}
 
     def minibatch_step(self, mb: RolloutBatch) -> dict[str, float]:
-        loss, stats = self.loss(mb)
+        with phase("forward"):
+            loss, stats = self.loss(mb)
         grad_norm = self.grads.step(loss, self.optimizer, self.gradient_sync, len(mb), self.cfg.max_grad_norm)
         stats["grad_norm"] = grad_norm
         stats["skipped_minibatches"] = float(math.isnan(grad_norm))

@@ -67,7 +67,9 @@ def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> Comm:
     if use_sockets:
         spin_s = sync_spin_s(topology, cfg.sync_spin_ms)
         socket_sum = _socket_sum(store, topology, interface, timeout_s, spin_s)
-    return TorchComm(device, store, socket_sum)
+    comm = TorchComm(device, store, socket_sum)
+    comm.time_sync_wait = cfg.time_sync_wait
+    return comm
 
 
 def _uses_socket_sum(cpu_sum: str, backend: str, world_size: int) -> bool:

@@ -28,6 +28,7 @@ from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.launch.preemption import PreemptionFlag
 from distrl.runners.base import IterationResult, RunContext, Runner
 from distrl.sharding import even_split
+from distrl.timing import phase
 
 _STOP_CHECK_SEED_OFFSET = 1_000_000
 
@@ -70,6 +71,9 @@ class TrainingLoop:
         """Rank 0's checkpoint writer, open while ``run()`` runs."""
         self._last_checkpoint = (0, time.monotonic())
         """(global step, monotonic time) of the last checkpoint."""
+        self._last_row_time = 0.0
+        """perf_counter() when the last metrics row was made: an update's whole pass runs from one
+        row to the next (its ``time/update``)."""
         if checkpoint is not None:
             self._restore(checkpoint)
 
@@ -87,7 +91,9 @@ class TrainingLoop:
             )
         self.preemption.install()
         self.runner.start(fresh=self.global_step == 0)
+        phase.take()  # start-up is no update's time
         start_time, start_step = time.perf_counter(), self.global_step
+        self._last_row_time = start_time
         self._last_checkpoint = (self.global_step, time.monotonic())
         row: dict[str, Any] = {}
         try:
@@ -104,8 +110,10 @@ class TrainingLoop:
                     grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
                     time_s=time.perf_counter() - start_time,
                 )
-                solved = self._reached_stop_return(row)
-                logger.log(row)
+                with phase("eval"):
+                    solved = self._reached_stop_return(row)
+                with phase("log"):
+                    logger.log(row)
                 self._count_bad_updates(result.skipped)
                 agreed = self._agree()
                 if agreed.preempted:
@@ -118,7 +126,8 @@ class TrainingLoop:
                 # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
                 healthy = not self.bad_updates_in_a_row
                 if agreed.checkpoint_due and healthy and self.global_step < total_steps:
-                    self.save_checkpoint()
+                    with phase("checkpoint"):
+                        self.save_checkpoint()
             self.save_checkpoint()
             if output is not None and self.comm.is_main:
                 self._write_output(output)
@@ -133,9 +142,12 @@ class TrainingLoop:
     def _metrics_row(self, result: IterationResult, **timing: float) -> dict[str, Any]:
         """One row per update: the runner's numbers averaged (or, for episodes, summed) over all
         ranks in a single collective."""
-        averaged_keys = sorted(result.averaged)
+        pass_s = time.perf_counter() - self._last_row_time
+        self._last_row_time = time.perf_counter()
+        averaged = {**result.averaged, **{f"time/{k}": v for k, v in phase.take().items()}}
+        averaged_keys = sorted(averaged)
         episodes = result.episodes
-        local = [result.averaged[k] for k in averaged_keys]
+        local = [averaged[k] for k in averaged_keys]
         if episodes is not None:
             local += [episodes.return_sum, episodes.length_sum, episodes.count, episodes.finished]
         total = self.comm.sum_scalars(local) if local else []
@@ -147,7 +159,13 @@ class TrainingLoop:
             row["episodes"] = int(finished)
             row["recent_episodes"] = int(count)
         world_size = self.comm.world_size
-        row.update({k: v / world_size for k, v in zip(averaged_keys, total, strict=False)})
+        means = {k: v / world_size for k, v in zip(averaged_keys, total, strict=False)}
+        # Phases no rank used are left out; what no phase covers is "other".
+        phases = {k: v for k, v in means.items() if k.startswith("time/") and v > 0}
+        row.update({k: v for k, v in means.items() if not k.startswith("time/")})
+        row.update(phases)
+        row["time/other"] = pass_s - sum(phases.values())
+        row["time/update"] = pass_s
         row.update(result.replicated)
         row.update(timing)
         return row

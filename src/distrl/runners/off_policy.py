@@ -26,6 +26,7 @@ from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, 
 from distrl.runners.episodes import EpisodeTracker
 from distrl.sharding import even_split
 from distrl.storage.replay import ReplayBuffer
+from distrl.timing import phase
 
 
 class QLearningRunner(Runner):
@@ -147,11 +148,14 @@ class OffPolicyRunner(QLearningRunner):
         obs = self.obs
         for _ in range(self.cfg.algo.rollout_steps):
             obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            actions = self.q_network(obs_t).argmax(dim=-1)
-            explore = torch.rand(actions.shape, device=self.device) < epsilon
-            random_actions = torch.randint(self.q_network.num_actions, actions.shape, device=self.device)
-            actions = torch.where(explore, random_actions, actions)
-            result = self.env.step(actions.cpu().numpy())
+            with phase("inference"):
+                actions = self.q_network(obs_t).argmax(dim=-1)
+                explore = torch.rand(actions.shape, device=self.device) < epsilon
+                random_actions = torch.randint(self.q_network.num_actions, actions.shape, device=self.device)
+                actions = torch.where(explore, random_actions, actions)
+            env_actions = actions.cpu().numpy()
+            with phase("env"):
+                result = self.env.step(env_actions)
             ended = np.logical_or(result.terminated, result.truncated)
             self.episodes.step(result.reward, ended)
             # final_obs is the observation each step led to, also for episodes that just ended.
@@ -171,7 +175,8 @@ class OffPolicyRunner(QLearningRunner):
         cfg = self.cfg.algo
         totals: dict[str, float] = {}
         for _ in range(cfg.gradient_steps):
-            batch = self.replay.sample(self.batch_share, cfg.n_step, cfg.gamma)
+            with phase("replay"):
+                batch = self.replay.sample(self.batch_share, cfg.n_step, cfg.gamma)
             for key, value in self.algo.gradient_step(batch).items():
                 totals[key] = totals.get(key, 0.0) + value
         skipped = totals.pop("skipped_steps")

@@ -33,6 +33,7 @@ from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.off_policy import QLearningRunner
 from distrl.seeding import rank_seed, seed_torch
 from distrl.storage.replay import TransitionBatch
+from distrl.timing import phase
 
 if TYPE_CHECKING:
     from distrl.data.minari_dataset import MinariLoggedDataset
@@ -147,8 +148,8 @@ class OfflineRunner(QLearningRunner):
                 self.epoch += 1
                 self.step_in_epoch = 0
                 self.batches = self.stream.batches(self.batch_share, self.epoch)
-            rows = next(self.batches, None)
-            batch = self._to_batch(rows)
+            with phase("data"):
+                batch = self._to_batch(next(self.batches, None))
             stats = self.algo.gradient_step(batch)
             self.step_in_epoch += 1
             samples += len(batch)
@@ -160,7 +161,8 @@ class OfflineRunner(QLearningRunner):
         self.iterations += 1
         estimates = {}
         if self.evaluator is not None and self.iterations % self.cfg.eval.cpe_every == 0:
-            estimates = self.evaluator.metrics(self.q_network)  # rank 0's row is the one logged
+            with phase("eval"):
+                estimates = self.evaluator.metrics(self.q_network)  # rank 0's row is the one logged
         global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
         averaged = {k: v / max(steps_with_data, 1) for k, v in totals.items()}
         return IterationResult(

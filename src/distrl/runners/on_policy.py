@@ -25,6 +25,7 @@ from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, 
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
 from distrl.storage.rollout import RolloutStorage
+from distrl.timing import phase
 
 
 def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bool:
@@ -165,7 +166,8 @@ class OnPolicyRunner(Runner):
         that saw a non-finite observation on any rank is skipped by all ranks and touches
         neither the normalisers nor the weights."""
         steps = self.storage.step  # fewer than rollout_steps when a straggler was cut short
-        batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
+        with phase("returns"):
+            batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         # One sum carries what the update needs from every rank: a non-finite observation
         # anywhere, the samples collected, and the advantages' global moments.
         local = [self.nonfinite_obs_steps, steps * self.num_envs, *advantage_sums(batch.advantages)]
@@ -195,8 +197,11 @@ class OnPolicyRunner(Runner):
             obs = self._finite(obs)
             self.raw_obs[t] = obs
             obs_t = self._normalize_obs(obs)
-            actions, log_probs, values = self.policy.act(obs_t)
-            result = self.env.step(self._to_env_actions(actions))
+            with phase("inference"):
+                actions, log_probs, values = self.policy.act(obs_t)
+            env_actions = self._to_env_actions(actions)
+            with phase("env"):
+                result = self.env.step(env_actions)
             dones = np.logical_or(result.terminated, result.truncated)
             self.episodes.step(result.reward, dones)
 
@@ -204,7 +209,7 @@ class OnPolicyRunner(Runner):
             # A truncated episode did not end in the MDP: bootstrap from its final observation.
             truncated_only = np.logical_and(result.truncated, ~result.terminated)
             if truncated_only.any():
-                with torch.no_grad():
+                with torch.no_grad(), phase("inference"):
                     final_obs = self._normalize_obs(self._finite(result.final_obs))
                     final_values = self.policy.value(final_obs).cpu().numpy()
                 rewards = rewards + gamma * final_values * truncated_only
@@ -218,7 +223,7 @@ class OnPolicyRunner(Runner):
             )
             obs = result.obs
         self.stragglers.finish()
-        with torch.no_grad():
+        with torch.no_grad(), phase("inference"):
             last_values = self.policy.value(self._normalize_obs(obs))
         return obs, last_values
 

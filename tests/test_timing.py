@@ -1,0 +1,59 @@
+"""Per-phase time in every update's metrics: the phases cover most of an update, the update's
+time matches the wall clock, and 2 ranks tell waiting for the slowest rank from the transfer."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from distrl.timing import PHASES, PhaseClock
+from tests.helpers import CARTPOLE, distrl, torchrun_train
+
+TRAIN = [
+    "--config",
+    str(CARTPOLE),
+    "--total-steps",
+    "8192",
+    "train.stop_return=null",
+    "log.tensorboard=false",
+]
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_phase_clock_adds_up_and_starts_over() -> None:
+    clock = PhaseClock()
+    for _ in range(2):
+        with clock("env"):
+            time.sleep(0.01)
+    taken = clock.take()
+    assert set(taken) == set(PHASES) and 0.02 <= taken["env"] < 0.5 and taken["backward"] == 0.0
+    assert clock.take()["env"] == 0.0
+
+
+def test_phases_cover_an_update_and_match_the_wall_clock(tmp_path: Path) -> None:
+    result = distrl("train", *TRAIN, "--run-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows = metrics(tmp_path)
+    later = rows[1:]  # the first update also pays for warm-up, and logs only after its row
+    for key in ("env", "inference", "returns", "forward", "backward", "optimizer", "log", "other"):
+        assert all(f"time/{key}" in row for row in later), key
+    # Each update's time is the wall time from one row to the next ...
+    for before, row in zip(rows, later, strict=False):
+        assert abs(row["time/update"] - (row["time_s"] - before["time_s"])) < 0.02 + 0.1 * row["time/update"]
+    # ... and the named phases account for most of it.
+    covered = sum(row["time/update"] - row["time/other"] for row in later) / sum(
+        r["time/update"] for r in later
+    )
+    assert covered > 0.5
+
+
+def test_two_ranks_split_the_gradient_sync_into_waiting_and_transfer(tmp_path: Path) -> None:
+    result = torchrun_train(2, *TRAIN, "--run-dir", str(tmp_path), "comm.time_sync_wait=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = metrics(tmp_path)
+    assert all(row["time/sync_wait"] > 0 and row["time/sync_transfer"] > 0 for row in rows)
+    assert all("time/sync" not in row for row in rows)
