@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from distrl.io.metrics import METRICS_FILE, MetricsLogger, truncate_metrics
+from distrl.io.metrics import METRICS_FILE, MetricsLogger, progress_label, truncate_metrics
 
 
 def log_rows(run_dir: Path, rows: list[dict]) -> None:
@@ -43,3 +43,9 @@ def test_disabled_logger_writes_nothing(tmp_path: Path) -> None:
     logger.log(ROWS[0])
     logger.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_label_summarises_speed_return_and_sync() -> None:
+    row = {"sps": 12345.6, "episode_return_mean": 87.25, "grad_sync_share": 0.123, "global_step": 1}
+    assert progress_label(row) == "12,346 steps/s | return 87.2 | sync 12%"
+    assert progress_label({"sps": 10.0, "episode_return_mean": math.nan}) == "10 steps/s"

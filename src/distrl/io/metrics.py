@@ -57,9 +57,7 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.add_summary(_scalars_summary(row), step)
         if self._progress is not None:
-            ret = row.get("episode_return_mean")
-            label = f"return {ret:.1f}" if isinstance(ret, float) and math.isfinite(ret) else ""
-            self._progress.update(self._task, completed=step, description=label)
+            self._progress.update(self._task, completed=step, description=progress_label(row))
 
     def close(self) -> None:
         if self._progress is not None:
@@ -68,6 +66,21 @@ class MetricsLogger:
             self._tb.close()
         if self._file is not None:
             self._file.close()
+
+
+def progress_label(row: dict[str, Any]) -> str:
+    """The progress bar's summary of an update: env steps per second, recent return and the share
+    of the update spent in gradient sync (what is known of them)."""
+    parts = []
+    for key, shown in (
+        ("sps", "{:,.0f} steps/s"),
+        ("episode_return_mean", "return {:.1f}"),
+        ("grad_sync_share", "sync {:.0%}"),
+    ):
+        value = row.get(key)
+        if isinstance(value, int | float) and math.isfinite(value):
+            parts.append(shown.format(value))
+    return " | ".join(parts)
 
 
 def _scalars_summary(row: dict[str, Any]):
