@@ -1,5 +1,6 @@
 """Per-phase time in every update's metrics: the phases cover most of an update, the update's
-time matches the wall clock, and 2 ranks tell waiting for the slowest rank from the transfer."""
+time matches the wall clock; 2 ranks tell waiting for the slowest rank from the transfer, and
+name the rank that collects slowest."""
 
 from __future__ import annotations
 
@@ -51,9 +52,13 @@ def test_phases_cover_an_update_and_match_the_wall_clock(tmp_path: Path) -> None
     assert covered > 0.5
 
 
-def test_two_ranks_split_the_gradient_sync_into_waiting_and_transfer(tmp_path: Path) -> None:
+def test_two_ranks_split_the_sync_and_name_the_slowest_rank(tmp_path: Path) -> None:
     result = torchrun_train(2, *TRAIN, "--run-dir", str(tmp_path), "comm.time_sync_wait=true")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = metrics(tmp_path)
     assert all(row["time/sync_wait"] > 0 and row["time/sync_transfer"] > 0 for row in rows)
     assert all("time/sync" not in row for row in rows)
+    # Each rank's own collection speed reached rank 0, the slowest one named.
+    assert all(
+        row["slowest_rank"] in (0, 1) and 0 < row["rank_sps_min"] <= row["rank_sps_max"] for row in rows
+    )

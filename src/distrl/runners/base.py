@@ -54,6 +54,9 @@ class IterationResult:
     replicated: dict[str, float] = field(default_factory=dict)
     """Numbers already equal on every rank (learning rate, share of the rollout collected)."""
     episodes: EpisodeStats | None = None
+    local_steps: int = 0
+    """Env steps (logged rows, offline) this rank collected: with its collection time, the
+    rank's own speed, so the loop can name the slowest rank."""
     skipped: bool = False
     """The update was skipped on every rank (non-finite numbers): counts towards
     ``train.max_bad_updates`` and withholds the next checkpoint."""

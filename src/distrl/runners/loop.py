@@ -144,13 +144,19 @@ class TrainingLoop:
         ranks in a single collective."""
         pass_s = time.perf_counter() - self._last_row_time
         self._last_row_time = time.perf_counter()
-        averaged = {**result.averaged, **{f"time/{k}": v for k, v in phase.take().items()}}
+        my_phases = phase.take()
+        averaged = {**result.averaged, **{f"time/{k}": v for k, v in my_phases.items()}}
         averaged_keys = sorted(averaged)
         episodes = result.episodes
         local = [averaged[k] for k in averaged_keys]
         if episodes is not None:
             local += [episodes.return_sum, episodes.length_sum, episodes.count, episodes.finished]
-        total = self.comm.sum_scalars(local) if local else []
+        # Every rank's own collection speed, in its own slot of the same sum.
+        collect_s = my_phases["env"] + my_phases["inference"] + my_phases["data"]
+        speeds = [0.0] * self.comm.world_size
+        speeds[self.comm.rank] = result.local_steps / collect_s if collect_s > 0 else 0.0
+        total = self.comm.sum_scalars([*local, *speeds])
+        total, speeds = total[: len(local)], total[len(local) :]
         row: dict[str, Any] = {"global_step": self.global_step, "update": self.update_index}
         if episodes is not None:
             return_sum, length_sum, count, finished = total[len(averaged_keys) :]
@@ -166,6 +172,9 @@ class TrainingLoop:
         row.update(phases)
         row["time/other"] = pass_s - sum(phases.values())
         row["time/update"] = pass_s
+        if world_size > 1 and min(speeds) > 0:
+            row["rank_sps_min"], row["rank_sps_max"] = min(speeds), max(speeds)
+            row["slowest_rank"] = speeds.index(min(speeds))
         row.update(result.replicated)
         row.update(timing)
         return row

@@ -132,6 +132,7 @@ class OffPolicyRunner(QLearningRunner):
         skipped = stats.pop("skipped_steps", 0.0)
         return IterationResult(
             env_steps=self.steps_per_iteration,
+            local_steps=self.cfg.algo.rollout_steps * self.envs.count,
             averaged={**stats, "collect_share": collect_s / (time.perf_counter() - start)},
             replicated={"learning_rate": lr, "epsilon": epsilon, "skipped_steps": skipped},
             episodes=self.episodes.stats(),

@@ -167,6 +167,7 @@ class OfflineRunner(QLearningRunner):
         averaged = {k: v / max(steps_with_data, 1) for k, v in totals.items()}
         return IterationResult(
             env_steps=int(global_samples),
+            local_steps=samples,
             averaged=averaged,
             replicated={
                 "learning_rate": lr,

@@ -115,6 +115,7 @@ class OnPolicyRunner(Runner):
         lr = scheduled_learning_rate(self.cfg, global_step)
         self.algo.set_learning_rate(lr)
         self.obs, last_values = self.collect(self.obs)
+        local_steps = self.storage.step * self.num_envs
         collect_s = time.perf_counter() - start
         losses, collected = self.update(last_values)
         skipped = losses.pop("skipped_minibatches")
@@ -127,6 +128,7 @@ class OnPolicyRunner(Runner):
                 "rollout_fraction": collected / self.steps_per_update,
             },
             episodes=self.episodes.stats(),
+            local_steps=local_steps,
             skipped=skipped > 0,
         )
 
