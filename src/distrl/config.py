@@ -42,8 +42,9 @@ class EnvConfig(Section):
     num_envs_per_rank: PositiveInt | None = None
     """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
     scaling); the global batch then grows with the ranks."""
-    backend: Literal["gymnasium"] = "gymnasium"
-    """Vectorisation backend (Gymnasium's SyncVectorEnv; EnvPool can be added behind the same API)."""
+    backend: Literal["gymnasium", "torch"] = "gymnasium"
+    """Vectorisation backend: Gymnasium's SyncVectorEnv, or ``torch``: distrl's batched tensor
+    implementations of CartPole-v1, Acrobot-v1 and Pendulum-v1 (same dynamics and time limits)."""
     max_episode_steps: PositiveInt | None = None
     """Override the env's own time limit; episodes cut by it are truncated, not terminated."""
     kwargs: dict[str, Any] = Field(default_factory=dict)

@@ -10,6 +10,7 @@ import gymnasium as gym
 from distrl.config import EnvConfig
 from distrl.envs.base import StepResult, VecEnv
 from distrl.envs.gymnasium_backend import GymnasiumVecEnv
+from distrl.envs.torch_backend import TORCH_ENVS, TorchBackendVecEnv
 from distrl.errors import UserError
 
 __all__ = ["StepResult", "VecEnv", "check_env", "env_factory", "make_vec_env"]
@@ -36,15 +37,24 @@ def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
 
 def make_vec_env(cfg: EnvConfig, seeds: Sequence[int]) -> VecEnv:
     """Build ``len(seeds)`` envs, env i seeded with ``seeds[i]``, and check their spaces."""
+    if cfg.backend == "torch":
+        return _torch_vec_env(cfg, seeds)
     make_env = env_factory(cfg)
-    if cfg.backend != "gymnasium":
-        raise UserError(f"env.backend {cfg.backend!r}: only 'gymnasium' is available")
     try:
         vec_env = GymnasiumVecEnv(make_env, seeds)
     except (TypeError, gym.error.Error) as exc:
         raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
     _check_spaces(cfg.id, vec_env)
     return vec_env
+
+
+def _torch_vec_env(cfg: EnvConfig, seeds: Sequence[int]) -> VecEnv:
+    if cfg.id not in TORCH_ENVS:
+        raise UserError(f"env.backend=torch implements {', '.join(TORCH_ENVS)}, not {cfg.id!r}")
+    try:
+        return TorchBackendVecEnv(TORCH_ENVS[cfg.id], seeds, cfg.max_episode_steps, **cfg.kwargs)
+    except TypeError as exc:
+        raise UserError(f"env {cfg.id!r} (torch backend) could not be created: {exc}") from None
 
 
 def check_env(cfg: EnvConfig) -> None:

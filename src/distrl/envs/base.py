@@ -1,6 +1,6 @@
 """The one vectorised-environment interface runners and evaluators use.
 
-Backends (Gymnasium now, EnvPool later) return plain numpy arrays with auto-reset on the same
+Backends (Gymnasium, batched torch envs) return plain numpy arrays with auto-reset on the same
 step: when an episode ends, ``obs`` already holds the next episode's first observation and
 ``final_obs`` holds the last observation of the finished one (needed to bootstrap truncations).
 """

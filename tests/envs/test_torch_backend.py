@@ -1,0 +1,31 @@
+"""``env.backend: torch``: PPO solves CartPole-v1 on distrl's batched torch env, on 1 and 2 ranks,
+and its checkpoint evaluates on the same backend; an env it does not implement is one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import CARTPOLE, distrl, torchrun_train
+
+TRAIN = ["--config", str(CARTPOLE), "env.backend=torch", "--total-steps", "300000", "log.tensorboard=false"]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_ppo_solves_cartpole_on_the_torch_backend(tmp_path: Path, ranks: int) -> None:
+    args = [*TRAIN, "--run-dir", str(tmp_path)]
+    result = distrl("train", *args) if ranks == 1 else torchrun_train(2, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
+    assert report["return_mean"] >= 475
+
+
+def test_an_env_the_torch_backend_lacks_is_one_line(tmp_path: Path) -> None:
+    result = distrl("train", *TRAIN, "--env", "MountainCar-v0", "--run-dir", str(tmp_path))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert (
+        "env.backend=torch implements CartPole-v1, Acrobot-v1, Pendulum-v1, not 'MountainCar-v0'"
+        in result.stderr
+    )
