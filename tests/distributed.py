@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -59,3 +61,8 @@ def _rank_main(
         target(comm, *args)
     finally:
         comm.close()
+    # Leave as distrl's own entry point does (distrl.cli.run): without interpreter teardown, where
+    # a gloo worker thread still releasing tensors aborts a process that succeeded.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
