@@ -13,16 +13,13 @@ import pytest
 from distrl.data.logged import LoggedDataset, ShuffledStream, ranks_sharing_a_copy
 from distrl.data.recommendation import write_dataset
 from distrl.errors import UserError
-from tests.helpers import distrl
+from tests.helpers import collect
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("data") / "cartpole"
-    result = distrl(
-        "collect", "--env", "CartPole-v1", "--steps", "2000", "--out", str(out), "--rows-per-file", "600"
-    )
-    assert result.returncode == 0, result.stderr
+    collect(out, 2000, 600, seed=1)
     return out  # 4 files (600, 600, 600, 200 rows), 4 row groups each but the last (2)
 
 
@@ -169,8 +166,7 @@ def test_every_row_once_per_epoch_under_both_layouts(dataset: Path, tmp_path: Pa
     """4 ranks on 2 nodes. ``copy``: every node holds the whole dataset and all 4 ranks divide it;
     ``split``: node 1 holds a dataset of its own and each node's 2 ranks divide their node's."""
     other = tmp_path / "node1"
-    result = distrl("collect", "--env", "CartPole-v1", "--steps", "900", "--out", str(other), "--seed", "7")
-    assert result.returncode == 0, result.stderr
+    collect(other, 900, 10_000, seed=7)
     node_of_rank = [0, 0, 1, 1]
     node_data = [LoggedDataset(dataset), LoggedDataset(dataset if layout == "copy" else other)]
     seen = []

@@ -17,22 +17,18 @@ import pytest
 from distrl.io import checkpoint as ckpt
 from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from tests.distributed import free_port
-from tests.helpers import CARTPOLE, REPO, clean_env, distrl
+from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect, distrl
 
 STEPS_PER_UPDATE = 32 * 16
 """The shipped PPO config's global batch, the same on 1 or 2 ranks; offline DQN below is set to
 train on as many logged rows per update (8 gradient steps of 64)."""
-OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
 
 
 @pytest.fixture(scope="module")
 def logged_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """4 files of 1024 rows: 2 ranks hold 2048 rows each, an epoch of 64 steps on both."""
     out = tmp_path_factory.mktemp("logged") / "cartpole"
-    result = distrl(
-        "collect", "--env", "CartPole-v1", "--steps", "4096", "--out", str(out), "--rows-per-file", "1024"
-    )
-    assert result.returncode == 0, result.stderr
+    collect(out, 4096, 1024, seed=1)
     return out
 
 

@@ -240,21 +240,22 @@ class LoggedDataset:
         """Parametric rows: candidates of the right length and finite, the logged action among
         them, and next candidates wherever the episode goes on."""
         assert self.action_dim is not None
-        problems = []
+        counts, problems = _candidate_problems(table, "possible_actions_features", self.action_dim)
+        next_counts, next_problems = _candidate_problems(
+            table, "possible_next_actions_features", self.action_dim
+        )
         terminal = table.column("terminal").to_numpy(zero_copy_only=False).astype(bool)
-        for column in ("possible_actions_features", "possible_next_actions_features"):
-            counts, bad = _candidate_problems(table.column(column), self.action_dim)
-            problems += [(row, column, problem) for row, problem in bad]
-            may_be_empty = terminal if column == "possible_next_actions_features" else np.zeros_like(terminal)
-            why = "" if column == "possible_actions_features" else " for a state that is not terminal"
-            for row in np.flatnonzero((counts == 0) & ~may_be_empty):
-                problems.append((int(row), column, "no candidates" + why))
-            if column == "possible_actions_features":
-                for row in np.flatnonzero((counts > 0) & ((actions < 0) | (actions >= counts))):
-                    problems.append(
-                        (int(row), "action", f"action {actions[row]} is not one of {counts[row]} candidates")
-                    )
-        return problems
+        for row in np.flatnonzero(counts == 0):
+            problems.append((int(row), "possible_actions_features", "no candidates"))
+        for row in np.flatnonzero((counts > 0) & ((actions < 0) | (actions >= counts))):
+            problems.append(
+                (int(row), "action", f"action {actions[row]} is not one of {counts[row]} candidates")
+            )
+        for row in np.flatnonzero((next_counts == 0) & ~terminal):
+            problems.append(
+                (int(row), "possible_next_actions_features", "no candidates for a state that is not terminal")
+            )
+        return problems + next_problems
 
 
 def ranks_sharing_a_copy(layout: str, node_of_rank: list[int], rank: int) -> list[int]:
@@ -326,18 +327,23 @@ def _list_matrix(column: pa.ChunkedArray, width: int, lengths: np.ndarray) -> np
     return out
 
 
-def _candidate_problems(column: pa.ChunkedArray, width: int) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Each row's number of candidates, and (row, problem) where a candidate has the wrong
-    number of features or a feature that is not a finite number."""
-    counts = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
-    candidates = pc.list_flatten(column)
+def _candidate_problems(
+    table: pa.Table, column: str, width: int
+) -> tuple[np.ndarray, list[tuple[int, str, str]]]:
+    """Each row's number of candidates in ``column``, and (row, column, problem) where a candidate
+    has the wrong number of features or a feature that is not a finite number."""
+    sets = table.column(column)
+    counts = pc.fill_null(pc.list_value_length(sets), 0).to_numpy(zero_copy_only=False)
+    candidates = pc.list_flatten(sets)
     lengths = pc.fill_null(pc.list_value_length(candidates), 0).to_numpy(zero_copy_only=False)
     row_of_candidate = np.repeat(np.arange(len(counts)), counts)
-    problems = [(int(row), f"a candidate with {lengths[row_of_candidate == row][0]} features, not {width}")
-                for row in np.unique(row_of_candidate[lengths != width])]  # fmt: skip
+    problems = [(int(row), column, f"a candidate with {lengths[row_of_candidate == row][0]} features, "
+                 f"not {width}") for row in np.unique(row_of_candidate[lengths != width])]  # fmt: skip
     values = pc.list_flatten(candidates).to_numpy(zero_copy_only=False).astype(np.float64)
     row_of_value = np.repeat(row_of_candidate, lengths)
-    problems += [(int(row), "not a finite number") for row in np.unique(row_of_value[~np.isfinite(values)])]
+    problems += [
+        (int(row), column, "not a finite number") for row in np.unique(row_of_value[~np.isfinite(values)])
+    ]
     return counts, problems
 
 

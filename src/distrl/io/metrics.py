@@ -14,7 +14,7 @@ from typing import Any
 METRICS_FILE = "metrics.jsonl"
 
 
-def _json_number(value: Any) -> Any:
+def json_number(value: Any) -> Any:
     """NaN/inf are not JSON; write them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -52,7 +52,7 @@ class MetricsLogger:
     def log(self, row: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self._file.write(json.dumps({k: _json_number(v) for k, v in row.items()}) + "\n")
+        self._file.write(json.dumps({k: json_number(v) for k, v in row.items()}) + "\n")
         step = int(row["global_step"])
         if self._tb is not None:
             self._tb.add_summary(_scalars_summary(row), step)

@@ -26,7 +26,7 @@ from torch import nn
 from distrl.data.logged import LoggedDataset, Rows, Unit
 from distrl.errors import UserError
 from distrl.evaluate import load_policy
-from distrl.io.metrics import _json_number
+from distrl.io.metrics import json_number
 from distrl.models.q_network import GreedyPolicy
 from distrl.ope.estimators import DEFAULT_BOOTSTRAP, ESTIMATORS, Bootstrap, EvaluationSteps, cpe_metrics
 from distrl.ope.reward_model import fit_reward_model
@@ -208,7 +208,7 @@ def evaluate_checkpoint_offline(
 def report_json(report: dict[str, float | str]) -> str:
     """The report as one line of strict JSON: a non-finite number (a normalised value when the
     logger's value is 0) is null, since NaN and Infinity are not JSON."""
-    return json.dumps({key: _json_number(value) for key, value in report.items()}, allow_nan=False)
+    return json.dumps({key: json_number(value) for key, value in report.items()}, allow_nan=False)
 
 
 def print_report(report: dict[str, float | str], confidence: float) -> None:

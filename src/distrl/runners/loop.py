@@ -142,8 +142,8 @@ class TrainingLoop:
     def _metrics_row(self, result: IterationResult, **timing: float) -> dict[str, Any]:
         """One row per update: the runner's numbers averaged (or, for episodes, summed) over all
         ranks in a single collective."""
-        pass_s = time.perf_counter() - self._last_row_time
-        self._last_row_time = time.perf_counter()
+        now = time.perf_counter()
+        pass_s, self._last_row_time = now - self._last_row_time, now
         my_phases = phase.take()
         averaged = {**result.averaged, **{f"time/{k}": v for k, v in my_phases.items()}}
         averaged_keys = sorted(averaged)

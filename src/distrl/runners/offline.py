@@ -71,8 +71,12 @@ class OfflineRunner(QLearningRunner):
         """Check the nodes' data against ``data.layout`` (the same on every rank, so all fail
         together) and return the ranks that divide this rank's copy."""
         layout = self.cfg.data.layout
-        mine = {"node": node_rank, "path": self.cfg.data.path, "files": self.dataset.summary()}
-        mine["rows"] = _row_shape(self.dataset)
+        mine = {
+            "node": node_rank,
+            "path": self.cfg.data.path,
+            "files": self.dataset.summary(),
+            "rows": _row_shape(self.dataset),
+        }
         ranks = [json.loads(b) for b in self.comm.all_gather_bytes(json.dumps(mine).encode())]
         first = ranks[0]
         for theirs in ranks:
