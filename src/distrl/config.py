@@ -34,7 +34,8 @@ DEFAULT_NUM_ENVS = 8
 
 class EnvConfig(Section):
     id: str = "CartPole-v1"
-    """A registered Gymnasium id, or ``package.module:Class`` for a user's own gymnasium.Env."""
+    """A registered Gymnasium id, or ``package.module:Class`` for a user's own env class (a
+    gymnasium.Env, or with ``backend: torch`` a batched torch env)."""
     num_envs: PositiveInt | None = None
     """Environments summed over all ranks, split as evenly as the ranks allow (ranks differ by at
     most one), so adding ranks keeps the global batch and learning per env step of one process.
@@ -42,9 +43,13 @@ class EnvConfig(Section):
     num_envs_per_rank: PositiveInt | None = None
     """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
     scaling); the global batch then grows with the ranks."""
-    backend: Literal["gymnasium", "torch"] = "gymnasium"
-    """Vectorisation backend: Gymnasium's SyncVectorEnv, or ``torch``: distrl's batched tensor
-    implementations of CartPole-v1, Acrobot-v1 and Pendulum-v1 (same dynamics and time limits)."""
+    backend: Literal["gymnasium", "envpool", "torch"] = "gymnasium"
+    """Vectorisation backend: Gymnasium's SyncVectorEnv; ``envpool``: EnvPool's C++ vectorised
+    envs (the ``envpool`` extra); ``torch``: batched envs on the rank's device, either distrl's
+    CartPole-v1, Acrobot-v1 and Pendulum-v1 (same dynamics and time limits as Gymnasium's) or a
+    user's ``module:Class`` with rsl_rl's VecEnv interface (``num_envs``, ``get_observations()``,
+    ``step(actions) -> (obs, rewards, dones, extras)``, ``extras["time_outs"]``), built as
+    ``Class(num_envs=..., device=..., [seed=...], **kwargs)``."""
     max_episode_steps: PositiveInt | None = None
     """Override the env's own time limit; episodes cut by it are truncated, not terminated."""
     kwargs: dict[str, Any] = Field(default_factory=dict)

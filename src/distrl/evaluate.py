@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -54,16 +53,16 @@ def evaluate(cfg: RunConfig, policy: nn.Module, episodes: int, seed: int) -> lis
 @torch.no_grad()
 def _run_episodes(cfg: RunConfig, policy: nn.Module, seeds: list[int]) -> list[float]:
     """Run one episode per env; envs that finish keep stepping but are no longer counted."""
-    env = make_vec_env(cfg.env, seeds)
-    obs = env.reset()
-    totals = np.zeros(len(seeds))
-    running = np.ones(len(seeds), dtype=bool)
     device = next(policy.parameters()).device
+    env = make_vec_env(cfg.env, seeds, device)
+    obs = env.reset()
+    totals = torch.zeros(len(seeds), dtype=torch.float64, device=device)
+    running = torch.ones(len(seeds), dtype=torch.bool, device=device)
     while running.any():
-        actions = policy(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
-        result = env.step(actions)
-        totals += result.reward * running
-        running &= ~np.logical_or(result.terminated, result.truncated)
+        result = env.step(policy(obs.to(device)).to(env.device))
+        reward, terminated, truncated = (x.to(device) for x in result[1:4])
+        totals += reward * running
+        running &= ~(terminated | truncated)
         obs = result.obs
     env.close()
     return totals.tolist()

@@ -26,6 +26,6 @@ def test_an_env_the_torch_backend_lacks_is_one_line(tmp_path: Path) -> None:
     result = distrl("train", *TRAIN, "--env", "MountainCar-v0", "--run-dir", str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert (
-        "env.backend=torch implements CartPole-v1, Acrobot-v1, Pendulum-v1, not 'MountainCar-v0'"
-        in result.stderr
+        "env.backend=torch implements CartPole-v1, Acrobot-v1, Pendulum-v1 or a user's module:Class, "
+        "not 'MountainCar-v0'" in result.stderr
     )

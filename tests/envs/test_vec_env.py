@@ -1,5 +1,5 @@
-import numpy as np
 import pytest
+import torch
 
 from distrl.config import EnvConfig
 from distrl.envs import make_vec_env
@@ -13,9 +13,9 @@ def test_user_env_class_with_kwargs_and_time_limit() -> None:
     env = make_vec_env(cfg, [0, 1])
     assert env.reset()[:, 0].tolist() == [0.0, 0.0]
     for _ in range(2):
-        result = env.step(np.zeros(2, dtype=np.int64))
+        result = env.step(torch.zeros(2, dtype=torch.int64))
     assert not result.truncated.any()
-    result = env.step(np.zeros(2, dtype=np.int64))
+    result = env.step(torch.zeros(2, dtype=torch.int64))
     # The time limit truncates (not terminates); obs is already the next episode's first one.
     assert result.truncated.all() and not result.terminated.any()
     assert result.final_obs[:, 0].tolist() == [6.0, 6.0]
@@ -25,7 +25,7 @@ def test_user_env_class_with_kwargs_and_time_limit() -> None:
 def test_gymnasium_envs_are_seeded_per_env() -> None:
     env = make_vec_env(EnvConfig(id="CartPole-v1"), [5, 6, 5])
     obs = env.reset()
-    assert np.array_equal(obs[0], obs[2]) and not np.array_equal(obs[0], obs[1])
+    assert torch.equal(obs[0], obs[2]) and not torch.equal(obs[0], obs[1])
 
 
 @pytest.mark.parametrize("env_cfg", [EnvConfig(num_envs=30), EnvConfig(num_envs_per_rank=8)])

@@ -36,6 +36,7 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None
     for env_index in range(2):
         torch.testing.assert_close(storage.rewards[:, env_index], expected)
         assert storage.dones[:, env_index].tolist() == [0, 0, 1, 0, 0, 1]
+    runner.episodes.stats()
     assert list(runner.episodes.returns) == [3.0, 3.0, 3.0, 3.0]
 
 
@@ -48,7 +49,7 @@ def test_advantages_normalised_from_summed_moments_match_the_two_pass_statistics
 
 def test_every_normaliser_path_runs_on_the_machines_device(tmp_path) -> None:
     """Observation and reward normalisation on cuda when the machine has it, else the CPU: the
-    statistics live on the rank's device while env rewards come back as numpy."""
+    statistics live on the rank's device while Gymnasium's rewards come back as CPU tensors."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = load_config(
         REPO / "configs" / "pendulum_ppo.yaml",

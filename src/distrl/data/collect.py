@@ -86,32 +86,34 @@ def collect_dataset(
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     writer = DatasetWriter(out, rows_per_file)
-    obs = env.reset()
+    # Rows are written value by value from host arrays.
+    obs = env.reset().numpy(force=True)
     episode = np.zeros(env.num_envs, dtype=np.int64)
     step_in_episode = np.zeros(env.num_envs, dtype=np.int64)
     all_actions = [True] * num_actions
     while writer.rows_written + writer.pending < steps:
         actions, probability = policy.act(obs, rng)
-        result = env.step(actions)
-        ended = np.logical_or(result.terminated, result.truncated)
+        step = env.step(torch.as_tensor(actions, device=env.device))
+        next_obs, reward, terminated, truncated, final_obs = (x.numpy(force=True) for x in step)
+        ended = terminated | truncated
         for i in range(env.num_envs):
             writer.add(
                 mdp_id=f"{seed + i}:{episode[i]}",
                 sequence_number=int(step_in_episode[i]),
-                state_features=obs[i].astype(np.float32).tolist(),
+                state_features=obs[i].tolist(),
                 action=int(actions[i]),
                 action_probability=None if probability is None else float(probability[i]),
-                reward=float(result.reward[i]),
+                reward=float(reward[i]),
                 # final_obs is where the step led, also when the episode ended there.
-                next_state_features=result.final_obs[i].astype(np.float32).tolist(),
-                terminal=bool(result.terminated[i]),
+                next_state_features=final_obs[i].tolist(),
+                terminal=bool(terminated[i]),
                 possible_actions=all_actions,
-                possible_next_actions=[not result.terminated[i]] * num_actions,
+                possible_next_actions=[not terminated[i]] * num_actions,
                 time_diff=1,
             )
         step_in_episode = np.where(ended, 0, step_in_episode + 1)
         episode += ended
-        obs = result.obs
+        obs = next_obs
     env.close()
     writer.close(limit=steps)
     return writer.files

@@ -1,38 +1,46 @@
 """The one vectorised-environment interface runners and evaluators use.
 
-Backends (Gymnasium, batched torch envs) return plain numpy arrays with auto-reset on the same
-step: when an episode ends, ``obs`` already holds the next episode's first observation and
-``final_obs`` holds the last observation of the finished one (needed to bootstrap truncations).
+Every backend speaks torch tensors on its ``device``: Gymnasium and EnvPool hand over their numpy
+arrays as CPU tensors (no copy where the dtype already matches), batched torch envs keep theirs on
+the rank's device, so a GPU rollout never leaves the GPU. Auto-reset happens on the same step:
+when an episode ends, ``obs`` already holds the next episode's first observation and ``final_obs``
+holds the last observation of the finished one (needed to bootstrap truncations).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import gymnasium as gym
-import numpy as np
+import torch
 
 
-@dataclass
-class StepResult:
-    obs: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    final_obs: np.ndarray
-    """Last observation of each env whose episode ended this step (rows of other envs undefined)."""
+class StepResult(NamedTuple):
+    obs: torch.Tensor
+    """``[num_envs, obs_dim]`` float32; the next episode's first observation where one ended."""
+    reward: torch.Tensor
+    """``[num_envs]`` float32."""
+    terminated: torch.Tensor
+    """``[num_envs]`` bool."""
+    truncated: torch.Tensor
+    """``[num_envs]`` bool: the time limit was reached (may coincide with ``terminated``)."""
+    final_obs: torch.Tensor
+    """``[num_envs, obs_dim]`` float32: the observation this step led to, before any reset."""
 
 
 class VecEnv(Protocol):
     num_envs: int
+    device: torch.device
+    """Where observations, rewards and flags live and where actions are expected."""
     observation_space: gym.spaces.Box
     """Space of one env's observation."""
     action_space: gym.spaces.Space
     """Space of one env's action (Discrete or Box)."""
 
-    def reset(self) -> np.ndarray: ...
+    def reset(self) -> torch.Tensor: ...
 
-    def step(self, actions: np.ndarray) -> StepResult: ...
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """``actions``: ``[num_envs]`` int64 (Discrete) or ``[num_envs, act_dim]`` float32 (Box)."""
+        ...
 
     def close(self) -> None: ...

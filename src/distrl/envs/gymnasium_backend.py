@@ -1,4 +1,5 @@
-"""Gymnasium SyncVectorEnv backend (in-process; on few cores it beats subprocess vector envs)."""
+"""``env.backend: gymnasium``: Gymnasium's SyncVectorEnv (in-process; on few cores it beats
+subprocess vector envs), for a registered id or a user's ``gymnasium.Env`` class."""
 
 from __future__ import annotations
 
@@ -6,13 +7,52 @@ from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from distrl.config import EnvConfig
 from distrl.envs.base import StepResult
+from distrl.envs.user_class import import_env_class, is_class_spec
+from distrl.errors import UserError
+
+
+def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
+    """Return a constructor for one env: a registered Gymnasium id or ``module:Class``."""
+    if is_class_spec(cfg.id):
+        env_cls = import_env_class(cfg.id)
+
+        def make_custom() -> gym.Env:
+            env = env_cls(**cfg.kwargs)
+            if cfg.max_episode_steps is not None:
+                env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps)
+            return env
+
+        return make_custom
+    try:
+        gym.spec(cfg.id)
+    except gym.error.Error as exc:
+        raise UserError(f"env.id {cfg.id!r}: {exc}") from None
+    return lambda: gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+
+
+def make_gymnasium_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device) -> GymnasiumVecEnv:
+    """Gymnasium steps on the host: ``device`` is ignored, the runner moves what it needs."""
+    make_env = env_factory(cfg)
+    try:
+        return GymnasiumVecEnv(make_env, seeds)
+    except (TypeError, gym.error.Error) as exc:
+        raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
+
+
+def _tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """The array as a CPU tensor: shares its memory when the dtype already matches."""
+    return torch.from_numpy(np.asarray(array)).to(dtype)
 
 
 class GymnasiumVecEnv:
     """SyncVectorEnv with same-step auto-reset, seeded once with one distinct seed per env."""
+
+    device = torch.device("cpu")
 
     def __init__(self, make_env: Callable[[], gym.Env], seeds: Sequence[int]) -> None:
         self._env = SyncVectorEnv([make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
@@ -21,17 +61,23 @@ class GymnasiumVecEnv:
         self.observation_space = self._env.single_observation_space
         self.action_space = self._env.single_action_space
 
-    def reset(self) -> np.ndarray:
+    def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset(seed=self._seeds)
-        return obs
+        return _tensor(obs, torch.float32)
 
-    def step(self, actions: np.ndarray) -> StepResult:
-        obs, reward, terminated, truncated, info = self._env.step(actions)
+    def step(self, actions: torch.Tensor) -> StepResult:
+        obs, reward, terminated, truncated, info = self._env.step(actions.numpy(force=True))
         final_obs = obs.copy()
         if "_final_obs" in info:
             for i in np.flatnonzero(info["_final_obs"]):
                 final_obs[i] = info["final_obs"][i]
-        return StepResult(obs, reward, terminated, truncated, final_obs)
+        return StepResult(
+            _tensor(obs, torch.float32),
+            _tensor(reward, torch.float32),
+            _tensor(terminated, torch.bool),
+            _tensor(truncated, torch.bool),
+            _tensor(final_obs, torch.float32),
+        )
 
     def close(self) -> None:
         self._env.close()

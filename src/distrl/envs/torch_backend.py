@@ -1,19 +1,20 @@
-"""``env.backend: torch``: distrl's batched torch envs (``envs.torch_envs``) behind the numpy
-VecEnv interface. The batch steps in a handful of tensor ops instead of a Python loop over envs;
-on the CPU the arrays handed to the runner are the tensors' own memory (no copy). Keeping
-rollouts on a GPU without the host round trip is the next step (the runners take numpy today).
+"""``env.backend: torch``: batched envs whose tensors live on the rank's device, so observations,
+rewards, dones and actions never leave it: distrl's own CartPole-v1, Acrobot-v1 and Pendulum-v1
+(``envs.torch_envs``), or a user's class with rsl_rl's VecEnv interface given as ``module:Class``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-import numpy as np
 import torch
 
-from distrl.envs.base import StepResult
+from distrl.config import EnvConfig
+from distrl.envs.base import VecEnv
+from distrl.envs.rsl_rl_style import build_rsl_rl_style_env
 from distrl.envs.torch_envs import TorchAcrobot, TorchCartPole, TorchPendulum, TorchVecEnv
+from distrl.envs.user_class import import_env_class, is_class_spec
+from distrl.errors import UserError
 
 TORCH_ENVS: dict[str, type[TorchVecEnv]] = {
     "CartPole-v1": TorchCartPole,
@@ -23,24 +24,25 @@ TORCH_ENVS: dict[str, type[TorchVecEnv]] = {
 """Gymnasium ids the torch backend implements, with the same dynamics, rewards and time limits."""
 
 
-class TorchBackendVecEnv:
+def make_torch_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device) -> VecEnv:
     """The batch is seeded once, from the first env's seed (``seed + its global index``), so
     ranks differ; env i is not seeded ``seeds[i]`` as the Gymnasium backend seeds it."""
-
-    def __init__(
-        self, env_class: type[TorchVecEnv], seeds: Sequence[int], max_episode_steps: int | None, **kwargs: Any
-    ) -> None:
-        self._env = env_class(len(seeds), seed=int(seeds[0]), max_episode_steps=max_episode_steps, **kwargs)
-        self.num_envs = len(seeds)
-        self.observation_space = self._env.observation_space
-        self.action_space = self._env.action_space
-
-    def reset(self) -> np.ndarray:
-        return self._env.reset().numpy()
-
-    def step(self, actions: np.ndarray) -> StepResult:
-        result = self._env.step(torch.as_tensor(actions))
-        return StepResult(*(tensor.numpy() for tensor in result))
-
-    def close(self) -> None:
-        """Nothing to release: the batch is tensors."""
+    seed = int(seeds[0])
+    if is_class_spec(cfg.id):
+        if cfg.max_episode_steps is not None:
+            raise UserError(
+                f"env.max_episode_steps: {cfg.id!r} is a user's torch env, which keeps its own time limit"
+            )
+        env_class = import_env_class(cfg.id)
+    elif cfg.id not in TORCH_ENVS:
+        raise UserError(
+            f"env.backend=torch implements {', '.join(TORCH_ENVS)} or a user's module:Class, not {cfg.id!r}"
+        )
+    try:
+        if is_class_spec(cfg.id):
+            return build_rsl_rl_style_env(env_class, cfg.id, len(seeds), device, seed, cfg.kwargs)
+        return TORCH_ENVS[cfg.id](
+            len(seeds), device=device, seed=seed, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs
+        )
+    except TypeError as exc:
+        raise UserError(f"env {cfg.id!r} (torch backend) could not be created: {exc}") from None

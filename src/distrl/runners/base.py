@@ -105,7 +105,8 @@ def rank_envs(ctx: RunContext) -> tuple[EnvShard, VecEnv]:
     cfg, comm = ctx.cfg, ctx.comm
     seed_torch(cfg.train.seed, comm.rank)
     shard = shard_envs(cfg.env, comm.rank, comm.world_size)
-    return shard, make_vec_env(cfg.env, env_seeds(cfg.train.seed, shard, start_index=ctx.launch_index))
+    seeds = env_seeds(cfg.train.seed, shard, start_index=ctx.launch_index)
+    return shard, make_vec_env(cfg.env, seeds, ctx.device)
 
 
 def scheduled_learning_rate(cfg: RunConfig, global_step: int) -> float:

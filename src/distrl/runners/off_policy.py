@@ -12,7 +12,6 @@ import math
 import time
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
@@ -113,12 +112,12 @@ class OffPolicyRunner(QLearningRunner):
         capacity = max(math.ceil(cfg.algo.buffer_size / self.envs.global_count), cfg.algo.n_step)
         self.replay = ReplayBuffer(capacity, self.envs.count, obs_dim, ctx.device)
         self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
-        self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window)
-        self.obs: np.ndarray | None = None
+        self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window, ctx.device)
+        self.obs: torch.Tensor | None = None
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
-        self.obs = self.env.reset()
+        self.obs = self.env.reset().to(self.device)
 
     def iteration(self, global_step: int) -> IterationResult:
         start = time.perf_counter()
@@ -148,27 +147,19 @@ class OffPolicyRunner(QLearningRunner):
         """``rollout_steps`` epsilon-greedy steps of every env into the replay buffer."""
         obs = self.obs
         for _ in range(self.cfg.algo.rollout_steps):
-            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             with phase("inference"):
-                actions = self.q_network(obs_t).argmax(dim=-1)
+                actions = self.q_network(obs).argmax(dim=-1)
                 explore = torch.rand(actions.shape, device=self.device) < epsilon
                 random_actions = torch.randint(self.q_network.num_actions, actions.shape, device=self.device)
                 actions = torch.where(explore, random_actions, actions)
-            env_actions = actions.cpu().numpy()
             with phase("env"):
-                result = self.env.step(env_actions)
-            ended = np.logical_or(result.terminated, result.truncated)
-            self.episodes.step(result.reward, ended)
+                result = self.env.step(actions.to(self.env.device))
+            next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result)
+            ended = terminated | truncated
+            self.episodes.step(reward, ended)
             # final_obs is the observation each step led to, also for episodes that just ended.
-            self.replay.add(
-                obs_t,
-                actions,
-                torch.as_tensor(result.reward, dtype=torch.float32, device=self.device),
-                torch.as_tensor(result.final_obs, dtype=torch.float32, device=self.device),
-                torch.as_tensor(result.terminated, device=self.device),
-                torch.as_tensor(ended, device=self.device),
-            )
-            obs = result.obs
+            self.replay.add(obs, actions, reward, final_obs, terminated, ended)
+            obs = next_obs
         self.obs = obs
 
     def learn(self) -> dict[str, float]:

@@ -11,7 +11,6 @@ import math
 import time
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
@@ -88,25 +87,29 @@ class OnPolicyRunner(Runner):
             torch.float32 if continuous else torch.int64,
             device,
         )
-        self.raw_obs = np.zeros((cfg.algo.rollout_steps, self.num_envs, obs_dim))
-        self.discounted_return = np.zeros(self.num_envs)
-        self.raw_returns = np.zeros((cfg.algo.rollout_steps, self.num_envs))
-        self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window)
+        # Everything the rollout touches lives on the rank's device (a torch env's own).
+        steps = cfg.algo.rollout_steps
+        self.raw_obs = torch.zeros((steps, self.num_envs, obs_dim), device=device)
+        self.discounted_return = torch.zeros(self.num_envs, dtype=torch.float64, device=device)
+        self.raw_returns = torch.zeros((steps, self.num_envs), dtype=torch.float64, device=device)
+        self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window, device)
         self.stragglers = StragglerCutoff(
             comm,
             cfg.train.straggler_threshold,
             cfg.algo.rollout_steps,
             min_steps=math.ceil(self.algo.num_minibatches / self.num_envs),
         )
-        self.nonfinite_obs_steps = 0
+        self.nonfinite_obs_steps = torch.zeros((), dtype=torch.int64, device=device)
+        """Steps with a non-finite observation, counted on the device (no host sync per step)."""
+        self.action_bounds = self._action_bounds()
         self.rollouts = 0
         """Rollouts collected in this launch: names each one's straggler count in the store."""
-        self.obs: np.ndarray | None = None
+        self.obs: torch.Tensor | None = None
         """The observation the next rollout starts from."""
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
-        self.obs = self.env.reset()
+        self.obs = self._checked_obs(self.env.reset())
         if fresh:
             self._update_obs_stats(self.obs)
 
@@ -172,10 +175,10 @@ class OnPolicyRunner(Runner):
             batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         # One sum carries what the update needs from every rank: a non-finite observation
         # anywhere, the samples collected, and the advantages' global moments.
-        local = [self.nonfinite_obs_steps, steps * self.num_envs, *advantage_sums(batch.advantages)]
+        local = [float(self.nonfinite_obs_steps), steps * self.num_envs, *advantage_sums(batch.advantages)]
         nonfinite_obs, collected, *adv_sums = self.comm.sum_scalars(local)
         self.stragglers.forget()  # every rank is past collecting: it reached the sum above
-        self.nonfinite_obs_steps = 0
+        self.nonfinite_obs_steps.zero_()
         if nonfinite_obs:
             skipped = float(self.cfg.algo.update_epochs * self.algo.num_minibatches)
             return {"skipped_minibatches": skipped}, int(collected)
@@ -186,7 +189,7 @@ class OnPolicyRunner(Runner):
         return self.algo.update(batch), int(collected)
 
     # ----------------------------------------------------------------------------- collect
-    def collect(self, obs: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    def collect(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fill the rollout buffer from this rank's envs (all ``rollout_steps`` unless the
         straggler cut-off stops it early); return the next obs and its values."""
         cfg = self.cfg
@@ -196,81 +199,75 @@ class OnPolicyRunner(Runner):
         for t in range(cfg.algo.rollout_steps):
             if self.stragglers.should_stop(t):
                 break
-            obs = self._finite(obs)
             self.raw_obs[t] = obs
             obs_t = self._normalize_obs(obs)
             with phase("inference"):
                 actions, log_probs, values = self.policy.act(obs_t)
-            env_actions = self._to_env_actions(actions)
             with phase("env"):
-                result = self.env.step(env_actions)
-            dones = np.logical_or(result.terminated, result.truncated)
-            self.episodes.step(result.reward, dones)
+                result = self.env.step(self._to_env_actions(actions))
+            reward, terminated, truncated = (x.to(self.device) for x in result[1:4])
+            dones = terminated | truncated
+            self.episodes.step(reward, dones)
 
-            rewards = self._scale_rewards(result.reward, dones, t)
+            rewards = self._scale_rewards(reward, dones, t)
             # A truncated episode did not end in the MDP: bootstrap from its final observation.
-            truncated_only = np.logical_and(result.truncated, ~result.terminated)
+            truncated_only = truncated & ~terminated
             if truncated_only.any():
                 with torch.no_grad(), phase("inference"):
-                    final_obs = self._normalize_obs(self._finite(result.final_obs))
-                    final_values = self.policy.value(final_obs).cpu().numpy()
+                    final_obs = self._normalize_obs(self._checked_obs(result.final_obs))
+                    final_values = self.policy.value(final_obs)
                 rewards = rewards + gamma * final_values * truncated_only
-            self.storage.add(
-                obs_t,
-                actions,
-                log_probs,
-                values,
-                torch.as_tensor(rewards, dtype=torch.float32, device=self.device),
-                torch.as_tensor(dones, dtype=torch.float32, device=self.device),
-            )
-            obs = result.obs
+            self.storage.add(obs_t, actions, log_probs, values, rewards, dones.float())
+            obs = self._checked_obs(result.obs)
         self.stragglers.finish()
         with torch.no_grad(), phase("inference"):
             last_values = self.policy.value(self._normalize_obs(obs))
         return obs, last_values
 
-    def _finite(self, obs: np.ndarray) -> np.ndarray:
-        """Count and zero non-finite observations so they never reach the normaliser."""
-        if np.isfinite(obs).all():
-            return obs
-        self.nonfinite_obs_steps += 1
-        return np.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+    def _checked_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """On the rank's device, with non-finite entries counted and zeroed so they never reach
+        the normaliser (without a host sync: the count is a device tensor)."""
+        obs = obs.to(self.device, torch.float32)
+        self.nonfinite_obs_steps += ~torch.isfinite(obs).all()
+        return torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
 
-    def _to_env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        actions_np = actions.cpu().numpy()
+    def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         space = self.env.action_space
-        if isinstance(space, gym.spaces.Box):
+        if not isinstance(space, gym.spaces.Box):
+            return None
+        return (
+            torch.as_tensor(space.low, dtype=torch.float32, device=self.device),
+            torch.as_tensor(space.high, dtype=torch.float32, device=self.device),
+        )
+
+    def _to_env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        if self.action_bounds is not None:
             # Sample stays unclipped in the buffer (its log-prob is exact); the env gets it clipped.
-            return np.clip(actions_np, space.low, space.high)
-        return actions_np
+            actions = torch.clamp(actions, *self.action_bounds)
+        return actions.to(self.env.device)
 
     # ----------------------------------------------------------------------------- normalisers
-    def _normalize_obs(self, obs: np.ndarray) -> torch.Tensor:
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+    def _normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_rms is None:
-            return obs_t
-        return self.obs_rms.normalize(obs_t, self.cfg.normalize.clip)
+            return obs
+        return self.obs_rms.normalize(obs, self.cfg.normalize.clip)
 
-    def _update_obs_stats(self, raw_obs: np.ndarray) -> None:
+    def _update_obs_stats(self, raw_obs: torch.Tensor) -> None:
         """Merge this update's observations from all ranks into the shared statistics."""
         if self.obs_rms is not None:
-            self.obs_rms.update_from_moments(
-                *self.comm.merge_moments(*batch_moments(torch.as_tensor(raw_obs)))
-            )
+            self.obs_rms.update_from_moments(*self.comm.merge_moments(*batch_moments(raw_obs)))
 
-    def _scale_rewards(self, rewards: np.ndarray, dones: np.ndarray, t: int) -> np.ndarray:
+    def _scale_rewards(self, rewards: torch.Tensor, dones: torch.Tensor, t: int) -> torch.Tensor:
         if self.return_rms is None:
             return rewards
         self.discounted_return = self.discounted_return * self.cfg.algo.gamma + rewards
         self.raw_returns[t] = self.discounted_return
-        self.discounted_return[dones] = 0.0
-        # The statistics live on the rank's device; the env's rewards come back as numpy.
-        scaled = self.return_rms.scale(torch.as_tensor(rewards, device=self.device), self.cfg.normalize.clip)
-        return scaled.cpu().numpy()
+        self.discounted_return.masked_fill_(dones, 0.0)
+        return self.return_rms.scale(rewards, self.cfg.normalize.clip)
 
     def _update_return_stats(self, steps: int) -> None:
         if self.return_rms is not None:
-            moments = batch_moments(torch.as_tensor(self.raw_returns[:steps].reshape(-1)))
+            moments = batch_moments(self.raw_returns[:steps].reshape(-1))
             self.return_rms.update_from_moments(*self.comm.merge_moments(*moments))
 
     def _minibatches_per_epoch(self) -> int:

@@ -9,23 +9,12 @@ truncations). Nothing here synchronises with the host, so a step can run asynchr
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import gymnasium as gym
 import torch
 
-
-class TorchStepResult(NamedTuple):
-    obs: torch.Tensor
-    """``[num_envs, obs_dim]`` float32; the next episode's first observation where one ended."""
-    reward: torch.Tensor
-    """``[num_envs]`` float32."""
-    terminated: torch.Tensor
-    """``[num_envs]`` bool."""
-    truncated: torch.Tensor
-    """``[num_envs]`` bool: the time limit was reached (may coincide with ``terminated``)."""
-    final_obs: torch.Tensor
-    """``[num_envs, obs_dim]`` float32: the observation this step led to, before any reset."""
+from distrl.envs.base import StepResult
 
 
 class TorchVecEnv(ABC):
@@ -82,7 +71,7 @@ class TorchVecEnv(ABC):
         else:
             self.episode_steps = episode_steps.to(device=self.device, dtype=torch.int64).clone()
 
-    def step(self, actions: torch.Tensor) -> TorchStepResult:
+    def step(self, actions: torch.Tensor) -> StepResult:
         """Advance every env one step with ``actions`` (``[num_envs]`` or ``[num_envs, act_dim]``)."""
         next_state, reward, terminated = self._transition(self.state, actions.to(self.device))
         self.episode_steps += 1
@@ -92,13 +81,16 @@ class TorchVecEnv(ABC):
         # data-dependent shapes; the draws stay reproducible because their count never varies.
         self.state = torch.where(done[:, None], self._sample_initial_state(), next_state)
         self.episode_steps.masked_fill_(done, 0)
-        return TorchStepResult(
+        return StepResult(
             obs=self._observe(self.state),
             reward=reward.to(torch.float32),
             terminated=terminated,
             truncated=truncated,
             final_obs=self._observe(next_state),
         )
+
+    def close(self) -> None:  # noqa: B027 (a concrete no-op, not a hook to override)
+        """Nothing to release: the batch is tensors."""
 
     def _sample_initial_state(self) -> torch.Tensor:
         unit = torch.rand(
