@@ -11,6 +11,9 @@ envs and minibatch count, so the global batch grows with the ranks) for comparis
 Learning, not speed, is measured: runs share the cores (1-rank runs two at a time, torchrun runs
 alone; 4 ranks share 2 cores), and every contender gets the same config, seeds and step budget.
 
+Writes each suite's learning curves (mean and min-max band over the seeds, one line per rank
+count) to benchmarks/figures/learning_SUITE.png with distrl plot.
+
 Usage: python benchmarks/learning_bench.py [--envs cartpole pendulum halfcheetah]
        [--per-rank-sizes] [--ranks N ...] [--seeds S ...] [--json results.json]
 """
@@ -31,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
+
+from distrl.io.plot import plot_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cartpole_bench import distrl_eval, env_without_launcher  # noqa: E402
@@ -93,7 +98,7 @@ def train_cmd(run: Run, config: Path, run_dir: Path, port: int) -> list[str]:
 
 def execute(run: Run, tmp: Path, cores: Cores, port: int) -> Run:
     config = REPO / "configs" / SUITES[run.suite][0]
-    run_dir = tmp / f"{run.suite}-{run.sizes}-{run.ranks}-{run.seed}"
+    run_dir = run_dir_of(run, tmp)
     taken = cores.take(run.ranks)
     try:
         for attempt in range(2):
@@ -119,6 +124,11 @@ def execute(run: Run, tmp: Path, cores: Cores, port: int) -> Run:
     print(f"  {run.suite} {run.sizes} ranks={run.ranks} seed={run.seed}: eval {run.eval_return:.1f}, "
           f"{run.env_steps} env steps, {run.wall_s:.0f} s", flush=True)  # fmt: skip
     return run
+
+
+def run_dir_of(run: Run, tmp: Path) -> Path:
+    """Named so that ``distrl plot`` labels a group of seeds by what they share."""
+    return tmp / f"{run.suite}-{run.sizes}-{run.ranks}ranks-seed{run.seed}"
 
 
 def per_rank_overrides(suite: str) -> list[str]:
@@ -192,12 +202,21 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, nargs="+", help="these rank counts instead of the suite's")
     parser.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of the suite's")
     parser.add_argument("--json", type=Path, help="write every run's result here")
+    parser.add_argument(
+        "--figures", type=Path, default=REPO / "benchmarks" / "figures",
+        help="learning curves per suite (distrl plot: mean and min-max band over the seeds) go here",
+    )  # fmt: skip
     args = parser.parse_args()
     cores = Cores(os.cpu_count() or 1)
     print(f"machine: {cores.total} cores, python {sys.version.split()[0]}")
     runs = plan(args.envs, args.per_rank_sizes, args.ranks, args.seeds)
     with tempfile.TemporaryDirectory() as tmp_name, ThreadPoolExecutor(cores.total) as pool:
         done = list(pool.map(lambda r: execute(r, Path(tmp_name), cores, free_port()), runs))
+        for suite in args.envs:
+            suite_dirs = [run_dir_of(r, Path(tmp_name)) for r in done if r.suite == suite]
+            figure = args.figures / f"learning_{suite}.png"
+            plot_runs(suite_dirs, "episode_return_mean", "global_step", figure)
+            print(f"learning curves: {figure.relative_to(REPO) if figure.is_relative_to(REPO) else figure}")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in done], indent=1))
     for suite in args.envs:

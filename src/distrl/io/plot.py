@@ -24,6 +24,8 @@ class Curve:
     run_dir: Path
     x: np.ndarray
     y: np.ndarray
+    ranks: int | None
+    """Ranks of the run's first logged update (the same config on more ranks is another line)."""
 
 
 def read_curve(run_dir: Path, metric: str, x: str) -> Curve:
@@ -41,7 +43,7 @@ def read_curve(run_dir: Path, metric: str, x: str) -> Curve:
         known = sorted({k for row in rows for k, v in row.items() if isinstance(v, int | float)})
         raise UserError(f"{path}: no values of {metric!r}; its metrics are {', '.join(known)}")
     xs, ys = np.array(points, dtype=np.float64).T
-    return Curve(run_dir, xs, ys)
+    return Curve(run_dir, xs, ys, rows[0].get("ranks"))
 
 
 def config_without_seed(run_dir: Path) -> str:
@@ -53,10 +55,11 @@ def config_without_seed(run_dir: Path) -> str:
 
 
 def group_by_config(curves: list[Curve]) -> list[list[Curve]]:
-    """Curves grouped by config (seeds together), in the order their first run was given."""
-    groups: dict[str, list[Curve]] = {}
+    """Curves grouped by config and number of ranks (seeds together), in the order their first
+    run was given."""
+    groups: dict[tuple[str, int | None], list[Curve]] = {}
     for curve in curves:
-        groups.setdefault(config_without_seed(curve.run_dir), []).append(curve)
+        groups.setdefault((config_without_seed(curve.run_dir), curve.ranks), []).append(curve)
     return list(groups.values())
 
 

@@ -157,7 +157,11 @@ class TrainingLoop:
         speeds[self.comm.rank] = result.local_steps / collect_s if collect_s > 0 else 0.0
         total = self.comm.sum_scalars([*local, *speeds])
         total, speeds = total[: len(local)], total[len(local) :]
-        row: dict[str, Any] = {"global_step": self.global_step, "update": self.update_index}
+        row: dict[str, Any] = {
+            "global_step": self.global_step,
+            "update": self.update_index,
+            "ranks": self.comm.world_size,
+        }
         if episodes is not None:
             return_sum, length_sum, count, finished = total[len(averaged_keys) :]
             row["episode_return_mean"] = return_sum / count if count else math.nan
