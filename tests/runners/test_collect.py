@@ -3,12 +3,13 @@ final observation; advantages are standardised over the global rollout."""
 
 import math
 
+import pytest
 import torch
 
 from distrl.comm import Comm
 from distrl.config import load_config
 from distrl.runners import build_training
-from distrl.runners.base import RunContext
+from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.on_policy import OnPolicyRunner, advantage_sums, normalize_advantages
 from tests.helpers import REPO
 
@@ -63,3 +64,35 @@ def test_every_normaliser_path_runs_on_the_machines_device(tmp_path) -> None:
     # The first reset's 2 observations count too; returns count only the 512 steps.
     for rms, count in ((runner.obs_rms, 514), (runner.return_rms, 512)):
         assert rms.mean.device.type == device.type and float(rms.count) == count
+
+
+@pytest.mark.parametrize("config", ["cartpole_ppo.yaml", "pendulum_ppo.yaml", "cartpole_dqn.yaml"])
+def test_a_torch_env_rollout_never_goes_through_numpy(
+    config: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``env.backend: torch`` collection, storage, normalisers and the update stay in
+    tensors on the rank's device: any conversion to numpy during an iteration fails the run
+    (checkpoints, written between iterations, may go through numpy)."""
+    overrides = [
+        "env.backend=torch", "env.num_envs=4", "train.total_steps=1024", "train.stop_return=null",
+        "log.tensorboard=false", "checkpoint.interval_steps=100000",
+    ]  # fmt: skip
+    if config == "cartpole_dqn.yaml":
+        overrides.append("algo.learning_starts=0")  # so the update runs too
+    cfg = load_config(REPO / "configs" / config, overrides)
+    loop = build_training(cfg, Comm(), torch.device("cpu"), tmp_path)
+    iteration = loop.runner.iteration
+    iterations = []
+
+    def no_numpy(self: torch.Tensor, *args: object, **kwargs: object) -> None:
+        raise AssertionError("a rollout tensor went through numpy")
+
+    def iteration_without_numpy(global_step: int) -> IterationResult:
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.Tensor, "numpy", no_numpy)
+            patch.setattr(torch.Tensor, "__array__", no_numpy)
+            iterations.append(global_step)
+            return iteration(global_step)
+
+    monkeypatch.setattr(loop.runner, "iteration", iteration_without_numpy)
+    assert loop.run()["global_step"] >= 1024 and iterations
