@@ -44,9 +44,10 @@ def make_gymnasium_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.d
         raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
 
 
-def _tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """The array as a CPU tensor: shares its memory when the dtype already matches."""
-    return torch.from_numpy(np.asarray(array)).to(dtype)
+def _tensor(array: np.ndarray, dtype: type) -> torch.Tensor:
+    """The array as a CPU tensor; no copy when it already has ``dtype`` (numpy's cast is
+    cheaper than torch's for the few-element arrays of a small batch)."""
+    return torch.from_numpy(np.asarray(array, dtype=dtype))
 
 
 class GymnasiumVecEnv:
@@ -63,20 +64,22 @@ class GymnasiumVecEnv:
 
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset(seed=self._seeds)
-        return _tensor(obs, torch.float32)
+        return _tensor(obs, np.float32)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self._env.step(actions.numpy(force=True))
-        final_obs = obs.copy()
+        obs_tensor = _tensor(obs, np.float32)
+        final_obs = obs_tensor  # where no episode ended, the step led to obs itself
         if "_final_obs" in info:
+            final_obs = obs_tensor.clone()
             for i in np.flatnonzero(info["_final_obs"]):
-                final_obs[i] = info["final_obs"][i]
+                final_obs[i] = torch.from_numpy(np.asarray(info["final_obs"][i], dtype=np.float32))
         return StepResult(
-            _tensor(obs, torch.float32),
-            _tensor(reward, torch.float32),
-            _tensor(terminated, torch.bool),
-            _tensor(truncated, torch.bool),
-            _tensor(final_obs, torch.float32),
+            obs_tensor,
+            _tensor(reward, np.float32),
+            _tensor(terminated, np.bool_),
+            _tensor(truncated, np.bool_),
+            final_obs,
         )
 
     def close(self) -> None:

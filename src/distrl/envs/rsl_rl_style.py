@@ -50,7 +50,8 @@ class RslRlStyleVecEnv:
         if final_obs is None:
             final_obs = torch.where(dones[:, None], self._obs, obs)
         self._obs = obs
-        rewards = rewards.reshape(self.num_envs).to(torch.float32)
+        # Copies: such envs may refill the same buffers in place on the next step (Isaac Lab does).
+        rewards = rewards.reshape(self.num_envs).to(torch.float32, copy=True)
         return StepResult(obs, rewards, dones & ~time_outs, time_outs, final_obs)
 
     def close(self) -> None:
@@ -74,7 +75,7 @@ class RslRlStyleVecEnv:
                 f"env.id {self._env_id!r}: observations have shape {tuple(obs.shape)}, "
                 f"expected [num_envs={self.num_envs}, obs_dim]"
             )
-        return obs.to(torch.float32)
+        return obs.to(torch.float32, copy=True)
 
     def _action_space(self, env: Any) -> gym.spaces.Space:
         """The env's own ``action_space`` when it declares one (e.g. Discrete), else rsl_rl's

@@ -34,6 +34,11 @@ def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bo
     return isinstance(action_space, gym.spaces.Box)
 
 
+def _finite(obs: torch.Tensor) -> torch.Tensor:
+    """Non-finite entries zeroed, so they never reach the policy or the normalisers."""
+    return torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def advantage_sums(advantages: torch.Tensor) -> list[float]:
     """(count, sum, sum of squares) in float64: summed over ranks, they give the global mean and
     variance in the same collective as the update's other per-rank numbers."""
@@ -99,8 +104,9 @@ class OnPolicyRunner(Runner):
             cfg.algo.rollout_steps,
             min_steps=math.ceil(self.algo.num_minibatches / self.num_envs),
         )
-        self.nonfinite_obs_steps = torch.zeros((), dtype=torch.int64, device=device)
-        """Steps with a non-finite observation, counted on the device (no host sync per step)."""
+        self.nonfinite_final_obs = torch.zeros((), dtype=torch.int64, device=device)
+        """Steps whose final observation (bootstrapping a truncation) was not finite, counted on
+        the device; non-finite observations acted on are found in ``raw_obs`` by the update."""
         self.action_bounds = self._action_bounds()
         self.rollouts = 0
         """Rollouts collected in this launch: names each one's straggler count in the store."""
@@ -109,9 +115,9 @@ class OnPolicyRunner(Runner):
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
-        self.obs = self._checked_obs(self.env.reset())
+        self.obs = self.env.reset().to(self.device, torch.float32)
         if fresh:
-            self._update_obs_stats(self.obs)
+            self._update_obs_stats(_finite(self.obs))
 
     def iteration(self, global_step: int) -> IterationResult:
         start = time.perf_counter()
@@ -175,10 +181,12 @@ class OnPolicyRunner(Runner):
             batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         # One sum carries what the update needs from every rank: a non-finite observation
         # anywhere, the samples collected, and the advantages' global moments.
-        local = [float(self.nonfinite_obs_steps), steps * self.num_envs, *advantage_sums(batch.advantages)]
+        acted_on_finite = bool(torch.isfinite(self.raw_obs[:steps]).all())
+        nonfinite_obs = float(self.nonfinite_final_obs) + float(not acted_on_finite)
+        local = [nonfinite_obs, steps * self.num_envs, *advantage_sums(batch.advantages)]
         nonfinite_obs, collected, *adv_sums = self.comm.sum_scalars(local)
         self.stragglers.forget()  # every rank is past collecting: it reached the sum above
-        self.nonfinite_obs_steps.zero_()
+        self.nonfinite_final_obs.zero_()
         if nonfinite_obs:
             skipped = float(self.cfg.algo.update_epochs * self.algo.num_minibatches)
             return {"skipped_minibatches": skipped}, int(collected)
@@ -199,8 +207,8 @@ class OnPolicyRunner(Runner):
         for t in range(cfg.algo.rollout_steps):
             if self.stragglers.should_stop(t):
                 break
-            self.raw_obs[t] = obs
-            obs_t = self._normalize_obs(obs)
+            self.raw_obs[t] = obs  # as the env gave it: update() skips a rollout with non-finite ones
+            obs_t = self._normalize_obs(_finite(obs))
             with phase("inference"):
                 actions, log_probs, values = self.policy.act(obs_t)
             with phase("env"):
@@ -211,25 +219,18 @@ class OnPolicyRunner(Runner):
 
             rewards = self._scale_rewards(reward, dones, t)
             # A truncated episode did not end in the MDP: bootstrap from its final observation.
-            truncated_only = truncated & ~terminated
-            if truncated_only.any():
+            if truncated.any():
                 with torch.no_grad(), phase("inference"):
-                    final_obs = self._normalize_obs(self._checked_obs(result.final_obs))
-                    final_values = self.policy.value(final_obs)
-                rewards = rewards + gamma * final_values * truncated_only
-            self.storage.add(obs_t, actions, log_probs, values, rewards, dones.float())
-            obs = self._checked_obs(result.obs)
+                    final_obs = result.final_obs.to(self.device, torch.float32)
+                    self.nonfinite_final_obs += ~torch.isfinite(final_obs).all()
+                    final_values = self.policy.value(self._normalize_obs(_finite(final_obs)))
+                rewards = rewards + gamma * final_values * (truncated & ~terminated)
+            self.storage.add(obs_t, actions, log_probs, values, rewards, dones)
+            obs = result.obs.to(self.device, torch.float32)
         self.stragglers.finish()
         with torch.no_grad(), phase("inference"):
-            last_values = self.policy.value(self._normalize_obs(obs))
+            last_values = self.policy.value(self._normalize_obs(_finite(obs)))
         return obs, last_values
-
-    def _checked_obs(self, obs: torch.Tensor) -> torch.Tensor:
-        """On the rank's device, with non-finite entries counted and zeroed so they never reach
-        the normaliser (without a host sync: the count is a device tensor)."""
-        obs = obs.to(self.device, torch.float32)
-        self.nonfinite_obs_steps += ~torch.isfinite(obs).all()
-        return torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
 
     def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         space = self.env.action_space
