@@ -42,7 +42,7 @@ from typing import Any
 
 from distrl.config import load_config
 from distrl.io.metrics import METRICS_FILE
-from distrl.runners.loop import _STOP_CHECK_SEED_OFFSET as STOP_CHECK_SEED_OFFSET
+from distrl.runners.loop import STOP_CHECK_SEED_OFFSET
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "cartpole_ppo.yaml"

@@ -251,7 +251,7 @@ def rsl_rl_worker(spec: dict[str, Any]) -> dict[str, Any]:
     from rsl_rl.runners import OnPolicyRunner
 
     from distrl.evaluate import evaluate
-    from distrl.runners.loop import _STOP_CHECK_SEED_OFFSET  # the stop check's seeds, exactly
+    from distrl.runners.loop import STOP_CHECK_SEED_OFFSET  # the stop check's seeds, exactly
     from examples.isaac_style_cartpole import IsaacStyleCartPole
 
     torch.set_num_threads(1)
@@ -278,7 +278,7 @@ def rsl_rl_worker(spec: dict[str, Any]) -> dict[str, Any]:
     # solve: distrl's stop rule (runners/loop.py, _reached_stop_return) around runner.learn().
     every, target = cfg.train.stop_check_every, cfg.train.stop_return
     episodes, confirm = cfg.eval.episodes, cfg.train.stop_confirm_episodes
-    seed = cfg.eval.seed + _STOP_CHECK_SEED_OFFSET
+    seed = cfg.eval.seed + STOP_CHECK_SEED_OFFSET
     max_updates = math.ceil(cfg.train.total_steps / steps_per_update)
     updates, solved = 0, False
     while updates < max_updates and not solved:

@@ -30,7 +30,7 @@ from distrl.runners.base import IterationResult, RunContext, Runner
 from distrl.sharding import even_split
 from distrl.timing import phase
 
-_STOP_CHECK_SEED_OFFSET = 1_000_000
+STOP_CHECK_SEED_OFFSET = 1_000_000
 
 
 class Preempted(Exception):
@@ -217,7 +217,7 @@ class TrainingLoop:
         if target is None or self.update_index % self.cfg.train.stop_check_every:
             return False
         # Seeds kept apart from eval.seed's so the final `distrl eval` is not the stop test.
-        seed = self.cfg.eval.seed + _STOP_CHECK_SEED_OFFSET
+        seed = self.cfg.eval.seed + STOP_CHECK_SEED_OFFSET
         episodes = self.cfg.eval.episodes
         total = self._evaluate_split(episodes, seed)
         row["stop_check_return"] = total / episodes
