@@ -31,6 +31,7 @@ from distrl.sharding import even_split
 from distrl.timing import phase
 
 STOP_CHECK_SEED_OFFSET = 1_000_000
+"""The early-stop check plays episodes from `eval.seed` + this: apart from `distrl eval`'s."""
 
 
 class Preempted(Exception):
