@@ -237,14 +237,13 @@ def steps_per_update(config: Path, ranks: int) -> int:
 
 def loop_run(run_dir: Path, config: Path, backend: str, ranks: int, updates: int, device: str) -> LoopRun:
     args = [
-        "--config", str(config),  # a second --config: cartpole_bench's names the shipped one, the last wins
         "--total-steps", str(updates * steps_per_update(config, ranks)),
         f"env.backend={backend}",
         "train.stop_return=null",
         f"train.device={device}",
         "train.torch_threads=1",
     ]  # fmt: skip
-    wall_s = timed(distrl_cmd(ranks, run_dir, *args))
+    wall_s = timed(distrl_cmd(ranks, run_dir, *args, config=config))
     rows = metrics_rows(run_dir)
     first, last = rows[0], rows[-1]
     steady = rows[1:] or rows

@@ -243,8 +243,8 @@ def timed(cmd: list[str]) -> float:
         sys.exit(str(exc))
 
 
-def distrl_cmd(ranks: int, run_dir: Path, *args: str) -> list[str]:
-    train = ["--config", str(CONFIG), "--run-dir", str(run_dir), "--overwrite", "log.tensorboard=false"]
+def distrl_cmd(ranks: int, run_dir: Path, *args: str, config: Path = CONFIG) -> list[str]:
+    train = ["--config", str(config), "--run-dir", str(run_dir), "--overwrite", "log.tensorboard=false"]
     if ranks == 1:
         return [sys.executable, "-m", "distrl.train", *train, *args]
     return [
@@ -255,11 +255,10 @@ def distrl_cmd(ranks: int, run_dir: Path, *args: str) -> list[str]:
 
 
 def distrl_eval(run_dir: Path) -> float:
-    out = subprocess.run(
-        [sys.executable, "-m", "distrl", "eval", "--checkpoint", str(run_dir), "--json"],
-        check=True, capture_output=True, text=True, env=env_without_launcher(),
-    )  # fmt: skip
-    return json.loads(out.stdout)["return_mean"]
+    """``distrl eval`` of a run's policy, from the repository root (where ``examples`` imports)."""
+    command = [sys.executable, "-m", "distrl", "eval", "--checkpoint", str(run_dir), "--json"]
+    _, stdout = run_timed(command, REPO)
+    return json.loads(stdout)["return_mean"]
 
 
 def metrics_rows(run_dir: Path) -> list[dict[str, Any]]:

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from cartpole_bench import CommandFailed, distrl_cmd, distrl_eval, ensure_venv, metrics_rows, run_timed
 
 from distrl.algos.ppo import minibatches_per_epoch
 from distrl.config import RunConfig, load_config
@@ -298,36 +299,11 @@ def rsl_rl_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- running both
-def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def timed(cmd: list[str]) -> tuple[float, str]:
-    """(wall seconds, stdout) of a command run from the repository root."""
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, check=False, capture_output=True, text=True, env=child_env())
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(
-            f"failed (exit {done.returncode}): {' '.join(cmd)}\n" + "\n".join(done.stderr.splitlines()[-40:])
-        )
-    return wall, done.stdout
-
-
 def ensure_rsl_rl() -> Path:
-    """The rsl_rl venv's Python, installing what is missing (torch first: the local CPU wheel)."""
-    python = RSLRL_VENV / "bin" / "python"
-    imports = "import rsl_rl.runners, tensordict, torch, distrl.evaluate, distrl.runners.loop"
-    probe = [str(python), "-c", f"{imports}; print(torch.__version__)"]
-    if not python.exists() or subprocess.run(probe, check=False, capture_output=True).returncode != 0:
-        if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(RSLRL_VENV)], check=True)
-        pip = [str(python), "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, f"torch=={TORCH_VERSION}"], check=True)
-        subprocess.run([*pip, f"rsl-rl-lib=={RSL_RL_VERSION}"], check=True)
-        subprocess.run([*pip, "-e", str(REPO)], check=True)
+    """The rsl_rl venv's Python: torch first (the local CPU wheel), then rsl_rl, then distrl itself
+    (the env class imports distrl's torch CartPole), with torch checked to have stayed as it was."""
+    python = ensure_venv(RSLRL_VENV, [f"rsl-rl-lib=={RSL_RL_VERSION}"], ["-e", str(REPO)])
+    probe = [str(python), "-c", "import rsl_rl.runners, tensordict, torch; print(torch.__version__)"]
     version = subprocess.run(probe, check=True, capture_output=True, text=True).stdout.strip()
     if not version.startswith(TORCH_VERSION):
         sys.exit(f"{RSLRL_VENV}: torch {version}, expected {TORCH_VERSION} (delete the venv and rerun)")
@@ -335,7 +311,7 @@ def ensure_rsl_rl() -> Path:
 
 
 def run_rsl_rl(python: Path, spec: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    wall, stdout = timed([str(python), str(Path(__file__).resolve()), WORKER, json.dumps(spec)])
+    wall, stdout = run_timed([str(python), str(Path(__file__).resolve()), WORKER, json.dumps(spec)], REPO)
     results = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     return wall, json.loads(results[-1].removeprefix(RESULT_PREFIX))
 
@@ -353,20 +329,11 @@ def rsl_rl_spec(
     }
 
 
-def distrl_cmd(run_dir: Path, *args: str) -> list[str]:
-    return [
-        sys.executable, "-m", "distrl.train", "--config", str(CONFIG), "--run-dir", str(run_dir),
-        "--overwrite", "log.tensorboard=false", *args,
-    ]  # fmt: skip
-
-
-def distrl_rows(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def distrl_eval(run_dir: Path) -> float:
-    _, stdout = timed([sys.executable, "-m", "distrl", "eval", "--checkpoint", str(run_dir), "--json"])
-    return json.loads(stdout)["return_mean"]
+def run_distrl(run_dir: Path, *args: str) -> tuple[float, dict[str, Any]]:
+    """(process wall s, last metrics row) of a 1-rank distrl run of this benchmark's config, from
+    the repository root (where ``examples`` imports)."""
+    wall, _ = run_timed(distrl_cmd(1, run_dir, *args, config=CONFIG), REPO)
+    return wall, metrics_rows(run_dir)[-1]
 
 
 def throughput(
@@ -379,10 +346,9 @@ def throughput(
             overrides = size_overrides(cfg, num_envs)
             total_steps = count * num_envs * cfg.algo.rollout_steps
             run_dir = tmp / f"sps-{num_envs}"
-            wall, _ = timed(
-                distrl_cmd(run_dir, "--total-steps", str(total_steps), "train.stop_return=null", *overrides)
+            wall, last = run_distrl(
+                run_dir, "--total-steps", str(total_steps), "train.stop_return=null", *overrides
             )
-            last = distrl_rows(run_dir)[-1]
             if last["update"] != count:
                 sys.exit(f"distrl made {last['update']} updates, expected {count}")
             runs.setdefault(f"distrl|{num_envs}", []).append({"sps": last["sps"], "wall": wall})
@@ -400,8 +366,7 @@ def time_to_solve(
     num_envs = cfg.env.num_envs
     for seed in seeds:
         run_dir = tmp / f"solve-distrl-{seed}"
-        wall, _ = timed(distrl_cmd(run_dir, "--seed", str(seed), *overrides))
-        last = distrl_rows(run_dir)[-1]
+        wall, last = run_distrl(run_dir, "--seed", str(seed), *overrides)
         runs["distrl"].append(
             {
                 "wall": wall,
@@ -536,8 +501,11 @@ def main() -> None:
     python = ensure_rsl_rl()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        solve = time_to_solve(tmp, python, cfg, args.seeds, solve_overrides)
-        tput = throughput(tmp, python, cfg, args.repeats, updates)
+        try:
+            solve = time_to_solve(tmp, python, cfg, args.seeds, solve_overrides)
+            tput = throughput(tmp, python, cfg, args.repeats, updates)
+        except CommandFailed as exc:
+            sys.exit(str(exc))
     print_setup(cfg)
     print_time_to_solve(cfg, args.seeds, solve, args.quick)
     print_throughput(args.repeats, updates, tput)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 
@@ -26,6 +27,12 @@ class StepResult(NamedTuple):
     """``[num_envs]`` bool: the time limit was reached (may coincide with ``terminated``)."""
     final_obs: torch.Tensor
     """``[num_envs, obs_dim]`` float32: the observation this step led to, before any reset."""
+
+
+def host_tensor(array: np.ndarray, dtype: type) -> torch.Tensor:
+    """A host backend's array as a CPU tensor of ``dtype``; no copy when it has that dtype already
+    (numpy's cast is cheaper than torch's for the few-element arrays of a small batch)."""
+    return torch.from_numpy(np.asarray(array, dtype=dtype))
 
 
 class VecEnv(Protocol):

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from distrl.config import EnvConfig
-from distrl.envs.base import StepResult
+from distrl.envs.base import StepResult, host_tensor
 from distrl.errors import UserError
 
 RESERVED_KWARGS = frozenset(
@@ -99,7 +99,7 @@ class EnvPoolVecEnv:
 
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset()
-        return _as_float32(obs)
+        return host_tensor(obs, np.float32)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, _ = self._env.step(actions.numpy())
@@ -110,11 +110,11 @@ class EnvPoolVecEnv:
             obs = obs.copy()
             obs[info["env_id"]] = first_obs
         return StepResult(
-            obs=_as_float32(obs),
-            reward=_as_float32(reward),
-            terminated=torch.from_numpy(terminated),
-            truncated=torch.from_numpy(truncated),
-            final_obs=_as_float32(final_obs),
+            obs=host_tensor(obs, np.float32),
+            reward=host_tensor(reward, np.float32),
+            terminated=host_tensor(terminated, np.bool_),
+            truncated=host_tensor(truncated, np.bool_),
+            final_obs=host_tensor(final_obs, np.float32),
         )
 
     def close(self) -> None:
@@ -130,7 +130,3 @@ def _check_kwargs(envpool: ModuleType, env_id: str, kwargs: dict[str, Any]) -> N
             f"passes on (allowed: {', '.join(sorted(options))}; the number of envs, seeds and time "
             "limit come from env.num_envs, train.seed and env.max_episode_steps)"
         )
-
-
-def _as_float32(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array).to(torch.float32)

@@ -11,7 +11,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from distrl.config import EnvConfig
-from distrl.envs.base import StepResult
+from distrl.envs.base import StepResult, host_tensor
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError
 
@@ -44,12 +44,6 @@ def make_gymnasium_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.d
         raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
 
 
-def _tensor(array: np.ndarray, dtype: type) -> torch.Tensor:
-    """The array as a CPU tensor; no copy when it already has ``dtype`` (numpy's cast is
-    cheaper than torch's for the few-element arrays of a small batch)."""
-    return torch.from_numpy(np.asarray(array, dtype=dtype))
-
-
 class GymnasiumVecEnv:
     """SyncVectorEnv with same-step auto-reset, seeded once with one distinct seed per env."""
 
@@ -64,21 +58,21 @@ class GymnasiumVecEnv:
 
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset(seed=self._seeds)
-        return _tensor(obs, np.float32)
+        return host_tensor(obs, np.float32)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self._env.step(actions.numpy(force=True))
-        obs_tensor = _tensor(obs, np.float32)
+        obs_tensor = host_tensor(obs, np.float32)
         final_obs = obs_tensor  # where no episode ended, the step led to obs itself
         if "_final_obs" in info:
             final_obs = obs_tensor.clone()
             for i in np.flatnonzero(info["_final_obs"]):
-                final_obs[i] = torch.from_numpy(np.asarray(info["final_obs"][i], dtype=np.float32))
+                final_obs[i] = host_tensor(info["final_obs"][i], np.float32)
         return StepResult(
             obs_tensor,
-            _tensor(reward, np.float32),
-            _tensor(terminated, np.bool_),
-            _tensor(truncated, np.bool_),
+            host_tensor(reward, np.float32),
+            host_tensor(terminated, np.bool_),
+            host_tensor(truncated, np.bool_),
             final_obs,
         )
 

@@ -27,22 +27,26 @@ TORCH_ENVS: dict[str, type[TorchVecEnv]] = {
 def make_torch_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device) -> VecEnv:
     """The batch is seeded once, from the first env's seed (``seed + its global index``), so
     ranks differ; env i is not seeded ``seeds[i]`` as the Gymnasium backend seeds it."""
-    seed = int(seeds[0])
-    if is_class_spec(cfg.id):
-        if cfg.max_episode_steps is not None:
-            raise UserError(
-                f"env.max_episode_steps: {cfg.id!r} is a user's torch env, which keeps its own time limit"
-            )
-        env_class = import_env_class(cfg.id)
-    elif cfg.id not in TORCH_ENVS:
+    build = _user_env if is_class_spec(cfg.id) else _built_in_env
+    try:
+        return build(cfg, len(seeds), device, int(seeds[0]))
+    except TypeError as exc:
+        raise UserError(f"env {cfg.id!r} (torch backend) could not be created: {exc}") from None
+
+
+def _built_in_env(cfg: EnvConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+    if cfg.id not in TORCH_ENVS:
         raise UserError(
             f"env.backend=torch implements {', '.join(TORCH_ENVS)} or a user's module:Class, not {cfg.id!r}"
         )
-    try:
-        if is_class_spec(cfg.id):
-            return build_rsl_rl_style_env(env_class, cfg.id, len(seeds), device, seed, cfg.kwargs)
-        return TORCH_ENVS[cfg.id](
-            len(seeds), device=device, seed=seed, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs
+    return TORCH_ENVS[cfg.id](
+        num_envs, device=device, seed=seed, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs
+    )
+
+
+def _user_env(cfg: EnvConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+    if cfg.max_episode_steps is not None:
+        raise UserError(
+            f"env.max_episode_steps: {cfg.id!r} is a user's torch env, which keeps its own time limit"
         )
-    except TypeError as exc:
-        raise UserError(f"env {cfg.id!r} (torch backend) could not be created: {exc}") from None
+    return build_rsl_rl_style_env(import_env_class(cfg.id), cfg.id, num_envs, device, seed, cfg.kwargs)

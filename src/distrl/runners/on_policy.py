@@ -104,9 +104,9 @@ class OnPolicyRunner(Runner):
             cfg.algo.rollout_steps,
             min_steps=math.ceil(self.algo.num_minibatches / self.num_envs),
         )
-        self.nonfinite_final_obs = torch.zeros((), dtype=torch.int64, device=device)
-        """Steps whose final observation (bootstrapping a truncation) was not finite, counted on
-        the device; non-finite observations acted on are found in ``raw_obs`` by the update."""
+        self.nonfinite_final_obs = False
+        """A final observation (bootstrapping a truncation) this rollout was not finite; non-finite
+        observations acted on are found in ``raw_obs`` by the update."""
         self.action_bounds = self._action_bounds()
         self.rollouts = 0
         """Rollouts collected in this launch: names each one's straggler count in the store."""
@@ -115,7 +115,7 @@ class OnPolicyRunner(Runner):
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
-        self.obs = self.env.reset().to(self.device, torch.float32)
+        self.obs = self.env.reset().to(self.device)
         if fresh:
             self._update_obs_stats(_finite(self.obs))
 
@@ -181,12 +181,11 @@ class OnPolicyRunner(Runner):
             batch = self.storage.batch(last_values, self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         # One sum carries what the update needs from every rank: a non-finite observation
         # anywhere, the samples collected, and the advantages' global moments.
-        acted_on_finite = bool(torch.isfinite(self.raw_obs[:steps]).all())
-        nonfinite_obs = float(self.nonfinite_final_obs) + float(not acted_on_finite)
-        local = [nonfinite_obs, steps * self.num_envs, *advantage_sums(batch.advantages)]
+        nonfinite_obs = self.nonfinite_final_obs or not torch.isfinite(self.raw_obs[:steps]).all()
+        local = [float(nonfinite_obs), steps * self.num_envs, *advantage_sums(batch.advantages)]
         nonfinite_obs, collected, *adv_sums = self.comm.sum_scalars(local)
         self.stragglers.forget()  # every rank is past collecting: it reached the sum above
-        self.nonfinite_final_obs.zero_()
+        self.nonfinite_final_obs = False
         if nonfinite_obs:
             skipped = float(self.cfg.algo.update_epochs * self.algo.num_minibatches)
             return {"skipped_minibatches": skipped}, int(collected)
@@ -221,12 +220,13 @@ class OnPolicyRunner(Runner):
             # A truncated episode did not end in the MDP: bootstrap from its final observation.
             if truncated.any():
                 with torch.no_grad(), phase("inference"):
-                    final_obs = result.final_obs.to(self.device, torch.float32)
-                    self.nonfinite_final_obs += ~torch.isfinite(final_obs).all()
+                    final_obs = result.final_obs.to(self.device)
+                    # A host check, in the rare branch that synchronised for truncated.any() anyway.
+                    self.nonfinite_final_obs |= not torch.isfinite(final_obs).all()
                     final_values = self.policy.value(self._normalize_obs(_finite(final_obs)))
                 rewards = rewards + gamma * final_values * (truncated & ~terminated)
             self.storage.add(obs_t, actions, log_probs, values, rewards, dones)
-            obs = result.obs.to(self.device, torch.float32)
+            obs = result.obs.to(self.device)
         self.stragglers.finish()
         with torch.no_grad(), phase("inference"):
             last_values = self.policy.value(self._normalize_obs(_finite(obs)))

@@ -39,6 +39,7 @@ class TorchVecEnv(ABC):
     def __init__(
         self,
         num_envs: int,
+        *,
         device: torch.device | str = "cpu",
         seed: int = 0,
         dtype: torch.dtype = torch.float32,

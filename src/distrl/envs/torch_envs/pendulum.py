@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,17 +27,10 @@ class TorchPendulum(TorchVecEnv):
     observation_space = gym.spaces.Box(-_obs_high, _obs_high, dtype=np.float32)
     action_space = gym.spaces.Box(-MAX_TORQUE, MAX_TORQUE, shape=(1,), dtype=np.float32)
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-        g: float = 10.0,
-    ) -> None:
-        """``g`` is the gravitational acceleration, Gymnasium's ``g`` keyword."""
-        super().__init__(num_envs, device, seed, dtype, max_episode_steps)
+    def __init__(self, num_envs: int, *, g: float = 10.0, **kwargs: Any) -> None:
+        """``g`` is the gravitational acceleration, Gymnasium's ``g`` keyword; ``kwargs`` are
+        ``TorchVecEnv``'s."""
+        super().__init__(num_envs, **kwargs)
         self.g = g
 
     def _transition(
