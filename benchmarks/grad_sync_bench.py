@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from distrl.algos.ppo import PPO
-from distrl.comm import TorchComm
+from distrl.comm import TorchGroupComm
 from distrl.config import ModelConfig, PPOConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.socket_sum import SocketSum
@@ -70,7 +70,7 @@ def bench(hidden: list[int], socket_sum: SocketSum) -> dict[str, float]:
     cfg = PPOConfig()
     results = {"no sync (floor)": time_steps(PPO(policy, cfg, num_minibatches=1), batch)}
     for algorithm in ("all_reduce", "recursive_doubling", "socket"):
-        comm = TorchComm(torch.device("cpu"), socket_sum=socket_sum, sum_algorithm=algorithm)
+        comm = TorchGroupComm(torch.device("cpu"), socket_sum=socket_sum, sum_algorithm=algorithm)
         results[f"flat bucket, {algorithm}"] = time_steps(
             PPO(policy, cfg, num_minibatches=1, gradient_sync=comm.sum_gradients_), batch
         )

@@ -66,3 +66,24 @@ def torchrun_train(nproc: int, *args: str, timeout: float = 600) -> subprocess.C
         env=clean_env(),
         timeout=timeout,
     )
+
+
+def jax_launch(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m distrl.launch.jax --nproc_per_node=N ARGS`` (ARGS: ``-m module ...`` or a
+    script and its arguments) on a free coordinator port."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distrl.launch.jax",
+            f"--nproc_per_node={nproc}",
+            f"--coordinator_address=127.0.0.1:{free_port()}",
+            *args,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=clean_env(),
+        timeout=timeout,
+    )

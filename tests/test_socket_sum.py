@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from distrl.comm import Comm
+from distrl.comm import TorchComm
 from distrl.errors import PeerFailure
 from distrl.socket_sum import TOKEN_BYTES, CollectiveMismatch, SocketSum, accept_partners
 from tests.distributed import run_ranks
@@ -26,7 +26,7 @@ from tests.distributed import run_ranks
 LARGE = 4_000_000
 
 
-def _large_sum_worker(comm: Comm, out: Path) -> None:
+def _large_sum_worker(comm: TorchComm, out: Path) -> None:
     assert comm.sum_algorithm == "socket", "power-of-two gloo groups sum over distrl's sockets"
     values = torch.randn(LARGE, generator=torch.Generator().manual_seed(comm.rank))
     for _ in range(3):  # the receive buffer is reused between calls
@@ -49,7 +49,7 @@ def test_large_sum_is_correct_and_bit_identical(tmp_path: Path, world_size: int)
     np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-4)
 
 
-def _peer_leaves_worker(comm: Comm, out: Path) -> None:
+def _peer_leaves_worker(comm: TorchComm, out: Path) -> None:
     if comm.rank == 1:
         comm.close()  # closes its sockets and leaves
         return
@@ -66,7 +66,7 @@ def test_closed_peer_fails_the_sum_at_once(tmp_path: Path) -> None:
     assert float((tmp_path / "elapsed").read_text()) < 5.0
 
 
-def _mismatch_worker(comm: Comm, out: Path) -> None:
+def _mismatch_worker(comm: TorchComm, out: Path) -> None:
     comm.allreduce_sum_(torch.ones(8))  # one agreed sum first: the sequence numbers count
     size = 3 if comm.rank == 0 else 4  # a key on one rank only: the ranks disagree on the size
     with pytest.raises(CollectiveMismatch) as info:
@@ -86,7 +86,7 @@ def test_ranks_that_disagree_on_a_sum_fail_at_once_naming_both(tmp_path: Path) -
     )
 
 
-def _many_descriptors_worker(comm: Comm, out: Path) -> None:
+def _many_descriptors_worker(comm: TorchComm, out: Path) -> None:
     # select() raised ValueError for any descriptor past 1023: open 1100 files, then a second set
     # of sum sockets (through the group's store), whose descriptors are numbered above that.
     held = [open(os.devnull) for _ in range(1100)]  # noqa: SIM115

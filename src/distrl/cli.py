@@ -52,6 +52,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-envs", type=int, help="envs summed over all ranks (env.num_envs)")
     parser.add_argument("--data", help="learn from this logged dataset (data.path) instead of envs")
     parser.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
+    parser.add_argument(
+        "--ml-framework", choices=["torch", "jax"], help="the learner's framework (ml_framework)"
+    )
     parser.add_argument("--network-interface", help="interface for collectives (comm.network_interface)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --run-dir")
@@ -78,6 +81,7 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "env.num_envs": args.num_envs,
         "data.path": args.data,
         "train.device": args.device,
+        "ml_framework": args.ml_framework,
         "comm.network_interface": args.network_interface,
     }
     # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
@@ -135,7 +139,12 @@ def command_train_process(args: argparse.Namespace) -> int:
     # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
     resume = args.resume or topology.restart_count > 0
 
-    comm = connect(topology, device, cfg.comm)
+    if cfg.ml_framework == "jax":
+        from distrl.launch.jax_group import connect_jax
+
+        comm = connect_jax(topology, cfg.comm.timeout_s)
+    else:
+        comm = connect(topology, device, cfg.comm)
     try:
         payload = comm.run_on_main(
             lambda: prepare_run_dir(run_dir, cfg, resume, must_resume=args.resume, overwrite=args.overwrite)

@@ -43,9 +43,10 @@ class EnvConfig(Section):
     num_envs_per_rank: PositiveInt | None = None
     """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
     scaling); the global batch then grows with the ranks."""
-    backend: Literal["gymnasium", "envpool", "torch"] = "gymnasium"
+    backend: Literal["gymnasium", "envpool", "torch", "gymnax"] = "gymnasium"
     """Vectorisation backend: Gymnasium's SyncVectorEnv; ``envpool``: EnvPool's C++ vectorised
-    envs (the ``envpool`` extra); ``torch``: batched envs on the rank's device, either distrl's
+    envs (the ``envpool`` extra); ``gymnax``: gymnax's JAX envs, stepped jitted on JAX's CPU device
+    (the ``jax`` extra); ``torch``: batched envs on the rank's device, either distrl's
     CartPole-v1, Acrobot-v1 and Pendulum-v1 (same dynamics and time limits as Gymnasium's) or a
     user's ``module:Class`` with rsl_rl's VecEnv interface (``num_envs``, ``get_observations()``,
     ``step(actions) -> (obs, rewards, dones, extras)``, ``extras["time_outs"]``), built as
@@ -191,6 +192,10 @@ ALGORITHM_CONFIGS: dict[str, type[Section]] = {"ppo": PPOConfig, "dqn": DQNConfi
 
 
 class RunConfig(Section):
+    ml_framework: Literal["torch", "jax"] = "torch"
+    """The learner's framework: ``jax`` trains PPO with JAX, Flax and Optax (the ``jax`` extra;
+    several processes through ``python -m distrl.launch.jax``); configs, run dirs and checkpoints
+    are the same as torch's."""
     env: EnvConfig = Field(default_factory=EnvConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     algo: Annotated[PPOConfig | DQNConfig, Field(discriminator="name")] = Field(default_factory=PPOConfig)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 PHASES = (
     "env", "inference", "returns", "replay", "data", "forward", "backward", "sync", "sync_wait",
-    "sync_transfer", "optimizer", "eval", "log", "checkpoint",
+    "sync_transfer", "optimizer", "update", "eval", "log", "checkpoint",
 )  # fmt: skip
 """Every phase any rank may time: each rank reports all of them (zero where unused), so the
 ranks' metric sums line up."""

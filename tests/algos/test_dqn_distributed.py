@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from distrl.algos.dqn import DQN, DQNConfig
-from distrl.comm import Comm
+from distrl.comm import TorchComm
 from distrl.config import ModelConfig
 from distrl.models.q_network import QNetwork
 from distrl.storage.replay import TransitionBatch
@@ -20,7 +20,7 @@ from tests.distributed import run_ranks
 STEPS, TOTAL = 6, 40
 
 
-def make_dqn(comm: Comm | None = None, **overrides: float) -> DQN:
+def make_dqn(comm: TorchComm | None = None, **overrides: float) -> DQN:
     torch.manual_seed(0)
     q_network = QNetwork(4, 3, ModelConfig(hidden_sizes=[16, 16], activation="relu"))
     cfg = DQNConfig(name="dqn", **{"learning_rate": 1e-2, "target_update_interval": 2, **overrides})
@@ -54,7 +54,7 @@ def flat(dqn: DQN) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for net in nets for p in net.parameters()]).numpy()
 
 
-def _rank_steps(comm: Comm, split: int, cql_alpha: float, out: Path) -> None:
+def _rank_steps(comm: TorchComm, split: int, cql_alpha: float, out: Path) -> None:
     dqn = make_dqn(comm, cql_alpha=cql_alpha)
     start, end = (0, split) if comm.rank == 0 else (split, TOTAL)
     for batch in batches():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from distrl.algos.ppo import PPO
-from distrl.comm import Comm
+from distrl.comm import TorchComm
 from distrl.config import ModelConfig, PPOConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.runners.on_policy import advantage_sums, normalize_advantages
@@ -72,7 +72,7 @@ def flat_params(policy: ActorCritic) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]).numpy()
 
 
-def _rank_update(comm: Comm, continuous: bool, split: int, out: Path) -> None:
+def _rank_update(comm: TorchComm, continuous: bool, split: int, out: Path) -> None:
     policy = make_policy(continuous)
     start, end, seed = rank_rows(comm.rank, split)
     batch = full_batch(policy).index(torch.arange(start, end))

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from distrl.comm import Comm
+from distrl.comm import TorchComm
 from distrl.config import load_config
 from distrl.runners import build_training
 from distrl.runners.base import IterationResult, RunContext
@@ -26,7 +26,7 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None
             "normalize.observations=false",
         ],
     )
-    runner = OnPolicyRunner(RunContext(cfg, Comm(), torch.device("cpu")))
+    runner = OnPolicyRunner(RunContext(cfg, TorchComm(), torch.device("cpu")))
     runner.collect(runner.env.reset())
     storage = runner.storage
     final_obs = torch.tensor([[3.0, 1.0]])
@@ -57,7 +57,7 @@ def test_every_normaliser_path_runs_on_the_machines_device(tmp_path) -> None:
         ["env.num_envs=2", "algo.rollout_steps=64", "train.total_steps=512", "log.tensorboard=false"],
     )
     assert cfg.normalize.observations and cfg.normalize.rewards
-    loop = build_training(cfg, Comm(), device, tmp_path)
+    loop = build_training(cfg, TorchComm(), device, tmp_path)
     row = loop.run()
     runner = loop.runner
     assert row["global_step"] == 512 and math.isfinite(row["value_loss"])
@@ -80,7 +80,7 @@ def test_a_torch_env_rollout_never_goes_through_numpy(
     if config == "cartpole_dqn.yaml":
         overrides.append("algo.learning_starts=0")  # so the update runs too
     cfg = load_config(REPO / "configs" / config, overrides)
-    loop = build_training(cfg, Comm(), torch.device("cpu"), tmp_path)
+    loop = build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path)
     iteration = loop.runner.iteration
     iterations = []
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from distrl.comm import Comm
+from distrl.comm import TorchComm
 from distrl.config import load_config
 from distrl.io import checkpoint as ckpt
 from distrl.runners import build_training
@@ -31,12 +31,12 @@ def read_rows(run_dir: Path) -> list[dict]:
 
 def test_resume_matches_the_uninterrupted_schedule(tmp_path: Path) -> None:
     cfg = load_config(CARTPOLE, OVERRIDES)
-    full = build_training(cfg, Comm(), torch.device("cpu"), tmp_path / "full")
+    full = build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path / "full")
     full.run()
     midpoint = tmp_path / "full" / "checkpoints" / ckpt.checkpoint_dir_name(2048)
     files = ckpt.load_checkpoint(midpoint)
 
-    resumed = build_training(cfg, Comm(), torch.device("cpu"), tmp_path / "resumed", files)
+    resumed = build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path / "resumed", files)
     saved_model = ckpt.tensors_from_bytes(files["model.safetensors"])
     assert (resumed.global_step, resumed.update_index) == (2048, 8)
     obs_rms = resumed.runner.obs_rms

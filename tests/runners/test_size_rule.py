@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distrl.comm import Comm
+from distrl.comm import TorchComm
 from distrl.config import load_config
 from distrl.errors import UserError
 from distrl.runners import build_training
@@ -25,7 +25,7 @@ SIZES = ["env.num_envs=7", "algo.rollout_steps=4", "algo.minibatch_size=8", f"al
 QUIET = ["train.stop_return=null", "log.tensorboard=false", "log.progress=false"]
 
 
-def _train_and_record(comm: Comm, overrides: list[str], out: Path) -> None:
+def _train_and_record(comm: TorchComm, overrides: list[str], out: Path) -> None:
     cfg = load_config(None, [*overrides, *QUIET])
     loop = build_training(cfg, comm, torch.device("cpu"), out / "run")
     runner = loop.runner
@@ -53,7 +53,7 @@ def test_global_sizes_give_every_rank_count_the_same_optimiser_steps(
 ) -> None:
     overrides = [*SIZES, f"train.total_steps={UPDATES * 28}"]
     if world_size == 1:
-        _train_and_record(Comm(), overrides, tmp_path)
+        _train_and_record(TorchComm(), overrides, tmp_path)
     else:
         run_ranks(_train_and_record, world_size, overrides, tmp_path)
     records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world_size)]
@@ -75,7 +75,7 @@ def test_per_rank_envs_grow_the_number_of_minibatches(tmp_path: Path) -> None:
         assert record["minibatch_sizes"] == [4] * (2 * EPOCHS * 4)
 
 
-def _expect_minibatch_error(comm: Comm) -> None:
+def _expect_minibatch_error(comm: TorchComm) -> None:
     overrides = ["env.num_envs=2", "algo.rollout_steps=1", "algo.minibatch_size=1", *QUIET]
     with pytest.raises(UserError, match=r"algo.minibatch_size=1 gives 2 minibatches per epoch, more than"):
         OnPolicyRunner(RunContext(load_config(None, overrides), comm, torch.device("cpu")))

@@ -16,7 +16,7 @@ from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.export import check_can_export, format_of
 
-GENERIC_RESUME_FIXED_KEYS = ("algo.name", "env.id")
+GENERIC_RESUME_FIXED_KEYS = ("algo.name", "env.id", "ml_framework")
 """Keys no resumed run may change; each algorithm's config adds its own (``resume_fixed_keys``)."""
 
 

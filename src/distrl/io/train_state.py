@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +28,67 @@ from distrl.io import checkpoint as ckpt
 FORMAT_VERSION = 2
 
 
+class TrainState(ABC):
+    """A runner's live state, by reference: the loop saves from and restores into it. Each ML
+    framework supplies one (``ModuleTrainState`` for torch); the files are the same for all."""
+
+    algorithm: str
+    observation_space: gym.spaces.Space
+    action_space: gym.spaces.Space
+
+    @abstractmethod
+    def model_tensors(self) -> dict[str, torch.Tensor]:
+        """``<module>.<tensor>`` for every module: weights and buffers such as normalisers."""
+
+    @abstractmethod
+    def optimizer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """(``<optimiser>.<param index>.<state key>`` tensors, each optimiser's JSON settings)."""
+
+    @abstractmethod
+    def load(
+        self, model: dict[str, torch.Tensor], optimizer: dict[str, torch.Tensor], settings: dict[str, Any]
+    ) -> None:
+        """Restore what ``model_tensors`` and ``optimizer_state`` returned in an earlier run."""
+
+
 @dataclass
-class TrainState:
-    """A runner's live state, by reference: the loop saves from and restores into these objects."""
+class ModuleTrainState(TrainState):
+    """Torch modules and optimisers."""
 
     algorithm: str
     observation_space: gym.spaces.Space
     action_space: gym.spaces.Space
     modules: dict[str, nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]
+
+    def model_tensors(self) -> dict[str, torch.Tensor]:
+        return {
+            f"{module_name}.{name}": tensor
+            for module_name, module in self.modules.items()
+            for name, tensor in module.state_dict().items()
+        }
+
+    def optimizer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors, param_groups = {}, {}
+        for optim_name, optimizer in self.optimizers.items():
+            optim_state = optimizer.state_dict()
+            param_groups[optim_name] = optim_state["param_groups"]
+            for idx, per_param in optim_state["state"].items():
+                for key, value in per_param.items():
+                    tensors[f"{optim_name}.{idx}.{key}"] = torch.as_tensor(value)
+        return tensors, param_groups
+
+    def load(
+        self, model: dict[str, torch.Tensor], optimizer: dict[str, torch.Tensor], settings: dict[str, Any]
+    ) -> None:
+        for module_name, module in self.modules.items():
+            module.load_state_dict(ckpt.strip_prefix(model, f"{module_name}."))
+        for optim_name, optim in self.optimizers.items():
+            per_param: dict[int, dict[str, torch.Tensor]] = {}
+            for key, value in ckpt.strip_prefix(optimizer, f"{optim_name}.").items():
+                idx, name = key.split(".", 1)
+                per_param.setdefault(int(idx), {})[name] = value
+            optim.load_state_dict({"state": per_param, "param_groups": settings[optim_name]})
 
 
 @dataclass
@@ -77,52 +130,32 @@ def launch_index(files: ckpt.CheckpointFiles | None) -> int:
 def parameter_digest(state: TrainState) -> str:
     """sha256 over every module's tensors: equal on all ranks when they hold the same state."""
     sha = hashlib.sha256()
-    for module_name, module in state.modules.items():
-        for name, tensor in module.state_dict().items():
-            sha.update(f"{module_name}.{name}".encode())
-            sha.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    for name, tensor in state.model_tensors().items():
+        sha.update(name.encode())
+        sha.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return sha.hexdigest()
 
 
 def state_files(state: TrainState, meta: dict[str, Any]) -> ckpt.CheckpointFiles:
     """The checkpoint files of ``state`` plus the loop's ``meta`` (counters, config, ranks)."""
-    model = {
-        f"{module_name}.{name}": tensor
-        for module_name, module in state.modules.items()
-        for name, tensor in module.state_dict().items()
-    }
-    optim_tensors, param_groups = {}, {}
-    for optim_name, optimizer in state.optimizers.items():
-        optim_state = optimizer.state_dict()
-        param_groups[optim_name] = optim_state["param_groups"]
-        for idx, per_param in optim_state["state"].items():
-            for key, value in per_param.items():
-                optim_tensors[f"{optim_name}.{idx}.{key}"] = torch.as_tensor(value)
+    optim_tensors, settings = state.optimizer_state()
     header = {
         "format_version": FORMAT_VERSION,
         "algorithm": state.algorithm,
         "observation_space": space_to_json(state.observation_space),
         "action_space": space_to_json(state.action_space),
-        "optimizer_param_groups": param_groups,
+        "optimizer_param_groups": settings,
     }
     return {
-        "model.safetensors": ckpt.tensors_to_bytes(model),
+        "model.safetensors": ckpt.tensors_to_bytes(state.model_tensors()),
         "optimizer.safetensors": ckpt.tensors_to_bytes(optim_tensors),
         "state.json": ckpt.json_to_bytes({**header, **meta}),
     }
 
 
 def restore(state: TrainState, files: ckpt.CheckpointFiles) -> dict[str, Any]:
-    """Load a checkpoint into ``state``'s modules and optimisers; return its ``state.json``."""
+    """Load a checkpoint into ``state``; return its ``state.json``."""
     saved = read_state(files, "to resume")
-    for module_name, module in state.modules.items():
-        module.load_state_dict(saved.module_tensors(module_name))
     optim_tensors = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
-    for optim_name, optimizer in state.optimizers.items():
-        per_param: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in ckpt.strip_prefix(optim_tensors, f"{optim_name}.").items():
-            idx, name = key.split(".", 1)
-            per_param.setdefault(int(idx), {})[name] = value
-        groups = saved.meta["optimizer_param_groups"][optim_name]
-        optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+    state.load(saved.tensors, optim_tensors, saved.meta["optimizer_param_groups"])
     return saved.meta

@@ -10,14 +10,13 @@ the run dir and the final model.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from distrl.errors import UserError
+from distrl.launch.supervise import run_workers
 
 LAUNCHER_FLAGS = {"--num-nodes": True, "--node-index": True, "--rendezvous-file": True,
                   "--procs-per-node": True, "--use-all-available-devices": False}  # fmt: skip
@@ -47,8 +46,8 @@ def worker_argv(argv: list[str]) -> list[str]:
 
 
 def launch_node(argv: list[str], num_nodes: int, node_index: int, rendezvous_file: Path, procs: int) -> int:
-    """Start this node's ``procs`` ranks and wait; if one fails, stop the others. Returns the
-    first failing exit code, or 0."""
+    """Start this node's ``procs`` ranks and supervise them (``supervise.run_workers``): if one
+    fails, stop the others. Returns the first failing exit status, or 0."""
     if num_nodes < 1 or not 0 <= node_index < num_nodes:
         raise UserError(
             f"--node-index {node_index}: must be in 0..{num_nodes - 1} for --num-nodes {num_nodes}"
@@ -60,9 +59,8 @@ def launch_node(argv: list[str], num_nodes: int, node_index: int, rendezvous_fil
             f"--rendezvous-file {rendezvous_file}: directory {rendezvous_file.parent} does not exist"
         )
     world_size = num_nodes * procs
-    workers = []
-    for local_rank in range(procs):
-        env = {
+    envs = [
+        {
             **os.environ,
             "DISTRL_RENDEZVOUS_FILE": str(rendezvous_file.resolve()),
             "DISTRL_RANK": str(node_index * procs + local_rank),
@@ -72,21 +70,6 @@ def launch_node(argv: list[str], num_nodes: int, node_index: int, rendezvous_fil
             "DISTRL_NUM_NODES": str(num_nodes),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         }
-        workers.append(subprocess.Popen([sys.executable, "-m", "distrl.train", *worker_argv(argv)], env=env))
-    return _wait_all(workers)
-
-
-def _wait_all(workers: list[subprocess.Popen]) -> int:
-    while True:
-        codes = [w.poll() for w in workers]
-        failed = [c for c in codes if c not in (None, 0)]
-        if failed:
-            for w in workers:
-                if w.poll() is None:
-                    w.terminate()
-            for w in workers:
-                w.wait()
-            return failed[0]
-        if all(c == 0 for c in codes):
-            return 0
-        time.sleep(0.2)
+        for local_rank in range(procs)
+    ]
+    return run_workers([sys.executable, "-m", "distrl.train", *worker_argv(argv)], envs, prog="distrl")

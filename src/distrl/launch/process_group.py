@@ -8,7 +8,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from distrl.comm import Comm, TorchComm
+from distrl.comm import TorchComm, TorchGroupComm
 from distrl.config import CommConfig
 from distrl.errors import PeerFailure, UserError
 from distrl.launch.network import choose_interface, interface_address
@@ -39,10 +39,10 @@ AUTO_SPIN_S = 0.05
 wait for a peer still collecting its rollout."""
 
 
-def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> Comm:
-    """Join the process group described by ``topology``; a lone process gets the no-op Comm."""
+def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> TorchComm:
+    """Join the process group described by ``topology``; a lone process gets the no-op TorchComm."""
     if not topology.is_distributed:
-        return Comm()
+        return TorchComm()
     timeout_s = cfg.timeout_s
     interface = choose_interface(topology.master_addr, cfg.network_interface, topology.num_nodes > 1)
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -67,7 +67,7 @@ def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> Comm:
     if use_sockets:
         spin_s = sync_spin_s(topology, cfg.sync_spin_ms)
         socket_sum = _socket_sum(store, topology, interface, timeout_s, spin_s)
-    comm = TorchComm(device, store, socket_sum)
+    comm = TorchGroupComm(device, store, socket_sum)
     comm.time_sync_wait = cfg.time_sync_wait
     return comm
 

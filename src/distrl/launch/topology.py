@@ -1,9 +1,11 @@
 """Where this process sits among its peers, read from whichever launcher started it.
 
-This module is the only place that knows about launchers. torchrun (and torch.distributed.run)
-exports RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; SLURM's srun exports SLURM_PROCID,
-SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID and the job's node list. With neither, the process
-runs alone and no process group is created.
+This module is the only place that reads launcher variables. torchrun (and torch.distributed.run)
+exports RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; distrl's file-rendezvous node launcher
+DISTRL_RENDEZVOUS_FILE and DISTRL_RANK/...; distrl's JAX launcher (``python -m distrl.launch.jax``,
+or skrl's, which uses the same names) JAX_RANK/JAX_LOCAL_RANK/JAX_WORLD_SIZE/JAX_COORDINATOR_ADDR/
+JAX_COORDINATOR_PORT; SLURM's srun exports SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID
+and the job's node list. With none of them, the process runs alone and no process group is created.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from distrl.errors import UserError
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 FILE_RENDEZVOUS_VARS = ("DISTRL_RENDEZVOUS_FILE", "DISTRL_RANK", "DISTRL_LOCAL_RANK", "DISTRL_WORLD_SIZE")
 """Set by ``distrl train --num-nodes N --node-index I --rendezvous-file F`` for the processes it spawns."""
+JAX_VARS = ("JAX_RANK", "JAX_LOCAL_RANK", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR", "JAX_COORDINATOR_PORT")
+"""Set by ``python -m distrl.launch.jax`` (and skrl's JAX launcher) for the processes it spawns."""
 _SLURM_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NODELIST")
 
 
@@ -28,7 +32,7 @@ class Topology:
     """Rank layout of one training job."""
 
     launcher: str
-    """``single``, ``torchrun`` or ``slurm``."""
+    """``single``, ``torchrun``, ``file`` (file rendezvous), ``jax`` (the JAX launcher) or ``slurm``."""
     rank: int
     local_rank: int
     world_size: int
@@ -36,6 +40,7 @@ class Topology:
     """Ranks on this node."""
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
+    """Rank 0's host: the TCP store's (torchrun, SLURM) or the JAX coordinator's."""
     master_port: int = 29500
     restart_count: int = 0
     """Times this job was restarted (torchrun --max-restarts, or a requeued SLURM job); a
@@ -45,7 +50,8 @@ class Topology:
     rendezvous_file: str | None = None
     """Shared file all ranks open to meet (ReAgent-style file rendezvous) instead of a TCP store."""
     num_nodes: int = 1
-    """Nodes of a file-rendezvous job (the other launchers are routed by their master address)."""
+    """Nodes of a file-rendezvous or JAX-launcher job (the other launchers are routed by their
+    master address)."""
 
     @property
     def is_distributed(self) -> bool:
@@ -60,26 +66,33 @@ SINGLE_PROCESS = Topology(launcher="single", rank=0, local_rank=0, world_size=1)
 
 
 def discover_topology(env: Mapping[str, str] | None = None, require_launcher: bool = False) -> Topology:
-    """Read the topology from launcher variables; torchrun wins over SLURM when both are set."""
+    """Read the topology from launcher variables. torchrun, the file rendezvous and the JAX launcher
+    win over SLURM when both are set: they are often started inside a SLURM allocation."""
     env = os.environ if env is None else env
     if all(v in env for v in _TORCHRUN_VARS):
         return _from_torchrun(env)
     if all(v in env for v in FILE_RENDEZVOUS_VARS):
         return _from_file_rendezvous(env)
+    if all(v in env for v in JAX_VARS):
+        return _from_jax(env)
     if all(v in env for v in _SLURM_VARS) and int(env["SLURM_NTASKS"]) > 1:
         return _from_slurm(env)
     if require_launcher:
         raise UserError(
             "--distributed was given but no launcher variables were found: start with "
             "`python -m torch.distributed.run --nproc_per_node=N -m distrl.train ...` "
-            f"(sets {', '.join(_TORCHRUN_VARS)}) or srun (sets {', '.join(_SLURM_VARS)})"
+            f"(sets {', '.join(_TORCHRUN_VARS)}), srun (sets {', '.join(_SLURM_VARS)}) or "
+            f"`python -m distrl.launch.jax` for JAX (sets {', '.join(JAX_VARS)})"
         )
     if "SLURM_RESTART_COUNT" in env:  # a requeued one-task SLURM job
         return replace(SINGLE_PROCESS, restart_count=_int_var(env, "SLURM_RESTART_COUNT"))
     return SINGLE_PROCESS
 
 
-def _int_var(env: Mapping[str, str], name: str) -> int:
+def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """``env[name]`` as an integer; ``default`` when it is unset and a default is given."""
+    if default is not None and name not in env:
+        return default
     try:
         return int(env[name])
     except ValueError:
@@ -92,19 +105,17 @@ def _from_torchrun(env: Mapping[str, str]) -> Topology:
         rank=_int_var(env, "RANK"),
         local_rank=_int_var(env, "LOCAL_RANK"),
         world_size=_int_var(env, "WORLD_SIZE"),
-        local_world_size=_int_var(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else 1,
-        node_rank=_int_var(env, "GROUP_RANK") if "GROUP_RANK" in env else 0,
+        local_world_size=_int_var(env, "LOCAL_WORLD_SIZE", 1),
+        node_rank=_int_var(env, "GROUP_RANK", 0),
         master_addr=env["MASTER_ADDR"],
         master_port=_int_var(env, "MASTER_PORT"),
-        restart_count=_int_var(env, "TORCHELASTIC_RESTART_COUNT")
-        if "TORCHELASTIC_RESTART_COUNT" in env
-        else 0,
+        restart_count=_int_var(env, "TORCHELASTIC_RESTART_COUNT", 0),
         agent_hosts_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
     )
 
 
 def _from_file_rendezvous(env: Mapping[str, str]) -> Topology:
-    num_nodes = _int_var(env, "DISTRL_NUM_NODES") if "DISTRL_NUM_NODES" in env else 1
+    num_nodes = _int_var(env, "DISTRL_NUM_NODES", 1)
     world_size = _int_var(env, "DISTRL_WORLD_SIZE")
     return Topology(
         launcher="file",
@@ -112,10 +123,28 @@ def _from_file_rendezvous(env: Mapping[str, str]) -> Topology:
         local_rank=_int_var(env, "DISTRL_LOCAL_RANK"),
         world_size=world_size,
         local_world_size=world_size // num_nodes,  # the launcher starts as many on every node
-        node_rank=_int_var(env, "DISTRL_NODE_RANK") if "DISTRL_NODE_RANK" in env else 0,
+        node_rank=_int_var(env, "DISTRL_NODE_RANK", 0),
         master_addr="",
         master_port=0,
         rendezvous_file=env["DISTRL_RENDEZVOUS_FILE"],
+        num_nodes=num_nodes,
+    )
+
+
+def _from_jax(env: Mapping[str, str]) -> Topology:
+    num_nodes = _int_var(env, "JAX_NUM_NODES", 1)
+    world_size = _int_var(env, "JAX_WORLD_SIZE")
+    return Topology(
+        launcher="jax",
+        rank=_int_var(env, "JAX_RANK"),
+        local_rank=_int_var(env, "JAX_LOCAL_RANK"),
+        world_size=world_size,
+        local_world_size=_int_var(env, "JAX_LOCAL_WORLD_SIZE")
+        if "JAX_LOCAL_WORLD_SIZE" in env
+        else world_size // num_nodes,  # skrl's launcher sets neither: take one node
+        node_rank=_int_var(env, "JAX_NODE_RANK", 0),
+        master_addr=env["JAX_COORDINATOR_ADDR"],
+        master_port=_int_var(env, "JAX_COORDINATOR_PORT"),
         num_nodes=num_nodes,
     )
 
@@ -134,10 +163,10 @@ def _from_slurm(env: Mapping[str, str]) -> Topology:
         local_rank=_int_var(env, "SLURM_LOCALID"),
         world_size=world_size,
         local_world_size=-(-world_size // len(nodes)),  # the most tasks any node holds
-        node_rank=_int_var(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0,
+        node_rank=_int_var(env, "SLURM_NODEID", 0),
         master_addr=env.get("MASTER_ADDR", nodes[0]),
         master_port=port,
-        restart_count=_int_var(env, "SLURM_RESTART_COUNT") if "SLURM_RESTART_COUNT" in env else 0,
+        restart_count=_int_var(env, "SLURM_RESTART_COUNT", 0),
     )
 
 

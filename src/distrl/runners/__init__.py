@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import torch
@@ -11,6 +12,7 @@ from distrl.config import RunConfig
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import launch_index
+from distrl.launch.jax_group import JAX_EXTRA
 from distrl.runners.base import RunContext, Runner
 from distrl.runners.loop import TrainingLoop
 from distrl.runners.off_policy import OffPolicyRunner
@@ -19,16 +21,30 @@ from distrl.runners.on_policy import OnPolicyRunner
 
 RUNNERS: dict[str, type[Runner]] = {"ppo": OnPolicyRunner, "dqn": OffPolicyRunner}
 """``algo.name`` -> the runner that trains it from envs."""
+JAX_RUNNERS: dict[str, str] = {"ppo": "distrl.runners.jax_on_policy:JaxOnPolicyRunner"}
+"""``algo.name`` -> the runner with a JAX learner (``ml_framework: jax``), imported only when used."""
 OFFLINE_RUNNERS: dict[str, type[Runner]] = {"dqn": OfflineRunner}
 """``algo.name`` -> the runner that trains it from logged data (``data.path``)."""
 
 
-def runner_class(algorithm: str, offline: bool = False) -> type[Runner]:
+def runner_class(algorithm: str, offline: bool = False, ml_framework: str = "torch") -> type[Runner]:
+    if ml_framework == "jax":
+        return _jax_runner_class(algorithm, offline)
     runners = OFFLINE_RUNNERS if offline else RUNNERS
     if algorithm not in runners:
         where = "from logged data (data.path)" if offline else "online"
         raise UserError(f"algo.name={algorithm} does not train {where}; known: {', '.join(runners)}")
     return runners[algorithm]
+
+
+def _jax_runner_class(algorithm: str, offline: bool) -> type[Runner]:
+    if offline or algorithm not in JAX_RUNNERS:
+        raise UserError(f"ml_framework: jax trains {', '.join(JAX_RUNNERS)} online; use torch for this run")
+    module, name = JAX_RUNNERS[algorithm].split(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError:
+        raise UserError(JAX_EXTRA) from None
 
 
 def build_training(
@@ -41,5 +57,5 @@ def build_training(
 ) -> TrainingLoop:
     """The config's runner inside the shared loop, fresh or resumed from ``checkpoint``."""
     ctx = RunContext(cfg, comm, device, launch_index(checkpoint), node_rank)
-    runner = runner_class(cfg.algo.name, offline=cfg.data.path is not None)
+    runner = runner_class(cfg.algo.name, cfg.data.path is not None, cfg.ml_framework)
     return TrainingLoop(ctx, runner(ctx), run_dir, checkpoint)

@@ -18,7 +18,7 @@ from torch import nn
 from distrl.algos.dqn import DQN
 from distrl.config import RunConfig
 from distrl.errors import UserError
-from distrl.io.train_state import SavedState, TrainState
+from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
 from distrl.models.q_network import GreedyPolicy, QNetwork
 from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, scheduled_learning_rate
@@ -54,7 +54,7 @@ class QLearningRunner(Runner):
         self.batch_share = even_split(cfg.algo.batch_size, comm.rank, comm.world_size)[1]
 
     def train_state(self) -> TrainState:
-        return TrainState(
+        return ModuleTrainState(
             self.algorithm,
             self.observation_space,
             self.action_space,

@@ -17,12 +17,13 @@ from torch import nn
 from distrl.algos.ppo import PPO, minibatches_per_epoch
 from distrl.config import RunConfig
 from distrl.errors import UserError
-from distrl.io.train_state import SavedState, TrainState
+from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
 from distrl.models.actor_critic import ActorCritic, DeterministicActor
 from distrl.models.normalizer import RunningMeanStd, batch_moments
 from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, scheduled_learning_rate
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
+from distrl.sharding import EnvShard
 from distrl.storage.rollout import RolloutStorage
 from distrl.timing import phase
 
@@ -57,6 +58,22 @@ def normalize_advantages(
     return ((advantages - mean) / (std + 1e-8)).reshape(-1)
 
 
+def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int) -> int:
+    """Parts each rank splits its rollout into per epoch, by the size rule (README, "Adding
+    ranks"): the global minibatch stays ``minibatch_size`` however many ranks there are, so each
+    rank's share of a minibatch shrinks as ranks grow."""
+    rollout = cfg.algo.rollout_steps
+    count = minibatches_per_epoch(cfg.algo, rollout * envs.global_count)
+    smallest_rank_batch = rollout * envs.min_count
+    if count > smallest_rank_batch:
+        raise UserError(
+            f"algo.minibatch_size={cfg.algo.minibatch_size} gives {count} minibatches per epoch, "
+            f"more than the {smallest_rank_batch} samples a rank collects per update; raise it to at "
+            f"least {world_size}"
+        )
+    return count
+
+
 class OnPolicyRunner(Runner):
     algorithm = "ppo"
 
@@ -80,7 +97,7 @@ class OnPolicyRunner(Runner):
         self.algo = PPO(
             self.policy,
             cfg.algo,
-            num_minibatches=self._minibatches_per_epoch(),
+            num_minibatches=minibatches_per_rank(cfg, self.envs, comm.world_size),
             gradient_sync=comm.sum_gradients_,
         )
         continuous = self.policy.continuous
@@ -146,7 +163,7 @@ class OnPolicyRunner(Runner):
         for name, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
             if rms is not None:
                 modules[name] = rms
-        return TrainState(
+        return ModuleTrainState(
             self.algorithm,
             self.env.observation_space,
             self.env.action_space,
@@ -270,17 +287,3 @@ class OnPolicyRunner(Runner):
         if self.return_rms is not None:
             moments = batch_moments(self.raw_returns[:steps].reshape(-1))
             self.return_rms.update_from_moments(*self.comm.merge_moments(*moments))
-
-    def _minibatches_per_epoch(self) -> int:
-        """The size rule (README, "Adding ranks"): the global minibatch stays ``minibatch_size``
-        however many ranks there are, so each rank's share of a minibatch shrinks as ranks grow."""
-        rollout = self.cfg.algo.rollout_steps
-        count = minibatches_per_epoch(self.cfg.algo, rollout * self.envs.global_count)
-        smallest_rank_batch = rollout * self.envs.min_count
-        if count > smallest_rank_batch:
-            raise UserError(
-                f"algo.minibatch_size={self.cfg.algo.minibatch_size} gives {count} minibatches per epoch, "
-                f"more than the {smallest_rank_batch} samples a rank collects per update; raise it to at "
-                f"least {self.comm.world_size}"
-            )
-        return count

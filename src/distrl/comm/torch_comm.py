@@ -1,10 +1,9 @@
-"""The small communicator the rest of distrl talks to.
+"""The torch part of the communicator: tensors and gradients.
 
-``Comm`` is the single-process version: every collective is the identity, so one code path
-serves one or many ranks. ``TorchComm`` implements the same calls on a torch.distributed process
-group (its sums over distrl's own sockets, ``distrl.socket_sum``, for CPU groups of 2^k ranks).
-Nothing outside ``distrl.launch`` creates one; nothing outside these modules and
-``distrl.launch`` calls torch.distributed.
+``TorchComm`` is the single-process version (tensor collectives are identities);
+``TorchGroupComm`` carries every call over an initialised torch.distributed process group (its
+sums over distrl's own sockets, ``distrl.socket_sum``, for CPU groups of 2^k ranks). Nothing
+outside ``distrl.comm`` and ``distrl.launch`` creates a group.
 """
 
 from __future__ import annotations
@@ -16,26 +15,17 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from distrl.errors import PeerFailure, UserError
+from distrl.comm.base import Comm
+from distrl.errors import PeerFailure
 from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
 from distrl.timing import phase
 
 
-class Comm:
-    """Collectives for one process: identities. Subclassed for real process groups."""
+class TorchComm(Comm):
+    """Torch tensor collectives for one process: identities. Subclassed for a process group."""
 
-    rank: int = 0
-    world_size: int = 1
     time_sync_wait: bool = False
     """Split gradient-sync time into waiting and transfer (``comm.time_sync_wait``)."""
-
-    def __init__(self) -> None:
-        self.grad_sync_time_s = 0.0
-        """Wall time spent inside gradient all-reduces (waiting for peers included)."""
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor
@@ -45,36 +35,6 @@ class Comm:
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         return tensor
-
-    def all_gather_bytes(self, payload: bytes) -> list[bytes]:
-        return [payload]
-
-    def broadcast_bytes(self, payload: bytes | None, src: int = 0) -> bytes:
-        assert payload is not None, "the source rank must provide the payload"
-        return payload
-
-    def barrier(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def run_on_main(self, fn: Callable[[], bytes]) -> bytes:
-        """Run ``fn`` on rank 0 only and hand every rank its result.
-
-        A UserError raised by ``fn`` is re-raised on every rank, so all ranks fail together
-        instead of the others waiting on a collective rank 0 never reaches.
-        """
-        payload = None
-        if self.is_main:
-            try:
-                payload = b"\x00" + fn()
-            except UserError as exc:
-                payload = b"\x01" + str(exc).encode()
-        payload = self.broadcast_bytes(payload)
-        if payload[:1] == b"\x01":
-            raise UserError(payload[1:].decode())
-        return payload[1:]
 
     def sum_scalars(self, values: Sequence[float]) -> list[float]:
         """Sum a few Python numbers over all ranks in one collective."""
@@ -116,17 +76,6 @@ class Comm:
                 self.allreduce_sum_(bucket)
         self.grad_sync_time_s += time.perf_counter() - start
 
-    def arrive(self, key: str) -> int:
-        """Count this rank in under ``key``; return how many ranks have arrived so far."""
-        return 1
-
-    def arrivals(self, key: str) -> int:
-        """How many ranks have arrived under ``key`` (no waiting)."""
-        return 0
-
-    def forget(self, key: str) -> None:
-        """Drop ``key``'s count once no rank reads it any more."""
-
     def broadcast_parameters_(self, module: torch.nn.Module, src: int = 0) -> None:
         """Make every rank hold rank ``src``'s parameters and buffers."""
         if self.world_size == 1:
@@ -147,7 +96,7 @@ def _collective(method: Callable) -> Callable:
     """Turn a failed collective into a PeerFailure that says what most likely happened."""
 
     @functools.wraps(method)
-    def wrapper(self: TorchComm, *args, **kwargs):
+    def wrapper(self: TorchGroupComm, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except (dist.DistError, *TRANSPORT_ERRORS) as exc:
@@ -162,7 +111,7 @@ def _collective(method: Callable) -> Callable:
     return wrapper
 
 
-class TorchComm(Comm):
+class TorchGroupComm(TorchComm):
     """Collectives on an initialised torch.distributed process group."""
 
     def __init__(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.comm import Comm
+from distrl.comm import TorchComm
 from distrl.errors import UserError
 from distrl.models.normalizer import RunningMeanStd, batch_moments
 from tests.distributed import run_ranks
@@ -23,7 +23,7 @@ def rank_data(rank: int, update: int) -> torch.Tensor:
     return torch.randn(ROWS_PER_RANK[rank], 3, generator=gen) * (rank + 1) + 5 * rank
 
 
-def _merge_worker(comm: Comm, out: Path) -> None:
+def _merge_worker(comm: TorchComm, out: Path) -> None:
     rms = RunningMeanStd((3,))
     for update in range(3):
         rms.update_from_moments(*comm.merge_moments(*batch_moments(rank_data(comm.rank, update))))
@@ -42,7 +42,7 @@ def test_merged_normalizer_equals_statistics_of_concatenated_data(tmp_path: Path
     assert states[0]["count"] == every_row.shape[0]
 
 
-def _collectives_worker(comm: Comm, out: Path) -> None:
+def _collectives_worker(comm: TorchComm, out: Path) -> None:
     sums = comm.sum_scalars([comm.rank + 1.0, 10.0])
     gathered = comm.all_gather_bytes(b"x" * (comm.rank + 3))
     model = torch.nn.Linear(3, 2)
@@ -75,7 +75,7 @@ def test_collectives_agree_on_every_rank(tmp_path: Path) -> None:
 
 
 def test_single_process_comm_is_identity() -> None:
-    comm = Comm()
+    comm = TorchComm()
     flat = torch.arange(4.0)
     assert comm.allreduce_mean_(flat) is flat
     assert comm.sum_scalars([1.5, 2.0]) == [1.5, 2.0]
@@ -85,7 +85,7 @@ def test_single_process_comm_is_identity() -> None:
         comm.run_on_main(lambda: (_ for _ in ()).throw(UserError("boom")))
 
 
-def _sum_worker(comm: Comm, out: Path) -> None:
+def _sum_worker(comm: TorchComm, out: Path) -> None:
     gen = torch.Generator().manual_seed(comm.rank)
     values = torch.randn(1000, generator=gen, dtype=torch.float32)
     comm.allreduce_sum_(values)

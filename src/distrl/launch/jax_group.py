@@ -1,0 +1,39 @@
+"""Join the JAX processes described by a Topology (``python -m distrl.launch.jax`` starts them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distrl.errors import UserError
+from distrl.launch.topology import Topology
+
+if TYPE_CHECKING:
+    from distrl.comm.jax_comm import JaxComm
+
+JAX_EXTRA = "ml_framework: jax needs JAX, Flax and Optax: pip install 'distrl[jax]'"
+
+
+def connect_jax(topology: Topology, timeout_s: float) -> JaxComm:
+    """``jax.distributed.initialize`` with the launcher's coordinator (its service bound to that
+    address, not every interface); a lone process gets a one-device JaxComm."""
+    try:
+        import jax
+
+        from distrl.comm.jax_comm import JaxComm
+    except ImportError:
+        raise UserError(JAX_EXTRA) from None
+    if topology.is_distributed:
+        if topology.launcher != "jax":
+            raise UserError(
+                f"ml_framework: jax across processes needs distrl's JAX launcher, not {topology.launcher}: "
+                "python -m distrl.launch.jax --nproc_per_node=N -m distrl.train ... --ml-framework jax"
+            )
+        coordinator = f"{topology.master_addr}:{topology.master_port}"
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=topology.world_size,
+            process_id=topology.rank,
+            coordinator_bind_address=coordinator,
+            initialization_timeout=int(timeout_s),
+        )
+    return JaxComm()
