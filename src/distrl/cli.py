@@ -134,7 +134,6 @@ def command_train_process(args: argparse.Namespace) -> int:
     torch.set_flush_denormal(True)
     if args.dry_run:
         return _dry_run(cfg, topology, device)
-    check_env(cfg.env)
     run_dir = args.run_dir or default_run_dir(args, cfg.env.id)
     # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
     resume = args.resume or topology.restart_count > 0
@@ -142,8 +141,11 @@ def command_train_process(args: argparse.Namespace) -> int:
     if cfg.ml_framework == "jax":
         from distrl.launch.jax_group import connect_jax
 
+        # Before the env check: building a gymnax env starts JAX, and jax.distributed must come first.
         comm = connect_jax(topology, cfg.comm.timeout_s)
+        check_env(cfg.env)
     else:
+        check_env(cfg.env)
         comm = connect(topology, device, cfg.comm)
     try:
         payload = comm.run_on_main(

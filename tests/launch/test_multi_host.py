@@ -225,3 +225,23 @@ def test_host_cut_off_mid_run_fails_the_other_host_within_the_timeout(hosts: Hos
     assert survivor.returncode != 0
     assert elapsed < timeout_s + 30, f"took {elapsed:.0f} s"
     assert "another rank died, hung past comm.timeout_s or became unreachable" in stderr, stderr[-3000:]
+
+
+def jax_launcher(run_dir: Path, node_rank: int) -> list[str]:
+    return [
+        sys.executable, "-m", "distrl.launch.jax", "--nnodes=2", "--nproc_per_node=1",
+        f"--node_rank={node_rank}", f"--coordinator_address={ADDRESSES[0]}:29650",
+        "-m", "distrl.train", "--config", str(CARTPOLE), "--run-dir", str(run_dir), "--distributed",
+        "--ml-framework", "jax", "--total-steps", "2048", "train.stop_return=null",
+        "log.tensorboard=false", "log.progress=false",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("cluster_names", [True, False], ids=["cluster-hosts", "bare-hosts"])
+def test_jax_launcher_across_hosts(hosts: Hosts, tmp_path: Path, cluster_names: bool) -> None:
+    pytest.importorskip("jax", reason="the jax extra is installed by make test")
+    procs = [hosts.start(i, jax_launcher(tmp_path / f"host{i}", i), cluster_names) for i in range(2)]
+    wait_ok(procs)
+    rows = [json.loads(line) for line in (tmp_path / "host0" / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(row["ranks"] == 2 for row in rows) and rows[-1]["global_step"] == 2048
+    assert_trained_and_saved_on_host0(tmp_path, steps=2048)

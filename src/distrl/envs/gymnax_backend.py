@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -141,14 +142,35 @@ def make_gymnax_vec_env(
         param_kwargs[TIME_LIMIT_PARAM] = cfg.max_episode_steps
     constructor_kwargs = {k: v for k, v in cfg.kwargs.items() if k not in param_names}
     try:
-        env, env_params = gymnax.make(cfg.id, **constructor_kwargs)
+        compiled = _compiled_env(cfg.id, json.dumps(constructor_kwargs, sort_keys=True))
     except TypeError as exc:
         settable = ", ".join(sorted(param_names - {TIME_LIMIT_PARAM}))
         raise UserError(
             f"env {cfg.id!r} (gymnax backend) could not be created: {exc} "
             f"(env.kwargs may also set these params: {settable})"
         ) from None
-    return GymnaxVecEnv(env, env_params.replace(**param_kwargs), seeds)
+    return GymnaxVecEnv(compiled, default_params.replace(**param_kwargs), seeds)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledEnv:
+    """A gymnax env and its jitted key-chained reset and step."""
+
+    env: Any
+    reset: Callable
+    step: Callable
+
+
+@functools.cache
+def _compiled_env(env_id: str, constructor_json: str) -> CompiledEnv:
+    """One per id and constructor arguments in a process: every VecEnv of it (training's, each
+    evaluation's) shares the compilations instead of paying ~1 s for its own."""
+    import jax
+
+    env = _import_gymnax().make(env_id, **json.loads(constructor_json))[0]
+    return CompiledEnv(
+        env, jax.jit(functools.partial(_reset_chain, env)), jax.jit(functools.partial(_step_chain, env))
+    )
 
 
 class GymnaxVecEnv:
@@ -167,19 +189,18 @@ class GymnaxVecEnv:
 
     device = torch.device("cpu")
 
-    def __init__(self, env: Any, env_params: Any, seeds: Sequence[int]) -> None:
+    def __init__(self, compiled: CompiledEnv, env_params: Any, seeds: Sequence[int]) -> None:
         import jax
         from gymnax.environments.spaces import gymnax_space_to_gym_space
 
         self.num_envs = len(seeds)
-        self.env = env
+        self.env = env = compiled.env
         self.env_params = env_params
         # Pinned to the CPU: a GPU-enabled JAX would otherwise step there and copy back each step.
         self._cpu = jax.devices("cpu")[0]
         self._keys = jax.device_put(env_keys(seeds), self._cpu)
         self._states: Any = None
-        self._reset = jax.jit(functools.partial(_reset_chain, env))
-        self._step = jax.jit(functools.partial(_step_chain, env))
+        self._reset, self._step = compiled.reset, compiled.step
         try:
             self.observation_space: gym.spaces.Space = gymnax_space_to_gym_space(
                 env.observation_space(env_params)

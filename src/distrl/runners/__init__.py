@@ -23,13 +23,17 @@ RUNNERS: dict[str, type[Runner]] = {"ppo": OnPolicyRunner, "dqn": OffPolicyRunne
 """``algo.name`` -> the runner that trains it from envs."""
 JAX_RUNNERS: dict[str, str] = {"ppo": "distrl.runners.jax_on_policy:JaxOnPolicyRunner"}
 """``algo.name`` -> the runner with a JAX learner (``ml_framework: jax``), imported only when used."""
+COMPILED_JAX_RUNNERS: dict[str, str] = {"ppo": "distrl.runners.jax_compiled:JaxCompiledRunner"}
+"""The same for JAX-native envs (``env.backend: gymnax``): rollout and update in one compiled step."""
 OFFLINE_RUNNERS: dict[str, type[Runner]] = {"dqn": OfflineRunner}
 """``algo.name`` -> the runner that trains it from logged data (``data.path``)."""
 
 
-def runner_class(algorithm: str, offline: bool = False, ml_framework: str = "torch") -> type[Runner]:
+def runner_class(
+    algorithm: str, offline: bool = False, ml_framework: str = "torch", jax_native_envs: bool = False
+) -> type[Runner]:
     if ml_framework == "jax":
-        return _jax_runner_class(algorithm, offline)
+        return _jax_runner_class(algorithm, offline, COMPILED_JAX_RUNNERS if jax_native_envs else JAX_RUNNERS)
     runners = OFFLINE_RUNNERS if offline else RUNNERS
     if algorithm not in runners:
         where = "from logged data (data.path)" if offline else "online"
@@ -37,10 +41,10 @@ def runner_class(algorithm: str, offline: bool = False, ml_framework: str = "tor
     return runners[algorithm]
 
 
-def _jax_runner_class(algorithm: str, offline: bool) -> type[Runner]:
-    if offline or algorithm not in JAX_RUNNERS:
-        raise UserError(f"ml_framework: jax trains {', '.join(JAX_RUNNERS)} online; use torch for this run")
-    module, name = JAX_RUNNERS[algorithm].split(":")
+def _jax_runner_class(algorithm: str, offline: bool, runners: dict[str, str]) -> type[Runner]:
+    if offline or algorithm not in runners:
+        raise UserError(f"ml_framework: jax trains {', '.join(runners)} online; use torch for this run")
+    module, name = runners[algorithm].split(":")
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError:
@@ -57,5 +61,10 @@ def build_training(
 ) -> TrainingLoop:
     """The config's runner inside the shared loop, fresh or resumed from ``checkpoint``."""
     ctx = RunContext(cfg, comm, device, launch_index(checkpoint), node_rank)
-    runner = runner_class(cfg.algo.name, cfg.data.path is not None, cfg.ml_framework)
+    runner = runner_class(
+        cfg.algo.name,
+        cfg.data.path is not None,
+        cfg.ml_framework,
+        jax_native_envs=cfg.env.backend == "gymnax",
+    )
     return TrainingLoop(ctx, runner(ctx), run_dir, checkpoint)

@@ -1,0 +1,172 @@
+"""PPO on JAX-native envs (``ml_framework: jax`` with ``env.backend: gymnax``): the rollout (a
+``lax.scan`` over policy and env steps), GAE and the whole update are one compiled call per
+iteration and process, PureJaxRL's design. Env states, observations and keys stay on JAX's
+device between iterations; only the loss statistics and episode sums come back to the host.
+
+Across processes it is the same call under ``shard_map`` on the communicator's mesh: every
+process steps its own envs, and the update sums gradients over the processes as in
+``JaxOnPolicyRunner``, with which it shares the learner.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import PartitionSpec as P
+from torch import nn
+
+from distrl.algos.ppo_jax import Rollout, sample_actions
+from distrl.comm.jax_comm import AXIS, JaxComm
+from distrl.config import RunConfig
+from distrl.envs.gymnax_backend import env_keys, make_gymnax_vec_env, reset_envs, split_keys, step_envs
+from distrl.io.train_state import SavedState, TrainState
+from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runner, scheduled_learning_rate
+from distrl.runners.jax_on_policy import JaxOnPolicyRunner, JaxPPOLearner, check_jax_config
+from distrl.runners.on_policy import minibatches_per_rank
+from distrl.seeding import env_seeds
+from distrl.sharding import shard_envs
+from distrl.timing import phase
+
+
+class EnvCarry(NamedTuple):
+    """One process's envs between steps (and iterations)."""
+
+    keys: jax.Array
+    states: Any
+    obs: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+    policy_key: jax.Array
+
+
+class JaxCompiledRunner(Runner):
+    algorithm = "ppo"
+
+    def __init__(self, ctx: RunContext) -> None:
+        cfg, comm = ctx.cfg, ctx.comm
+        assert isinstance(comm, JaxComm), "ml_framework: jax runs on a JaxComm"
+        self.cfg = cfg
+        self.comm = comm
+        self.envs = shard_envs(cfg.env, comm.rank, comm.world_size)
+        check_jax_config(cfg, self.envs)
+        self.seeds = env_seeds(cfg.train.seed, self.envs, start_index=ctx.launch_index)
+        vec = make_gymnax_vec_env(cfg.env, self.seeds)
+        self.env, self.env_params = vec.env, vec.env_params
+        self.learner = JaxPPOLearner(
+            cfg,
+            comm,
+            vec.observation_space,
+            vec.action_space,
+            minibatches_per_rank(cfg, self.envs, comm.world_size),
+        )
+        space = vec.action_space
+        self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self.carry: EnvCarry | None = None
+        self.finished = 0
+        self._iteration = jax.jit(
+            jax.shard_map(
+                self._rank_iteration,
+                mesh=comm.mesh,
+                in_specs=(P(), P(), P(AXIS), P()),
+                out_specs=(P(), P(), P(AXIS), P(AXIS), P(AXIS)),
+            )
+        )
+
+    def start(self, fresh: bool) -> None:
+        keys, reset_keys = split_keys(env_keys(self.seeds))
+        obs, states = reset_envs(self.env, self.env_params, reset_keys)
+        zeros = jnp.zeros(self.envs.count)
+        self.carry = EnvCarry(keys, states, obs, zeros, zeros, self.learner.key)
+
+    def iteration(self, global_step: int) -> IterationResult:
+        comm, learner = self.comm, self.learner
+        lr = scheduled_learning_rate(self.cfg, global_step)
+        with phase("update"):  # collection and update are one call
+            params, opt_state, carry, stats, episodes = self._iteration(
+                *comm.replicate((learner.params, learner.opt_state)),
+                comm.stack_ranks(self.carry._replace(policy_key=learner.key)),
+                comm.replicate(jnp.float32(lr)),
+            )
+            learner.params, learner.opt_state = comm.local((params, opt_state))
+            self.carry = jax.tree.map(lambda x: x[0], comm.local(carry))
+            learner.key = self.carry.policy_key
+            stats = {k: float(v[0]) for k, v in comm.local(stats)._asdict().items()}
+            return_sum, length_sum, count = (float(x) for x in comm.local(episodes)[0])
+        self.finished += int(count)
+        skipped = stats.pop("skipped_minibatches")
+        steps = self.cfg.algo.rollout_steps
+        return IterationResult(
+            env_steps=steps * self.envs.global_count,
+            averaged=stats,
+            replicated={"learning_rate": lr, "skipped_minibatches": skipped, "rollout_fraction": 1.0},
+            # The episodes that ended in this iteration (thousands of envs end many at once).
+            episodes=EpisodeStats(return_sum, length_sum, int(count), self.finished),
+            local_steps=steps * self.envs.count,
+            skipped=skipped > 0,
+        )
+
+    def _rank_iteration(self, params, opt_state, carry: EnvCarry, lr):
+        """One process's rollout and update inside ``shard_map`` (its row of ``carry``)."""
+        cfg, model = self.cfg, self.learner.model
+        carry = jax.tree.map(lambda x: x[0], carry)
+
+        def step(carry: EnvCarry, _):
+            policy_key, sample_key = jax.random.split(carry.policy_key)
+            out, log_std, values = model.apply(params, carry.obs)
+            actions, log_probs = sample_actions(sample_key, out, log_std, model.continuous)
+            env_actions = actions if self.action_bounds is None else jnp.clip(actions, *self.action_bounds)
+            keys, step_keys = split_keys(carry.keys)
+            obs, states, reward, terminated, truncated, final_obs = step_envs(
+                self.env, self.env_params, step_keys, carry.states, env_actions
+            )
+            dones = terminated | truncated
+            # A truncated episode did not end in the MDP: bootstrap from its final observation.
+            final_values = model.apply(params, final_obs)[2]
+            rewards = reward + cfg.algo.gamma * final_values * (truncated & ~terminated)
+            episode_return = carry.episode_return + reward
+            episode_length = carry.episode_length + 1
+            ended = jnp.stack([(episode_return * dones).sum(), (episode_length * dones).sum(), dones.sum()])
+            transition = Rollout(carry.obs, actions, log_probs, values, rewards, dones.astype(jnp.float32))
+            carry = EnvCarry(
+                keys,
+                states,
+                obs,
+                jnp.where(dones, 0.0, episode_return),
+                jnp.where(dones, 0.0, episode_length),
+                policy_key,
+            )
+            return carry, (transition, ended)
+
+        carry, (rollout, ended) = lax.scan(step, carry, None, length=cfg.algo.rollout_steps)
+        last_values = model.apply(params, carry.obs)[2]
+        policy_key, update_key = jax.random.split(carry.policy_key)
+        skip = ~jnp.isfinite(rollout.obs).all()
+        params, opt_state, stats = self.learner.algo.update(
+            params, opt_state, rollout, last_values, lr, update_key, skip
+        )
+        carry = carry._replace(policy_key=policy_key)
+        per_rank = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731
+        return params, opt_state, per_rank(carry), per_rank(stats), per_rank(ended.sum(0))
+
+    def train_state(self) -> TrainState:
+        return self.learner.train_state()
+
+    def deployable_policy(self) -> nn.Module:
+        return self.learner.deployable_policy()
+
+    @classmethod
+    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
+        return JaxOnPolicyRunner.policy_from_checkpoint(cfg, saved)
+
+    def rank_state(self) -> dict[str, Any]:
+        return self.learner.rank_state()
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        self.learner.load_rank_state(state)
+
+    def close(self) -> None:
+        self.carry = None
