@@ -1,7 +1,8 @@
 """Two real network hosts: Linux network namespaces joined by a veth pair, one launcher in each.
 
 Each way in is run as a user would type it on two machines: torchrun with a static master,
-torchrun's c10d rendezvous, srun's variables (no torchrun) and the shared-file rendezvous. Two
+torchrun's c10d rendezvous, srun's variables (no torchrun), the shared-file rendezvous and
+distrl's JAX launcher (``--ml-framework jax``, on cluster hosts only: see its test). Two
 name set-ups are used: "cluster" hosts have their own hostnames (node01, node02) that resolve to
 their veth addresses through per-namespace /etc/hosts; "bare" hosts keep the machine's hostname,
 which resolves to 127.0.0.1 there, so gloo would bind to loopback and be refused by the peer
@@ -237,10 +238,17 @@ def jax_launcher(run_dir: Path, node_rank: int) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("cluster_names", [True, False], ids=["cluster-hosts", "bare-hosts"])
-def test_jax_launcher_across_hosts(hosts: Hosts, tmp_path: Path, cluster_names: bool) -> None:
+def test_jax_launcher_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None:
+    """Cluster hosts only. JAX's CPU collectives (gloo) take their address from the hostname:
+    jax's make_cpu_client calls make_gloo_tcp_collectives with no hostname and no interface, and
+    neither jax nor jaxlib reads an environment variable for one (GLOO_SOCKET_IFNAME is torch's).
+    On bare hosts each process advertises 127.0.0.1, so the coordinator (on the veth address)
+    joins both hosts but the first collective fails after about 2.5 minutes: host 0 with
+    "Gloo context initialization failed: [external/gloo/gloo/transport/tcp/pair.cc:152] timed out
+    connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:PORT", host 1 with "... [external/
+    gloo/gloo/transport/tcp/pair.h:311] Connect timeout [none]"; both launchers exit 1."""
     pytest.importorskip("jax", reason="the jax extra is installed by make test")
-    procs = [hosts.start(i, jax_launcher(tmp_path / f"host{i}", i), cluster_names) for i in range(2)]
+    procs = [hosts.start(i, jax_launcher(tmp_path / f"host{i}", i), cluster_names=True) for i in range(2)]
     wait_ok(procs)
     rows = [json.loads(line) for line in (tmp_path / "host0" / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(row["ranks"] == 2 for row in rows) and rows[-1]["global_step"] == 2048

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
+from jax.flatten_util import ravel_pytree
 
 from distrl.algos.ppo import PPOConfig
 from distrl.config import ModelConfig
@@ -228,9 +229,12 @@ class JaxPPO:
         mb, mask = minibatch
         count = mask.sum()
         (_, stats), grads = jax.value_and_grad(self._loss, has_aux=True)(params, mb, mask)
-        # Sample-weighted mean over ranks: a rank with fewer samples weighs less.
-        grads, total = self._sum((jax.tree.map(lambda g: g * count, grads), count))
-        grads = jax.tree.map(lambda g: g / jnp.maximum(total, 1.0), grads)
+        # Sample-weighted mean over ranks (a rank with fewer samples weighs less), as one flat
+        # sum with the count in its last slot: a psum per parameter tensor costs one collective
+        # each (~2 ms apiece between CPU processes).
+        flat, unravel = ravel_pytree(grads)
+        summed = self._sum(jnp.concatenate([flat * count, count[None]]))
+        grads = unravel(summed[:-1] / jnp.maximum(summed[-1], 1.0))
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(grad_norm)
         scale = jnp.where(

@@ -197,7 +197,7 @@ class GymnaxVecEnv:
         self.env = env = compiled.env
         self.env_params = env_params
         # Pinned to the CPU: a GPU-enabled JAX would otherwise step there and copy back each step.
-        self._cpu = jax.devices("cpu")[0]
+        self._cpu = jax.local_devices(backend="cpu")[0]
         self._keys = jax.device_put(env_keys(seeds), self._cpu)
         self._states: Any = None
         self._reset, self._step = compiled.reset, compiled.step

@@ -17,15 +17,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
-from torch import nn
 
 from distrl.algos.ppo_jax import Rollout, sample_actions
 from distrl.comm.jax_comm import AXIS, JaxComm
-from distrl.config import RunConfig
 from distrl.envs.gymnax_backend import env_keys, make_gymnax_vec_env, reset_envs, split_keys, step_envs
-from distrl.io.train_state import SavedState, TrainState
-from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runner, scheduled_learning_rate
-from distrl.runners.jax_on_policy import JaxOnPolicyRunner, JaxPPOLearner, check_jax_config
+from distrl.runners.base import EpisodeStats, IterationResult, RunContext, scheduled_learning_rate
+from distrl.runners.jax_on_policy import JaxLearnerRunner, JaxPPOLearner, check_jax_config
 from distrl.runners.on_policy import minibatches_per_rank
 from distrl.seeding import env_seeds
 from distrl.sharding import shard_envs
@@ -43,9 +40,7 @@ class EnvCarry(NamedTuple):
     policy_key: jax.Array
 
 
-class JaxCompiledRunner(Runner):
-    algorithm = "ppo"
-
+class JaxCompiledRunner(JaxLearnerRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm = ctx.cfg, ctx.comm
         assert isinstance(comm, JaxComm), "ml_framework: jax runs on a JaxComm"
@@ -151,22 +146,6 @@ class JaxCompiledRunner(Runner):
         carry = carry._replace(policy_key=policy_key)
         per_rank = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731
         return params, opt_state, per_rank(carry), per_rank(stats), per_rank(ended.sum(0))
-
-    def train_state(self) -> TrainState:
-        return self.learner.train_state()
-
-    def deployable_policy(self) -> nn.Module:
-        return self.learner.deployable_policy()
-
-    @classmethod
-    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        return JaxOnPolicyRunner.policy_from_checkpoint(cfg, saved)
-
-    def rank_state(self) -> dict[str, Any]:
-        return self.learner.rank_state()
-
-    def load_rank_state(self, state: dict[str, Any]) -> None:
-        self.learner.load_rank_state(state)
 
     def close(self) -> None:
         self.carry = None

@@ -180,10 +180,32 @@ class JaxPPOLearner:
         return DeterministicActor(policy, None, self.cfg.normalize.clip, self.action_space)
 
 
-class JaxOnPolicyRunner(Runner):
-    """Host envs (any ``env.backend``), a JAX learner."""
+class JaxLearnerRunner(Runner):
+    """What every runner with a ``JaxPPOLearner`` hands the loop: the learner's state."""
 
     algorithm = "ppo"
+    learner: JaxPPOLearner
+
+    def train_state(self) -> TrainState:
+        return self.learner.train_state()
+
+    def deployable_policy(self) -> nn.Module:
+        return self.learner.deployable_policy()
+
+    @classmethod
+    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
+        # The tensors carry the torch learner's names: its policy reads them.
+        return OnPolicyRunner.policy_from_checkpoint(cfg, saved)
+
+    def rank_state(self) -> dict[str, Any]:
+        return self.learner.rank_state()
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        self.learner.load_rank_state(state)
+
+
+class JaxOnPolicyRunner(JaxLearnerRunner):
+    """Host envs (any ``env.backend``), a JAX learner."""
 
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm = ctx.cfg, ctx.comm
@@ -272,23 +294,6 @@ class JaxOnPolicyRunner(Runner):
             last_values = self._value(params, np.nan_to_num(obs))
         rollout = Rollout(**{k: jnp.stack([jnp.asarray(v) for v in vs]) for k, vs in columns.items()})
         return rollout._replace(dones=rollout.dones.astype(jnp.float32)), last_values, nonfinite
-
-    def train_state(self) -> TrainState:
-        return self.learner.train_state()
-
-    def deployable_policy(self) -> nn.Module:
-        return self.learner.deployable_policy()
-
-    @classmethod
-    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        # The tensors carry the torch learner's names: its policy reads them.
-        return OnPolicyRunner.policy_from_checkpoint(cfg, saved)
-
-    def rank_state(self) -> dict[str, Any]:
-        return self.learner.rank_state()
-
-    def load_rank_state(self, state: dict[str, Any]) -> None:
-        self.learner.load_rank_state(state)
 
     def close(self) -> None:
         self.env.close()
