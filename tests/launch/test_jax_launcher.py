@@ -193,15 +193,6 @@ def test_bad_options_messages(argv: list[str], message: str, capsys: pytest.Capt
     assert capsys.readouterr().err == f"distrl.launch.jax: error: {message}\n"
 
 
-def test_sigint_is_forwarded_too(tmp_path: Path) -> None:
-    # In-process: rank 0 sends SIGINT to its launcher, which here is this test's run_workers.
-    program = write_program(tmp_path, "stop_on_signal.py", STOP_ON_SIGNAL)
-    envs = [{**clean_env(), "JAX_LOCAL_RANK": str(rank), "SIGNAL_THE_PARENT": "SIGINT"} for rank in range(2)]
-    assert run_workers([sys.executable, str(program), str(tmp_path)], envs, prog="test") == 75
-    for rank in range(2):
-        assert (tmp_path / f"signals{rank}").read_text() == "SIGINT\n"
-
-
 def test_a_worker_killed_by_a_signal_gives_128_plus_it_and_a_stubborn_sibling_is_killed() -> None:
     program = (
         "import os, signal, time\n"
