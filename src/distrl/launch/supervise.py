@@ -79,8 +79,11 @@ def _supervise(
             if failed is not None:
                 status = exit_status(codes[failed])
                 if not stopping and codes[failed] != PREEMPTED_EXIT_CODE:
-                    reason = _describe(codes[failed])
-                    print(f"{prog}: local rank {failed} {reason}; stopping the others", file=sys.stderr)
+                    # Said only when there are others to stop: a lone worker's own line (a user
+                    # error's, exit 2) stays the only one.
+                    if any(code is None for code in codes):
+                        reason = _describe(codes[failed])
+                        print(f"{prog}: local rank {failed} {reason}; stopping the others", file=sys.stderr)
                     _stop(workers, stop_grace_s)
                     return status
         if all(code is not None for code in codes):
