@@ -23,9 +23,10 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_python(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a clean environment (no launcher variables), output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "distrl", *args],
+        [sys.executable, *args],
         check=False,
         capture_output=True,
         text=True,
@@ -33,6 +34,10 @@ def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subproc
         env=clean_env(),
         timeout=timeout,
     )
+
+
+def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return run_python("-m", "distrl", *args, cwd=cwd, timeout=timeout)
 
 
 def collect(out: Path, steps: int, rows_per_file: int, seed: int = 0) -> None:
@@ -46,44 +51,16 @@ def collect(out: Path, steps: int, rows_per_file: int, seed: int = 0) -> None:
 
 def torchrun_train(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --nproc_per_node=N -m distrl.train ... --distributed``."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=1",
-            f"--nproc_per_node={nproc}",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-            "-m",
-            "distrl.train",
-            *args,
-            "--distributed",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=timeout,
-    )
+    return run_python(
+        "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}", "-m", "distrl.train", *args, "--distributed", timeout=timeout,
+    )  # fmt: skip
 
 
 def jax_launch(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m distrl.launch.jax --nproc_per_node=N ARGS`` (ARGS: ``-m module ...`` or a
     script and its arguments) on a free coordinator port."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "distrl.launch.jax",
-            f"--nproc_per_node={nproc}",
-            f"--coordinator_address=127.0.0.1:{free_port()}",
-            *args,
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=clean_env(),
-        timeout=timeout,
-    )
+    return run_python(
+        "-m", "distrl.launch.jax", f"--nproc_per_node={nproc}",
+        f"--coordinator_address=127.0.0.1:{free_port()}", *args, cwd=REPO, timeout=timeout,
+    )  # fmt: skip

@@ -3,15 +3,13 @@ identical parameters equal to 1 process's update on the whole batch."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import clean_env, jax_launch
+from tests.helpers import jax_launch, run_python
 
 pytest.importorskip("jax", reason="the jax extra is installed by make test")
 WORKER = str(Path(__file__).with_name("jax_update_worker.py"))
@@ -19,12 +17,7 @@ WORKER = str(Path(__file__).with_name("jax_update_worker.py"))
 
 def _run(out: Path, nproc: int) -> None:
     out.mkdir()
-    if nproc == 1:
-        result = subprocess.run(
-            [sys.executable, WORKER, str(out)], capture_output=True, text=True, env=clean_env(), check=False
-        )
-    else:
-        result = jax_launch(nproc, WORKER, str(out))
+    result = run_python(WORKER, str(out)) if nproc == 1 else jax_launch(nproc, WORKER, str(out))
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -65,6 +65,10 @@ class JaxComm(Comm):
         """Global arrays -> this rank's own shard (the whole array when replicated)."""
         return jax.tree.map(lambda x: x.addressable_data(0), tree)
 
+    def own_rows(self, tree):
+        """Global arrays from ``stack_ranks`` or a per-rank output -> this rank's row."""
+        return own_row(self.local(tree))
+
     # ----------------------------------------------------------------------------- the loop's
     def all_gather_bytes(self, payload: bytes) -> list[bytes]:
         if self.world_size == 1:
@@ -100,3 +104,13 @@ class JaxComm(Comm):
     def close(self) -> None:
         if self.world_size > 1:
             jax.distributed.shutdown()
+
+
+def own_row(tree):
+    """Inside ``shard_map`` (or on a rank's shard): row 0 of each leaf, the rank's own."""
+    return jax.tree.map(lambda x: x[0], tree)
+
+
+def as_row(tree):
+    """Inside ``shard_map``: each leaf as one row of a per-rank output (``P(AXIS)``)."""
+    return jax.tree.map(lambda x: x[None], tree)

@@ -19,7 +19,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from distrl.algos.ppo_jax import Rollout, sample_actions
-from distrl.comm.jax_comm import AXIS, JaxComm
+from distrl.comm.jax_comm import AXIS, JaxComm, as_row, own_row
 from distrl.envs.gymnax_backend import env_keys, make_gymnax_vec_env, reset_envs, split_keys, step_envs
 from distrl.runners.base import EpisodeStats, IterationResult, RunContext, scheduled_learning_rate
 from distrl.runners.jax_on_policy import JaxLearnerRunner, JaxPPOLearner, check_jax_config
@@ -87,27 +87,18 @@ class JaxCompiledRunner(JaxLearnerRunner):
                 comm.replicate(jnp.float32(lr)),
             )
             learner.params, learner.opt_state = comm.local((params, opt_state))
-            self.carry = jax.tree.map(lambda x: x[0], comm.local(carry))
+            self.carry = comm.own_rows(carry)
             learner.key = self.carry.policy_key
-            stats = {k: float(v[0]) for k, v in comm.local(stats)._asdict().items()}
-            return_sum, length_sum, count = (float(x) for x in comm.local(episodes)[0])
+            stats, (return_sum, length_sum, count) = jax.device_get(comm.own_rows((stats, episodes)))
         self.finished += int(count)
-        skipped = stats.pop("skipped_minibatches")
-        steps = self.cfg.algo.rollout_steps
-        return IterationResult(
-            env_steps=steps * self.envs.global_count,
-            averaged=stats,
-            replicated={"learning_rate": lr, "skipped_minibatches": skipped, "rollout_fraction": 1.0},
-            # The episodes that ended in this iteration (thousands of envs end many at once).
-            episodes=EpisodeStats(return_sum, length_sum, int(count), self.finished),
-            local_steps=steps * self.envs.count,
-            skipped=skipped > 0,
-        )
+        # The episodes that ended in this iteration (thousands of envs end many at once).
+        episodes = EpisodeStats(float(return_sum), float(length_sum), int(count), self.finished)
+        return self._result(lr, stats, episodes)
 
     def _rank_iteration(self, params, opt_state, carry: EnvCarry, lr):
         """One process's rollout and update inside ``shard_map`` (its row of ``carry``)."""
         cfg, model = self.cfg, self.learner.model
-        carry = jax.tree.map(lambda x: x[0], carry)
+        carry = own_row(carry)
 
         def step(carry: EnvCarry, _):
             policy_key, sample_key = jax.random.split(carry.policy_key)
@@ -144,8 +135,7 @@ class JaxCompiledRunner(JaxLearnerRunner):
             params, opt_state, rollout, last_values, lr, update_key, skip
         )
         carry = carry._replace(policy_key=policy_key)
-        per_rank = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731
-        return params, opt_state, per_rank(carry), per_rank(stats), per_rank(ended.sum(0))
+        return params, opt_state, as_row(carry), as_row(stats), as_row(ended.sum(0))
 
     def close(self) -> None:
         self.carry = None

@@ -20,16 +20,21 @@ import torch
 from jax.sharding import PartitionSpec as P
 from torch import nn
 
-from distrl.algos.ppo_jax import ActorCritic, JaxPPO, Rollout, sample_actions
-from distrl.comm.jax_comm import AXIS, JaxComm
+from distrl.algos.ppo_jax import ActorCritic, JaxPPO, PPOStats, Rollout, sample_actions
+from distrl.comm.jax_comm import AXIS, JaxComm, as_row, own_row
 from distrl.config import RunConfig
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState, TrainState
-from distrl.models.actor_critic import ActorCritic as TorchActorCritic
-from distrl.models.actor_critic import DeterministicActor
-from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, scheduled_learning_rate
+from distrl.runners.base import (
+    EpisodeStats,
+    IterationResult,
+    RunContext,
+    Runner,
+    rank_envs,
+    scheduled_learning_rate,
+)
 from distrl.runners.episodes import EpisodeTracker
-from distrl.runners.on_policy import OnPolicyRunner, minibatches_per_rank
+from distrl.runners.on_policy import OnPolicyRunner, deterministic_actor, minibatches_per_rank
 from distrl.seeding import rank_seed
 from distrl.sharding import EnvShard
 from distrl.timing import phase
@@ -52,12 +57,23 @@ def check_jax_config(cfg: RunConfig, envs: EnvShard) -> None:
         )
 
 
+def _finite(obs: np.ndarray) -> np.ndarray:
+    """Non-finite entries zeroed, as the torch runner does, before the policy sees them."""
+    return np.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def _torch_name(path: tuple[Any, ...]) -> str:
     """Flax's ``actor/0/kernel`` -> torch's ``actor.0.weight`` (bias and log_std keep their names)."""
     keys = [str(getattr(k, "key", k)) for k in path][1:]  # drop the top-level "params"
     if keys[-1] == "kernel":
         keys[-1] = "weight"
     return ".".join(keys)
+
+
+def _swap_layout(name: str, array: np.ndarray) -> np.ndarray:
+    """A Dense kernel ``[in, out]`` <-> an ``nn.Linear`` weight ``[out, in]`` (its own inverse);
+    other arrays as they are."""
+    return array.T if name.endswith("weight") else array
 
 
 class JaxTrainState(TrainState):
@@ -73,11 +89,8 @@ class JaxTrainState(TrainState):
     def model_tensors(self) -> dict[str, torch.Tensor]:
         out = {}
         for path, leaf in jax.tree_util.tree_flatten_with_path(self.learner.params)[0]:
-            array = np.asarray(leaf)
             name = _torch_name(path)
-            out[f"policy.{name}"] = torch.from_numpy(
-                array.T.copy() if name.endswith("weight") else array.copy()
-            )
+            out[f"policy.{name}"] = torch.from_numpy(_swap_layout(name, np.asarray(leaf)).copy())
         return out
 
     def optimizer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -93,8 +106,7 @@ class JaxTrainState(TrainState):
 
         def restored(path, leaf):
             name = _torch_name(path)
-            array = model[f"policy.{name}"].numpy()
-            return jnp.asarray(array.T if name.endswith("weight") else array, leaf.dtype)
+            return jnp.asarray(_swap_layout(name, model[f"policy.{name}"].numpy()), leaf.dtype)
 
         learner = self.learner
         learner.params = jax.tree_util.tree_map_with_path(restored, learner.params)
@@ -140,15 +152,11 @@ class JaxPPOLearner:
 
     def _rank_update(self, params, opt_state, rollout, last_values, lr, key, skip):
         """One rank's view inside ``shard_map``: its row of every per-rank input."""
-        row = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
-        params, opt_state, stats = self.algo.update(
-            params, opt_state, row(rollout), row(last_values), lr, row(key), row(skip)
-        )
-        return params, opt_state, jax.tree.map(lambda x: x[None], stats)
+        rollout, last_values, key, skip = own_row((rollout, last_values, key, skip))
+        params, opt_state, stats = self.algo.update(params, opt_state, rollout, last_values, lr, key, skip)
+        return params, opt_state, as_row(stats)
 
-    def update(
-        self, rollout: Rollout, last_values: jax.Array, learning_rate: float, skip: bool
-    ) -> dict[str, float]:
+    def update(self, rollout: Rollout, last_values: jax.Array, learning_rate: float, skip: bool) -> PPOStats:
         """PPO's update on this rank's rollout and every other rank's; returns this rank's
         loss statistics (the loop averages them over ranks)."""
         comm = self.comm
@@ -160,7 +168,7 @@ class JaxPPOLearner:
             params, opt_state, per_rank[0], per_rank[1], lr, *per_rank[2:]
         )
         self.params, self.opt_state = comm.local((params, opt_state))
-        return {k: float(v[0]) for k, v in comm.local(stats)._asdict().items()}
+        return jax.device_get(comm.own_rows(stats))
 
     def train_state(self) -> TrainState:
         return JaxTrainState(self)
@@ -174,17 +182,34 @@ class JaxPPOLearner:
 
     def deployable_policy(self) -> nn.Module:
         """A torch copy of the current policy (for the stop check, ``output.path`` and export)."""
-        saved = SavedState({}, self.train_state().model_tensors())
-        policy = TorchActorCritic(self.observation_space.shape[0], self.action_space, self.cfg.model)
-        policy.load_state_dict(saved.module_tensors("policy"))
-        return DeterministicActor(policy, None, self.cfg.normalize.clip, self.action_space)
+        tensors = self.train_state().model_tensors()
+        return deterministic_actor(self.cfg, self.observation_space, self.action_space, tensors)
 
 
 class JaxLearnerRunner(Runner):
     """What every runner with a ``JaxPPOLearner`` hands the loop: the learner's state."""
 
     algorithm = "ppo"
+    cfg: RunConfig
+    envs: EnvShard
     learner: JaxPPOLearner
+
+    def _result(
+        self, lr: float, stats: PPOStats, episodes: EpisodeStats, **averaged: float
+    ) -> IterationResult:
+        """An iteration's result from this rank's update statistics (every env stepped the
+        whole rollout: JAX runners have no straggler cut-off)."""
+        numbers = {k: float(v) for k, v in stats._asdict().items()}
+        skipped = numbers.pop("skipped_minibatches")
+        steps = self.cfg.algo.rollout_steps
+        return IterationResult(
+            env_steps=steps * self.envs.global_count,
+            averaged={**numbers, **averaged},
+            replicated={"learning_rate": lr, "skipped_minibatches": skipped, "rollout_fraction": 1.0},
+            episodes=episodes,
+            local_steps=steps * self.envs.count,
+            skipped=skipped > 0,
+        )
 
     def train_state(self) -> TrainState:
         return self.learner.train_state()
@@ -246,15 +271,8 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
         collect_s = time.perf_counter() - start
         with phase("update"):
             stats = self.learner.update(rollout, last_values, lr, nonfinite)
-        skipped = stats.pop("skipped_minibatches")
-        return IterationResult(
-            env_steps=self.cfg.algo.rollout_steps * self.envs.global_count,
-            averaged={**stats, "collect_share": collect_s / (time.perf_counter() - start)},
-            replicated={"learning_rate": lr, "skipped_minibatches": skipped, "rollout_fraction": 1.0},
-            episodes=self.episodes.stats(),
-            local_steps=self.cfg.algo.rollout_steps * self.num_envs,
-            skipped=skipped > 0,
-        )
+        collect_share = collect_s / (time.perf_counter() - start)
+        return self._result(lr, stats, self.episodes.stats(), collect_share=collect_share)
 
     def collect(self) -> tuple[Rollout, jax.Array, bool]:
         """One rollout from this rank's envs: (rollout, values of the next obs, whether any
@@ -266,7 +284,7 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
         obs = self.obs
         for _ in range(steps):
             nonfinite |= not np.isfinite(obs).all()
-            obs = np.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+            obs = _finite(obs)
             with phase("inference"):
                 actions, log_probs, values, self.learner.key = self._act(params, obs, self.learner.key)
                 env_actions = np.array(actions)  # writable: torch shares it
@@ -282,7 +300,7 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
                 final_obs = result.final_obs.cpu().numpy()
                 nonfinite |= not np.isfinite(final_obs).all()
                 with phase("inference"):
-                    final_values = np.asarray(self._value(params, np.nan_to_num(final_obs)))
+                    final_values = np.asarray(self._value(params, _finite(final_obs)))
                 rewards = rewards + gamma * final_values * (truncated & ~terminated).numpy()
             for name, value in zip(
                 Rollout._fields, (obs, actions, log_probs, values, rewards, dones.numpy()), strict=True
@@ -291,7 +309,7 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
             obs = result.obs.cpu().numpy()
         self.obs = obs
         with phase("inference"):
-            last_values = self._value(params, np.nan_to_num(obs))
+            last_values = self._value(params, _finite(obs))
         rollout = Rollout(**{k: jnp.stack([jnp.asarray(v) for v in vs]) for k, vs in columns.items()})
         return rollout._replace(dones=rollout.dones.astype(jnp.float32)), last_values, nonfinite
 

@@ -17,6 +17,7 @@ from torch import nn
 from distrl.algos.ppo import PPO, minibatches_per_epoch
 from distrl.config import RunConfig
 from distrl.errors import UserError
+from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
 from distrl.models.actor_critic import ActorCritic, DeterministicActor
 from distrl.models.normalizer import RunningMeanStd, batch_moments
@@ -72,6 +73,23 @@ def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int) -> int
             f"least {world_size}"
         )
     return count
+
+
+def deterministic_actor(
+    cfg: RunConfig,
+    observation_space: gym.spaces.Space,
+    action_space: gym.spaces.Space,
+    model_tensors: dict[str, torch.Tensor],
+) -> DeterministicActor:
+    """The deployable policy held by checkpoint-named tensors (``policy.*``, and ``obs_rms.*``
+    when observations were normalised), whichever learner wrote them."""
+    policy = ActorCritic(observation_space.shape[0], action_space, cfg.model)
+    policy.load_state_dict(ckpt.strip_prefix(model_tensors, "policy."))
+    obs_rms = None
+    if rms_tensors := ckpt.strip_prefix(model_tensors, "obs_rms."):
+        obs_rms = RunningMeanStd(observation_space.shape)
+        obs_rms.load_state_dict(rms_tensors)
+    return DeterministicActor(policy, obs_rms, cfg.normalize.clip, action_space)
 
 
 class OnPolicyRunner(Runner):
@@ -176,14 +194,7 @@ class OnPolicyRunner(Runner):
 
     @classmethod
     def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        obs_space, action_space = saved.observation_space, saved.action_space
-        policy = ActorCritic(obs_space.shape[0], action_space, cfg.model)
-        policy.load_state_dict(saved.module_tensors("policy"))
-        obs_rms = None
-        if saved.module_tensors("obs_rms"):
-            obs_rms = RunningMeanStd(obs_space.shape)
-            obs_rms.load_state_dict(saved.module_tensors("obs_rms"))
-        return DeterministicActor(policy, obs_rms, cfg.normalize.clip, action_space)
+        return deterministic_actor(cfg, saved.observation_space, saved.action_space, saved.tensors)
 
     def close(self) -> None:
         self.env.close()
