@@ -1,7 +1,8 @@
 """One JAX PPO update on a fixed global batch of 8 steps x 6 envs: alone, on all of it; under
 ``python -m distrl.launch.jax``, each process on its share of the envs. Writes this process's
 parameters before and after to ``OUT/rank<r>_before.safetensors`` and
-``OUT/rank<r>.safetensors``."""
+``OUT/rank<r>.safetensors``, and the update's mean gradient norm (that of the global gradient)
+to ``OUT/rank<r>_grad_norm.txt``."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def main(out: Path) -> None:
     rollout, last_values = global_batch()
     share = ENVS // comm.world_size
     mine = slice(comm.rank * share, (comm.rank + 1) * share)
-    learner.update(Rollout(*(x[:, mine] for x in rollout)), last_values[mine], 0.01, skip=False)
+    stats = learner.update(Rollout(*(x[:, mine] for x in rollout)), last_values[mine], 0.01, skip=False)
+    (out / f"rank{comm.rank}_grad_norm.txt").write_text(repr(float(stats.grad_norm)))
     tensors = learner.train_state().model_tensors()
     (out / f"rank{comm.rank}.safetensors").write_bytes(ckpt.tensors_to_bytes(tensors))
     comm.close()

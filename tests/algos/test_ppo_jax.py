@@ -37,3 +37,7 @@ def test_two_processes_take_the_one_process_step_on_the_whole_batch(tmp_path: Pa
         torch.testing.assert_close(rank0[name], rank1[name], rtol=0, atol=0)  # bit-identical ranks
         # float32 sums in another order: agreement to 1e-5 of a step that moved them by more.
         torch.testing.assert_close(rank0[name], value, rtol=0, atol=1e-5)
+    # Adam's step barely changes when every gradient is scaled alike: the norm of the summed
+    # gradient is what shows it is the sample-weighted mean over ranks, not a multiple of it.
+    norms = [float((tmp_path / run / "rank0_grad_norm.txt").read_text()) for run in ("one", "two")]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-5)

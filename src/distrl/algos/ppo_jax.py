@@ -228,7 +228,11 @@ class JaxPPO:
         params, opt_state = carry
         mb, mask = minibatch
         count = mask.sum()
-        (_, stats), grads = jax.value_and_grad(self._loss, has_aux=True)(params, mb, mask)
+        # Parameters are the same on every rank; left so, JAX would sum their gradient over the
+        # ranks itself (and per tensor). Marked per-rank, each rank's gradient stays its own
+        # until the one weighted sum below.
+        local_params = params if self.axis_name is None else lax.pcast(params, self.axis_name, to="varying")
+        (_, stats), grads = jax.value_and_grad(self._loss, has_aux=True)(local_params, mb, mask)
         # Sample-weighted mean over ranks (a rank with fewer samples weighs less), as one flat
         # sum with the count in its last slot: a psum per parameter tensor costs one collective
         # each (~2 ms apiece between CPU processes).
