@@ -141,7 +141,7 @@ def command_train_process(args: argparse.Namespace) -> int:
     if cfg.ml_framework == "jax":
         from distrl.launch.jax_group import connect_jax
 
-        # Before the env check: building a gymnax env starts JAX, and jax.distributed must come first.
+        # Before the env check: building a gymnax or Brax env starts JAX; jax.distributed comes first.
         comm = connect_jax(topology, cfg.comm.timeout_s)
         check_env(cfg.env)
     else:

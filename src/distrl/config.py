@@ -43,13 +43,15 @@ class EnvConfig(Section):
     num_envs_per_rank: PositiveInt | None = None
     """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
     scaling); the global batch then grows with the ranks."""
-    backend: Literal["gymnasium", "envpool", "torch", "gymnax"] = "gymnasium"
+    backend: Literal["gymnasium", "envpool", "torch", "gymnax", "brax"] = "gymnasium"
     """Vectorisation backend: Gymnasium's SyncVectorEnv; ``envpool``: EnvPool's C++ vectorised
     envs (the ``envpool`` extra); ``gymnax``: gymnax's JAX envs, stepped jitted on JAX's CPU device
-    (the ``jax`` extra); ``torch``: batched envs on the rank's device, either distrl's
-    CartPole-v1, Acrobot-v1 and Pendulum-v1 (same dynamics and time limits as Gymnasium's) or a
-    user's ``module:Class`` with rsl_rl's VecEnv interface (``num_envs``, ``get_observations()``,
-    ``step(actions) -> (obs, rewards, dones, extras)``, ``extras["time_outs"]``), built as
+    (the ``jax`` extra); ``brax``: Brax's physics envs (``inverted_pendulum``, ``halfcheetah``,
+    ...), likewise (the ``brax`` extra); with ``ml_framework: jax`` both train fully compiled;
+    ``torch``: batched envs on the rank's device, either distrl's CartPole-v1, Acrobot-v1 and
+    Pendulum-v1 (same dynamics and time limits as Gymnasium's) or a user's ``module:Class`` with
+    rsl_rl's VecEnv interface (``num_envs``, ``get_observations()``, ``step(actions) -> (obs,
+    rewards, dones, extras)``, ``extras["time_outs"]``), built as
     ``Class(num_envs=..., device=..., [seed=...], **kwargs)``."""
     max_episode_steps: PositiveInt | None = None
     """Override the env's own time limit; episodes cut by it are truncated, not terminated."""

@@ -31,14 +31,8 @@ if importlib.util.find_spec("gymnax") is None:
 
 import jax.numpy as jnp  # noqa: E402
 
-from distrl.envs.gymnax_backend import (  # noqa: E402
-    GymnaxVecEnv,
-    env_keys,
-    make_gymnax_vec_env,
-    reset_envs,
-    split_keys,
-    step_envs,
-)
+from distrl.envs.gymnax_backend import make_gymnax_vec_env  # noqa: E402
+from distrl.envs.jax_envs import JaxVecEnv, env_keys, reset_envs, split_keys, step_envs  # noqa: E402
 
 TOL = 1e-5
 NUM_ENVS = 6
@@ -46,7 +40,7 @@ CARTPOLE_INIT_BOUND = 0.05
 """gymnax's CartPole draws every initial state component from [-0.05, 0.05], as Gymnasium's does."""
 
 
-def _gymnax(env_id: str, seeds: list[int] | range, **cfg: object) -> GymnaxVecEnv:
+def _gymnax(env_id: str, seeds: list[int] | range, **cfg: object) -> JaxVecEnv:
     return make_gymnax_vec_env(EnvConfig(id=env_id, backend="gymnax", **cfg), list(seeds))
 
 

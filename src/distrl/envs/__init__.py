@@ -17,7 +17,7 @@ VecEnvBuilder = Callable[[EnvConfig, Sequence[int], torch.device], VecEnv]
 
 
 def _backend(name: str) -> VecEnvBuilder:
-    """Import only the chosen backend: EnvPool and gymnax (with JAX) are optional extras."""
+    """Import only the chosen backend: EnvPool, gymnax and Brax (with JAX) are optional extras."""
     if name == "torch":
         from distrl.envs.torch_backend import make_torch_vec_env
 
@@ -30,6 +30,10 @@ def _backend(name: str) -> VecEnvBuilder:
         from distrl.envs.gymnax_backend import make_gymnax_vec_env
 
         return make_gymnax_vec_env
+    if name == "brax":
+        from distrl.envs.brax_backend import make_brax_vec_env
+
+        return make_brax_vec_env
     from distrl.envs.gymnasium_backend import make_gymnasium_vec_env
 
     return make_gymnasium_vec_env

@@ -24,7 +24,9 @@ RUNNERS: dict[str, type[Runner]] = {"ppo": OnPolicyRunner, "dqn": OffPolicyRunne
 JAX_RUNNERS: dict[str, str] = {"ppo": "distrl.runners.jax_on_policy:JaxOnPolicyRunner"}
 """``algo.name`` -> the runner with a JAX learner (``ml_framework: jax``), imported only when used."""
 COMPILED_JAX_RUNNERS: dict[str, str] = {"ppo": "distrl.runners.jax_compiled:JaxCompiledRunner"}
-"""The same for JAX-native envs (``env.backend: gymnax``): rollout and update in one compiled step."""
+"""The same for JAX-native envs: rollout and update in one compiled step."""
+JAX_NATIVE_BACKENDS = ("gymnax", "brax")
+"""The ``env.backend`` values whose envs are JAX functions (``distrl.envs.jax_envs``)."""
 OFFLINE_RUNNERS: dict[str, type[Runner]] = {"dqn": OfflineRunner}
 """``algo.name`` -> the runner that trains it from logged data (``data.path``)."""
 
@@ -65,6 +67,6 @@ def build_training(
         cfg.algo.name,
         cfg.data.path is not None,
         cfg.ml_framework,
-        jax_native_envs=cfg.env.backend == "gymnax",
+        jax_native_envs=cfg.env.backend in JAX_NATIVE_BACKENDS,
     )
     return TrainingLoop(ctx, runner(ctx), run_dir, checkpoint)
