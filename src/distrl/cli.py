@@ -64,6 +64,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="join the group, print every rank's topology, build nothing"
     )
+    ray = parser.add_argument_group("Ray mode (the config's cluster: and workers: sections)")
+    ray.add_argument("--launcher", choices=["ray"], help="run the learners as Ray actors")
+    ray.add_argument("--ray-address", help="join this Ray cluster (auto or HOST:PORT); default: start one")
+    ray.add_argument("--namespace", default="distrl", help="Ray namespace of the job's actors")
     node = parser.add_argument_group("shared-file rendezvous (run the same command on every node)")
     node.add_argument("--num-nodes", type=int, help="nodes taking part")
     node.add_argument("--node-index", type=int, help="this node's index, 0..num-nodes-1 (0 saves)")
@@ -97,7 +101,17 @@ def command_train(args: argparse.Namespace) -> int:
     """``--num-nodes`` starts this node's processes (file rendezvous); otherwise this process trains."""
     if args.num_nodes is not None:
         return command_launch_node(args)
+    if args.launcher == "ray":
+        return command_launch_ray(args)
     return command_train_process(args)
+
+
+def command_launch_ray(args: argparse.Namespace) -> int:
+    from distrl.config import load_config
+    from distrl.launch.ray_launch import launch
+
+    cfg = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
+    return launch(args.argv, cfg, args.ray_address, args.namespace)
 
 
 def command_launch_node(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import yaml
 from pydantic import (
     BaseModel,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -189,6 +190,34 @@ class EvalConfig(Section):
     """Bootstrap resamples behind each estimate's confidence interval."""
 
 
+class ClusterConfig(Section):
+    """Ray mode's virtual cluster (``distrl train --launcher ray``), checked against what the Ray
+    cluster has before any worker starts."""
+
+    num_nodes: PositiveInt = 1
+    """Nodes the job needs (alive Ray nodes)."""
+    cpus_per_node: PositiveFloat | None = None
+    """CPUs the job may use on each node; unset: whatever the workers ask for."""
+    gpus_per_node: NonNegativeInt = 0
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    """Ray's placement strategy for the workers' bundles (one bundle per worker)."""
+    placement_timeout_s: PositiveFloat = 30.0
+    """A placement group not placed within this many seconds is an error naming what is missing."""
+    ray_temp_dir: str | None = None
+    """Where a local Ray instance keeps its sessions, logs and auth token; unset: a fresh
+    ``distrl-ray-*`` directory under the system's temp dir (Ray's sockets need a short path)."""
+
+
+class WorkersConfig(Section):
+    """Ray mode's worker groups."""
+
+    policy: PositiveInt = 1
+    """Learner workers in all: the ranks of one torch.distributed group, each with its own envs
+    (``env.num_envs`` is split over them as over torchrun's ranks)."""
+    cpus_per_policy: PositiveFloat = 1.0
+    gpus_per_policy: NonNegativeFloat = 0.0
+
+
 ALGORITHM_CONFIGS: dict[str, type[Section]] = {"ppo": PPOConfig, "dqn": DQNConfig}
 """``algo.name`` -> that algorithm's config section, defined next to the algorithm's code."""
 
@@ -210,6 +239,8 @@ class RunConfig(Section):
     output: OutputConfig = Field(default_factory=OutputConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
 
     @model_validator(mode="before")
     @classmethod

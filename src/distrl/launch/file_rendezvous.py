@@ -30,16 +30,17 @@ def procs_for_node(procs_per_node: int | None, use_all_devices: bool) -> int:
     return procs_per_node or 1
 
 
-def worker_argv(argv: list[str]) -> list[str]:
-    """``argv`` without the launcher's own flags (``--flag value`` and ``--flag=value`` forms)."""
+def worker_argv(argv: list[str], flags: dict[str, bool] = LAUNCHER_FLAGS) -> list[str]:
+    """``argv`` without a launcher's own ``flags`` (``--flag value`` and ``--flag=value`` forms;
+    True: the flag takes a value)."""
     out, skip = [], False
     for token in argv:
         if skip:
             skip = False
             continue
         name = token.split("=", 1)[0]
-        if name in LAUNCHER_FLAGS:
-            skip = LAUNCHER_FLAGS[name] and "=" not in token
+        if name in flags:
+            skip = flags[name] and "=" not in token
             continue
         out.append(token)
     return out

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 
 PREEMPTED_EXIT_CODE = 75
 """EX_TEMPFAIL: the run stopped early on purpose, with its progress saved; run it again."""
@@ -30,6 +31,8 @@ class PreemptionFlag:
         return self.signal_name is not None
 
     def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # a Ray actor's task thread: Ray owns the process's signals
         for sig in _SIGNALS:
             signal.signal(sig, self._handle)
 
