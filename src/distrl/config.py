@@ -48,14 +48,16 @@ class EnvConfig(Section):
     """Vectorisation backend: Gymnasium's SyncVectorEnv; ``envpool``: EnvPool's C++ vectorised
     envs (the ``envpool`` extra); ``gymnax``: gymnax's JAX envs, stepped jitted on JAX's CPU device
     (the ``jax`` extra); ``brax``: Brax's physics envs (``inverted_pendulum``, ``halfcheetah``,
-    ...), likewise (the ``brax`` extra); with ``ml_framework: jax`` both train fully compiled;
+    ...), likewise (the ``brax`` extra); with ``ml_framework: jax`` both instead step inside the
+    compiled training loop, on JAX's device;
     ``torch``: batched envs on the rank's device, either distrl's CartPole-v1, Acrobot-v1 and
     Pendulum-v1 (same dynamics and time limits as Gymnasium's) or a user's ``module:Class`` with
     rsl_rl's VecEnv interface (``num_envs``, ``get_observations()``, ``step(actions) -> (obs,
     rewards, dones, extras)``, ``extras["time_outs"]``), built as
     ``Class(num_envs=..., device=..., [seed=...], **kwargs)``."""
     max_episode_steps: PositiveInt | None = None
-    """Override the env's own time limit; episodes cut by it are truncated, not terminated."""
+    """Override the env's own time limit (Brax envs have none: 1000 unless set); episodes cut by
+    it are truncated, not terminated."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the env constructor."""
 

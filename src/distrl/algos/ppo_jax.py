@@ -228,9 +228,10 @@ class JaxPPO:
         params, opt_state = carry
         mb, mask = minibatch
         count = mask.sum()
-        # Parameters are the same on every rank; left so, JAX would sum their gradient over the
-        # ranks itself (and per tensor). Marked per-rank, each rank's gradient stays its own
-        # until the one weighted sum below.
+        # Parameters are the same on every rank; under shard_map's per-axis type checks JAX
+        # would sum their gradient over the ranks itself (and per tensor). Marked per-rank, each
+        # rank's gradient stays its own until the one weighted sum below (without the checks,
+        # as in the compiled runner, the mark is a no-op and no sum is added).
         local_params = params if self.axis_name is None else lax.pcast(params, self.axis_name, to="varying")
         (_, stats), grads = jax.value_and_grad(self._loss, has_aux=True)(local_params, mb, mask)
         # Sample-weighted mean over ranks (a rank with fewer samples weighs less), as one flat

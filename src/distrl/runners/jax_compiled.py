@@ -69,8 +69,9 @@ class JaxCompiledRunner(JaxLearnerRunner):
                 mesh=comm.mesh,
                 in_specs=(P(), P(), P(AXIS), P()),
                 out_specs=(P(), P(), P(AXIS), P(AXIS), P(AXIS)),
-                # Env code is the libraries' own (Brax's solver loops) and not written for
-                # shard_map's per-axis type checks; the update marks what differs per rank itself.
+                # Env code is the libraries' own (Brax's solver loops) and fails shard_map's
+                # per-axis type checks. Without them JAX adds no gradient sum of its own: the
+                # update's one weighted psum is the only one (pcast there is then a no-op).
                 check_vma=False,
             )
         )
