@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from distrl.errors import UserError
 from distrl.launch.jax import main
 from distrl.launch.supervise import run_workers
 from distrl.launch.topology import discover_topology
@@ -217,45 +216,3 @@ def test_a_preempted_worker_lets_its_siblings_finish(tmp_path: Path) -> None:
     envs = [{**clean_env(), "ROLE": role} for role in ("preempted", "saving")]
     assert run_workers([sys.executable, "-c", program], envs, prog="test", stop_grace_s=0.2) == 75
     assert (tmp_path / "saved").exists()
-
-
-JAX_ENV = {
-    "JAX_RANK": "5",
-    "JAX_LOCAL_RANK": "1",
-    "JAX_WORLD_SIZE": "8",
-    "JAX_LOCAL_WORLD_SIZE": "4",
-    "JAX_NODE_RANK": "1",
-    "JAX_NUM_NODES": "2",
-    "JAX_COORDINATOR_ADDR": "10.0.0.7",
-    "JAX_COORDINATOR_PORT": "29650",
-}
-
-
-def test_topology_from_jax_variables() -> None:
-    topo = discover_topology(JAX_ENV)
-    assert (topo.launcher, topo.rank, topo.local_rank, topo.world_size) == ("jax", 5, 1, 8)
-    assert (topo.local_world_size, topo.node_rank, topo.num_nodes) == (4, 1, 2)
-    assert (topo.master_addr, topo.master_port) == ("10.0.0.7", 29650)
-    assert topo.is_distributed and not topo.is_main
-
-
-def test_topology_from_skrl_variables_is_one_node() -> None:
-    skrl = {k: JAX_ENV[k] for k in ("JAX_RANK", "JAX_LOCAL_RANK", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR",
-                                    "JAX_COORDINATOR_PORT")}  # fmt: skip
-    topo = discover_topology(skrl, require_launcher=True)
-    assert (topo.launcher, topo.local_world_size, topo.node_rank, topo.num_nodes) == ("jax", 8, 0, 1)
-
-
-def test_jax_launcher_wins_over_slurm() -> None:
-    slurm = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]"}
-    assert discover_topology({**slurm, **JAX_ENV}).launcher == "jax"
-
-
-def test_malformed_jax_variable_is_a_clear_error() -> None:
-    with pytest.raises(UserError, match="JAX_COORDINATOR_PORT='http' is not an integer"):
-        discover_topology({**JAX_ENV, "JAX_COORDINATOR_PORT": "http"})
-
-
-def test_distributed_flag_without_launcher_names_the_jax_launcher() -> None:
-    with pytest.raises(UserError, match="python -m distrl.launch.jax"):
-        discover_topology({}, require_launcher=True)

@@ -153,8 +153,8 @@ class JaxVecEnv:
     are not Gymnasium's: the episodes are not those the Gymnasium backend draws. A second
     ``reset()`` continues each env's chain instead of replaying the first episodes.
 
-    ``env`` and ``env_params`` are the ``JaxEnv`` and its params, for code that calls
-    ``reset_envs``/``step_envs`` itself.
+    ``env``, ``env_params`` and ``compiled`` (the jitted key-chained reset and step) are for
+    code that steps the envs itself.
     """
 
     device = torch.device("cpu")
@@ -163,24 +163,24 @@ class JaxVecEnv:
         import jax
 
         self.num_envs = len(seeds)
+        self.compiled = compiled
         self.env = compiled.env
         self.env_params = env_params
         # Pinned to the CPU: a GPU-enabled JAX would otherwise step there and copy back each step.
         self._cpu = jax.local_devices(backend="cpu")[0]
         self._keys = jax.device_put(env_keys(seeds), self._cpu)
         self._states: Any = None
-        self._reset, self._step = compiled.reset, compiled.step
         self.observation_space, self.action_space = self.env.spaces(env_params)
 
     def reset(self) -> torch.Tensor:
-        self._keys, obs, self._states = self._reset(self.env_params, self._keys)
+        self._keys, obs, self._states = self.compiled.reset(self.env_params, self._keys)
         return torch.from_dlpack(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         import jax
 
         jax_actions = jax.device_put(actions.numpy(force=True), self._cpu)
-        self._keys, self._states, *outputs = self._step(
+        self._keys, self._states, *outputs = self.compiled.step(
             self.env_params, self._keys, self._states, jax_actions
         )
         obs, reward, terminated, truncated, final_obs = (torch.from_dlpack(x) for x in outputs)

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 from distrl.algos.ppo_jax import Rollout, sample_actions
 from distrl.comm.jax_comm import AXIS, JaxComm, as_row, own_row
 from distrl.envs import make_vec_env
-from distrl.envs.jax_envs import env_keys, reset_envs, split_keys, step_envs
+from distrl.envs.jax_envs import env_keys, split_keys, step_envs
 from distrl.runners.base import EpisodeStats, IterationResult, RunContext, scheduled_learning_rate
 from distrl.runners.jax_on_policy import JaxLearnerRunner, JaxPPOLearner, check_jax_config
 from distrl.runners.on_policy import minibatches_per_rank
@@ -51,7 +51,7 @@ class JaxCompiledRunner(JaxLearnerRunner):
         check_jax_config(cfg, self.envs)
         self.seeds = env_seeds(cfg.train.seed, self.envs, start_index=ctx.launch_index)
         vec = make_vec_env(cfg.env, self.seeds)
-        self.env, self.env_params = vec.env, vec.env_params
+        self.env, self.env_params, self.compiled_env = vec.env, vec.env_params, vec.compiled
         self.learner = JaxPPOLearner(
             cfg,
             comm,
@@ -77,8 +77,8 @@ class JaxCompiledRunner(JaxLearnerRunner):
         )
 
     def start(self, fresh: bool) -> None:
-        keys, reset_keys = split_keys(env_keys(self.seeds))
-        obs, states = reset_envs(self.env, self.env_params, reset_keys)
+        # The VecEnv's jitted reset: the same key chain, compiled once per env, not run op by op.
+        keys, obs, states = self.compiled_env.reset(self.env_params, env_keys(self.seeds))
         zeros = jnp.zeros(self.envs.count)
         self.carry = EnvCarry(keys, states, obs, zeros, zeros, self.learner.key)
 
