@@ -27,16 +27,16 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None
         ],
     )
     runner = OnPolicyRunner(RunContext(cfg, TorchComm(), torch.device("cpu")))
-    runner.collect(runner.env.reset())
-    storage = runner.storage
+    runner.start(fresh=True)
+    rollout = runner.collect()
     final_obs = torch.tensor([[3.0, 1.0]])
     with torch.no_grad():
         bootstrap = 1.0 + 0.5 * float(runner.policy.value(final_obs))
     # Steps 2 and 5 end an episode by truncation: reward 1 plus gamma * V(final obs).
     expected = torch.tensor([1.0, 1.0, bootstrap, 1.0, 1.0, bootstrap])
     for env_index in range(2):
-        torch.testing.assert_close(storage.rewards[:, env_index], expected)
-        assert storage.dones[:, env_index].tolist() == [0, 0, 1, 0, 0, 1]
+        torch.testing.assert_close(rollout.rewards[:, env_index], expected)
+        assert rollout.dones[:, env_index].tolist() == [0, 0, 1, 0, 0, 1]
     runner.episodes.stats()
     assert list(runner.episodes.returns) == [3.0, 3.0, 3.0, 3.0]
 

@@ -64,16 +64,24 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
 
+    def noise_shape(self, rows: int) -> tuple[int, ...]:
+        """Shape of the random numbers ``act`` needs for ``rows`` observations."""
+        return (rows, self.log_std.shape[0]) if self.continuous else (rows,)
+
     @torch.no_grad()
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample actions; return (actions, log-probs, values) for the rollout."""
+    def act(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions from given noise: standard normal ``noise_shape`` for the Gaussian,
+        uniform [0, 1) per row for the categorical (inverse CDF). Returns (actions, log-probs,
+        values) for the rollout. The caller owns the noise, so a row's action does not depend
+        on which other rows share the batch."""
         out = self.actor(obs)
         if self.continuous:
-            actions = out + self.log_std.exp() * torch.randn_like(out)
+            actions = out + self.log_std.exp() * noise
             log_probs = gaussian_log_prob(out, self.log_std, actions)
         else:
             log_p = out.log_softmax(-1)
-            actions = torch.multinomial(log_p.exp(), 1).squeeze(-1)
+            cdf = log_p.exp().cumsum(-1)
+            actions = torch.searchsorted(cdf, noise.unsqueeze(-1)).squeeze(-1).clamp_(max=out.shape[-1] - 1)
             log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         return actions, log_probs, self.value(obs)
 

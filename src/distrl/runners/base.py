@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -20,6 +20,9 @@ from distrl.envs import VecEnv, make_vec_env
 from distrl.io.train_state import SavedState, TrainState
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
+
+if TYPE_CHECKING:  # the collector's module imports the models, which need no runner
+    from distrl.runners.collector import EnvWorkers
 
 
 @dataclass
@@ -32,6 +35,9 @@ class RunContext:
     seeds so a resumed run's fresh episodes get seeds no earlier launch used."""
     node_rank: int = 0
     """This process's node (from the launcher): which ranks share a node-local dataset part."""
+    env_workers: EnvWorkers | None = None
+    """Processes that step this rank's envs for it (Ray mode's environment workers, from the
+    launcher); None: the rank steps its own."""
 
 
 @dataclass
@@ -100,13 +106,18 @@ class Runner(ABC):
         """Release envs, files and workers."""
 
 
-def rank_envs(ctx: RunContext) -> tuple[EnvShard, VecEnv]:
-    """Seed this rank's torch RNG and build its share of the envs, each seeded by its global index."""
+def rank_env_seeds(ctx: RunContext) -> tuple[EnvShard, list[int]]:
+    """Seed this rank's torch RNG; its share of the envs and their seeds (by global index)."""
     cfg, comm = ctx.cfg, ctx.comm
     seed_torch(cfg.train.seed, comm.rank)
     shard = shard_envs(cfg.env, comm.rank, comm.world_size)
-    seeds = env_seeds(cfg.train.seed, shard, start_index=ctx.launch_index)
-    return shard, make_vec_env(cfg.env, seeds, ctx.device)
+    return shard, env_seeds(cfg.train.seed, shard, start_index=ctx.launch_index)
+
+
+def rank_envs(ctx: RunContext) -> tuple[EnvShard, VecEnv]:
+    """Seed this rank's torch RNG and build its share of the envs, each seeded by its global index."""
+    shard, seeds = rank_env_seeds(ctx)
+    return shard, make_vec_env(ctx.cfg.env, seeds, ctx.device)
 
 
 def scheduled_learning_rate(cfg: RunConfig, global_step: int) -> float:

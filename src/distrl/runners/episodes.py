@@ -31,12 +31,21 @@ class EpisodeTracker:
         self._rewards.append(rewards)
         self._dones.append(dones)
 
+    def add_rollout(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
+        """Count a whole rollout's ``[steps, num_envs]`` rewards and done flags at once."""
+        self._flush()
+        self._finish_episodes(rewards.double(), dones)
+
     def stats(self) -> EpisodeStats:
+        self._flush()
+        return EpisodeStats(sum(self.returns), sum(self.lengths), len(self.returns), self.finished)
+
+    def _flush(self) -> None:
+        """Count the steps kept by ``step``."""
         if self._rewards:
             self._finish_episodes(torch.stack(self._rewards).double(), torch.stack(self._dones))
             self._rewards.clear()
             self._dones.clear()
-        return EpisodeStats(sum(self.returns), sum(self.lengths), len(self.returns), self.finished)
 
     def _finish_episodes(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
         """Episode returns from running sums: an episode ending at step t has earned the sum up to

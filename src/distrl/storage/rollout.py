@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -54,6 +54,63 @@ def compute_gae(
     return advantages, advantages + values
 
 
+@dataclass
+class RolloutSegment:
+    """A rollout of some envs, ``[steps, envs, ...]``: what GAE and the update read, and what the
+    rank's normalisers and episode statistics take from it. A rank's rollout is the segments of
+    its collectors joined along the env axis."""
+
+    obs: torch.Tensor
+    """As the policy saw them (normalised)."""
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    """Scaled, with truncations bootstrapped: what GAE reads."""
+    dones: torch.Tensor
+    env_rewards: torch.Tensor
+    """As the envs gave them: the episode returns."""
+    raw_obs: torch.Tensor
+    """As the envs gave them: the observation statistics and the non-finite check."""
+    raw_returns: torch.Tensor
+    """Discounted running returns behind the reward scale (``[steps, 0]`` without reward scaling)."""
+    last_values: torch.Tensor
+    """``[envs]``: values of the observation after the last step."""
+    nonfinite_final_obs: bool
+    """A final observation (bootstrapping a truncation) was not finite."""
+
+    @property
+    def steps(self) -> int:
+        return self.obs.shape[0]
+
+    def batch(self, gamma: float, gae_lambda: float) -> RolloutBatch:
+        """GAE over the segment, flattened to (steps * envs) samples."""
+        advantages, returns = compute_gae(
+            self.rewards, self.values, self.dones, self.last_values, gamma, gae_lambda
+        )
+        return RolloutBatch(
+            obs=self.obs.flatten(0, 1),
+            actions=self.actions.flatten(0, 1),
+            log_probs=self.log_probs.flatten(0, 1),
+            values=self.values.flatten(0, 1),
+            advantages=advantages.flatten(0, 1),
+            returns=returns.flatten(0, 1),
+        )
+
+    @classmethod
+    def join(cls, parts: list[RolloutSegment], device: torch.device) -> RolloutSegment:
+        """Segments of the same steps over consecutive envs as one, on ``device``."""
+        tensors = {
+            f.name: torch.cat([getattr(p, f.name) for p in parts], dim=1 if f.name != "last_values" else 0)
+            for f in fields(cls)
+            if f.name != "nonfinite_final_obs"
+        }
+        return cls(
+            **{name: t.to(device) for name, t in tensors.items()},
+            nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts),
+        )
+
+
 class RolloutStorage:
     """Preallocated [steps, envs, ...] tensors, filled one step at a time."""
 
@@ -65,7 +122,9 @@ class RolloutStorage:
         action_shape: tuple[int, ...],
         action_dtype: torch.dtype,
         device: torch.device,
+        track_returns: bool = False,
     ) -> None:
+        """``track_returns``: keep the discounted running returns (reward scaling)."""
         shape = (num_steps, num_envs)
         self.obs = torch.zeros((*shape, obs_dim), device=device)
         self.actions = torch.zeros((*shape, *action_shape), dtype=action_dtype, device=device)
@@ -73,6 +132,10 @@ class RolloutStorage:
         self.values = torch.zeros(shape, device=device)
         self.rewards = torch.zeros(shape, device=device)
         self.dones = torch.zeros(shape, device=device)
+        self.env_rewards = torch.zeros(shape, device=device)
+        self.raw_obs = torch.zeros((*shape, obs_dim), device=device)
+        returns_shape = shape if track_returns else (num_steps, 0)
+        self.raw_returns = torch.zeros(returns_shape, dtype=torch.float64, device=device)
         self.num_steps = num_steps
         self.step = 0
 
@@ -85,6 +148,8 @@ class RolloutStorage:
         rewards: torch.Tensor,
         dones: torch.Tensor,
     ) -> None:
+        """Close step ``self.step`` (its ``raw_obs``, ``env_rewards`` and ``raw_returns`` rows
+        are written by the collector as they come)."""
         t = self.step
         self.obs[t] = obs
         self.actions[t] = actions
@@ -94,19 +159,20 @@ class RolloutStorage:
         self.dones[t] = dones
         self.step += 1
 
-    def batch(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> RolloutBatch:
-        """Compute GAE over the steps added so far (``last_values`` are the values of the
-        observation after the last of them) and return them flattened; resets the write position."""
+    def segment(self, last_values: torch.Tensor, nonfinite_final_obs: bool) -> RolloutSegment:
+        """The steps added so far (views, valid until the next rollout); resets the write position."""
         n, self.step = self.step, 0
         assert n > 0, "rollout is empty"
-        advantages, returns = compute_gae(
-            self.rewards[:n], self.values[:n], self.dones[:n], last_values, gamma, gae_lambda
-        )
-        return RolloutBatch(
-            obs=self.obs[:n].flatten(0, 1),
-            actions=self.actions[:n].flatten(0, 1),
-            log_probs=self.log_probs[:n].flatten(0, 1),
-            values=self.values[:n].flatten(0, 1),
-            advantages=advantages.flatten(0, 1),
-            returns=returns.flatten(0, 1),
+        return RolloutSegment(
+            obs=self.obs[:n],
+            actions=self.actions[:n],
+            log_probs=self.log_probs[:n],
+            values=self.values[:n],
+            rewards=self.rewards[:n],
+            dones=self.dones[:n],
+            env_rewards=self.env_rewards[:n],
+            raw_obs=self.raw_obs[:n],
+            raw_returns=self.raw_returns[:n],
+            last_values=last_values,
+            nonfinite_final_obs=nonfinite_final_obs,
         )

@@ -1,0 +1,189 @@
+"""PPO's collection: step envs with the current policy for one rollout and record what the
+update needs. A rank collects from its own envs with one; in Ray mode each env worker runs one
+over its part of a rank's envs and the rank joins their segments.
+
+Actions are sampled from ``ActionNoise``, drawn for all of a rank's envs and cut to the
+collector's part, so splitting a rank's envs over workers changes no env's action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from distrl.config import RunConfig
+from distrl.envs import VecEnv
+from distrl.models.actor_critic import ActorCritic
+from distrl.models.normalizer import RunningMeanStd
+from distrl.storage.rollout import RolloutSegment, RolloutStorage
+from distrl.timing import phase
+
+
+def finite(obs: torch.Tensor) -> torch.Tensor:
+    """Non-finite entries zeroed, so they never reach the policy or the normalisers."""
+    return torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def noise_seed(seed: int, rank: int, launch_index: int) -> list[int]:
+    """A rank's action-noise seed; a resumed launch draws fresh numbers."""
+    return [seed, rank, launch_index, 1]
+
+
+class ActionNoise:
+    """The random numbers behind one rank's sampled actions: each step draws them for all
+    ``rows`` envs of the rank from one generator and keeps ``part``'s rows."""
+
+    def __init__(
+        self, policy: ActorCritic, seed: list[int], rows: int, part: slice, device: torch.device
+    ) -> None:
+        self._shape = policy.noise_shape(rows)
+        self._draw = torch.randn if policy.continuous else torch.rand
+        self._part = part
+        self._device = device
+        self._generator = torch.Generator(device=device)
+        self._generator.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+
+    def draw(self) -> torch.Tensor:
+        return self._draw(self._shape, generator=self._generator, device=self._device)[self._part]
+
+
+class Collection(Protocol):
+    """Where a rank's rollouts come from: its own envs (``RolloutCollector``) or env workers."""
+
+    def reset(self) -> torch.Tensor:
+        """Reset every env; their first observations, as the envs gave them."""
+        ...
+
+    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
+        """One rollout of all the rank's envs, on the rank's device, up to ``rollout_steps`` steps
+        (fewer once ``should_stop(steps so far)``, where the collection can be cut)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class EnvWorkers(Protocol):
+    """Processes that step a rank's envs for it (Ray mode's environment workers)."""
+
+    def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
+        """Build the envs (global seeds ``seeds``, shared out over the workers); their
+        (observation space, action space)."""
+        ...
+
+    def collection(
+        self,
+        policy: ActorCritic,
+        obs_rms: RunningMeanStd | None,
+        return_rms: RunningMeanStd | None,
+        device: torch.device,
+    ) -> Collection:
+        """Rollouts from the workers, acting with the current state of these modules."""
+        ...
+
+
+class RolloutCollector:
+    """Steps ``env`` with ``policy`` and the normalisers (read here, updated by the learner)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        env: VecEnv,
+        policy: ActorCritic,
+        obs_rms: RunningMeanStd | None,
+        return_rms: RunningMeanStd | None,
+        noise: ActionNoise,
+        device: torch.device,
+    ) -> None:
+        self.cfg = cfg
+        self.env = env
+        self.policy = policy
+        self.obs_rms = obs_rms
+        self.return_rms = return_rms
+        self.noise = noise
+        self.device = device
+        continuous = policy.continuous
+        self.storage = RolloutStorage(
+            cfg.algo.rollout_steps,
+            env.num_envs,
+            env.observation_space.shape[0],
+            env.action_space.shape if continuous else (),
+            torch.float32 if continuous else torch.int64,
+            device,
+            track_returns=return_rms is not None,
+        )
+        self.discounted_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
+        self.action_bounds = _action_bounds(env.action_space, device)
+        self.obs: torch.Tensor | None = None
+        """The observation the next rollout starts from."""
+
+    def reset(self) -> torch.Tensor:
+        self.obs = self.env.reset().to(self.device)
+        return self.obs
+
+    def rollout(self, should_stop: Callable[[int], bool] = lambda steps: False) -> RolloutSegment:
+        gamma = self.cfg.algo.gamma
+        store = self.storage
+        obs = self.obs
+        nonfinite_final_obs = False
+        for t in range(self.cfg.algo.rollout_steps):
+            if should_stop(t):
+                break
+            store.raw_obs[t] = obs  # as the env gave it: the update skips a rollout with non-finite ones
+            obs_t = self.normalize_obs(finite(obs))
+            with phase("inference"):
+                actions, log_probs, values = self.policy.act(obs_t, self.noise.draw())
+            with phase("env"):
+                result = self.env.step(self._to_env_actions(actions))
+            reward, terminated, truncated = (x.to(self.device) for x in result[1:4])
+            dones = terminated | truncated
+            store.env_rewards[t] = reward
+            rewards = self._scale_rewards(reward, dones, t)
+            # A truncated episode did not end in the MDP: bootstrap from its final observation.
+            if truncated.any():
+                with torch.no_grad(), phase("inference"):
+                    final_obs = result.final_obs.to(self.device)
+                    # A host check, in the rare branch that synchronised for truncated.any() anyway.
+                    nonfinite_final_obs |= not torch.isfinite(final_obs).all()
+                    final_values = self.policy.value(self.normalize_obs(finite(final_obs)))
+                rewards = rewards + gamma * final_values * (truncated & ~terminated)
+            store.add(obs_t, actions, log_probs, values, rewards, dones)
+            obs = result.obs.to(self.device)
+        self.obs = obs
+        with torch.no_grad(), phase("inference"):
+            last_values = self.policy.value(self.normalize_obs(finite(obs)))
+        return store.segment(last_values, bool(nonfinite_final_obs))
+
+    def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.obs_rms is None:
+            return obs
+        return self.obs_rms.normalize(obs, self.cfg.normalize.clip)
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _scale_rewards(self, rewards: torch.Tensor, dones: torch.Tensor, t: int) -> torch.Tensor:
+        if self.return_rms is None:
+            return rewards
+        self.discounted_return = self.discounted_return * self.cfg.algo.gamma + rewards
+        self.storage.raw_returns[t] = self.discounted_return
+        self.discounted_return.masked_fill_(dones, 0.0)
+        return self.return_rms.scale(rewards, self.cfg.normalize.clip)
+
+    def _to_env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        if self.action_bounds is not None:
+            # Sample stays unclipped in the buffer (its log-prob is exact); the env gets it clipped.
+            actions = torch.clamp(actions, *self.action_bounds)
+        return actions.to(self.env.device)
+
+
+def _action_bounds(space: gym.spaces.Space, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    return (
+        torch.as_tensor(space.low, dtype=torch.float32, device=device),
+        torch.as_tensor(space.high, dtype=torch.float32, device=device),
+    )
