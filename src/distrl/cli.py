@@ -132,6 +132,7 @@ def command_train_process(args: argparse.Namespace) -> int:
     from distrl.io.run_dir import prepare_run_dir
     from distrl.launch import connect, discover_topology, resolve_device
     from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
+    from distrl.launch.ray_env_workers import from_launcher as env_workers_from_launcher
     from distrl.runners import build_training
     from distrl.runners.loop import Preempted
 
@@ -166,7 +167,9 @@ def command_train_process(args: argparse.Namespace) -> int:
             lambda: prepare_run_dir(run_dir, cfg, resume, must_resume=args.resume, overwrite=args.overwrite)
         )
         checkpoint = ckpt.unpack(payload) if payload else None
-        loop = build_training(cfg, comm, device, run_dir, checkpoint, topology.node_rank)
+        loop = build_training(
+            cfg, comm, device, run_dir, checkpoint, topology.node_rank, env_workers_from_launcher()
+        )
         try:
             row = loop.run()
         except Preempted as exc:

@@ -218,6 +218,15 @@ class WorkersConfig(Section):
     (``env.num_envs`` is split over them as over torchrun's ranks)."""
     cpus_per_policy: PositiveFloat = 1.0
     gpus_per_policy: NonNegativeFloat = 0.0
+    env: NonNegativeInt = 0
+    """Environment workers in all (PPO), shared out over the learners: each steps a part of its
+    learner's envs with a CPU copy of the newest weights; 0: learners step their own envs."""
+    cpus_per_env: PositiveFloat = 1.0
+    max_restarts: NonNegativeInt = 3
+    """A failed env worker is restarted and its part of the rollout collected again, this many
+    times in a row at most."""
+    retry_backoff_s: PositiveFloat = 0.5
+    """Wait before the first retry; doubled on each further one."""
 
 
 ALGORITHM_CONFIGS: dict[str, type[Section]] = {"ppo": PPOConfig, "dqn": DQNConfig}

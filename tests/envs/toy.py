@@ -58,3 +58,25 @@ class SlowOnRankEnv(CountingEnv):
     def step(self, action):
         time.sleep(self.delay_s)
         return super().step(action)
+
+
+class CrashingEnv(CountingEnv):
+    """Like CountingEnv, but the process stepping it dies at its ``crash_at``-th step, once per
+    ``marker`` file (whichever env gets there first creates it): a worker killed mid-rollout."""
+
+    def __init__(self, marker: str, crash_at: int = 20) -> None:
+        super().__init__()
+        self.marker = marker
+        self.crash_at = crash_at
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.crash_at:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os._exit(1)
+        return super().step(action)

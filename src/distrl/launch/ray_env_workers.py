@@ -1,0 +1,218 @@
+"""Ray mode's environment workers: actors that each step a part of one learner's envs.
+
+A worker holds a CPU copy of the policy and the normalisers, refreshed once per rollout from
+one object in Ray's object store (never per step), runs the same ``RolloutCollector`` a rank
+runs over its own envs, and returns its ``RolloutSegment``; the learner joins its workers'
+segments along the env axis. Actions come from the rank's ``ActionNoise`` cut to the worker's
+envs, so one learner with N env workers collects exactly what one process with the same envs
+collects.
+
+A worker that dies (killed, out of memory, an exception in an env) is restarted by Ray (up to
+``workers.max_restarts``); the learner logs the cause, waits with exponential backoff, rebuilds
+the worker's envs and collects that worker's part of the rollout again. A part is only ever
+taken whole, so no sample is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from distrl.config import RunConfig
+from distrl.errors import UserError
+from distrl.runners.collector import RolloutCollector
+from distrl.sharding import even_split
+from distrl.storage.rollout import RolloutSegment
+
+ENV_WORKERS_VAR = "DISTRL_RAY_ENV_WORKERS"
+"""Set by the Ray launcher for a learner: JSON ``{"namespace": ..., "names": [...]}`` of its env
+workers (named actors)."""
+
+
+class EnvWorker:
+    """The actor: a part of one learner's envs, stepped with a CPU copy of its policy."""
+
+    def __init__(self) -> None:
+        self.collector: RolloutCollector | None = None
+
+    def start(
+        self, cfg_json: dict[str, Any], seeds: list[int], noise_seed: list[int], noise_rows: int, first: int
+    ) -> tuple[gym.Space, gym.Space]:
+        from distrl.envs import make_vec_env
+        from distrl.models.actor_critic import ActorCritic
+        from distrl.models.normalizer import RunningMeanStd
+        from distrl.runners.collector import ActionNoise
+        from distrl.runners.on_policy import uses_obs_normalization
+
+        if self.collector is not None:  # rebuilt after a failure: the old envs go first
+            self.collector.close()
+        cfg = RunConfig.model_validate(cfg_json)
+        torch.set_num_threads(1)
+        cpu = torch.device("cpu")
+        env = make_vec_env(cfg.env, seeds, cpu)
+        obs_dim = env.observation_space.shape[0]
+        self.policy = ActorCritic(obs_dim, env.action_space, cfg.model)
+        obs_rms = RunningMeanStd((obs_dim,)) if uses_obs_normalization(cfg, env.action_space) else None
+        return_rms = RunningMeanStd(()) if cfg.normalize.rewards else None
+        self.normalizers = {
+            n: m for n, m in (("obs_rms", obs_rms), ("return_rms", return_rms)) if m is not None
+        }
+        noise = ActionNoise(self.policy, noise_seed, noise_rows, slice(first, first + len(seeds)), cpu)
+        self.collector = RolloutCollector(
+            cfg,
+            env,
+            self.policy,
+            obs_rms,
+            return_rms,
+            noise,
+            cpu,
+        )
+        return env.observation_space, env.action_space
+
+    def reset(self) -> torch.Tensor:
+        return self.collector.reset()
+
+    def rollout(self, weights: dict[str, dict[str, torch.Tensor]]) -> RolloutSegment:
+        self.policy.load_state_dict(weights["policy"])
+        for name, rms in self.normalizers.items():
+            rms.load_state_dict(weights[name])
+        return self.collector.rollout()
+
+
+class RayEnvWorkers:
+    """A learner's env workers (``runners.collector.EnvWorkers``)."""
+
+    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        self.handles = handles
+        self.max_restarts = max_restarts
+        self.backoff_s = backoff_s
+        self._start_args: list[tuple[Any, ...]] = []
+        self.restarts = 0
+
+    def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
+        import ray
+
+        if len(seeds) < len(self.handles):
+            raise UserError(
+                f"workers.env gives this learner {len(self.handles)} env workers for its {len(seeds)} envs; "
+                f"every env worker needs at least one env (raise env.num_envs or lower workers.env)"
+            )
+        cfg_json = cfg.model_dump(mode="json")
+        self._start_args = []
+        for i in range(len(self.handles)):
+            first, count = even_split(len(seeds), i, len(self.handles))
+            self._start_args.append((cfg_json, seeds[first : first + count], noise_seed, len(seeds), first))
+        spaces = ray.get(
+            [h.start.remote(*args) for h, args in zip(self.handles, self._start_args, strict=True)]
+        )
+        return spaces[0]
+
+    def collection(
+        self, policy: torch.nn.Module, obs_rms: Any, return_rms: Any, device: torch.device
+    ) -> RayCollection:
+        modules = {"policy": policy, "obs_rms": obs_rms, "return_rms": return_rms}
+        return RayCollection(self, {k: m for k, m in modules.items() if m is not None}, device)
+
+    def call_all(self, method: str, *args: Any) -> list[Any]:
+        """``method`` on every worker; a worker that died is restarted, rebuilt and asked again."""
+        refs = [getattr(h, method).remote(*args) for h in self.handles]
+        return [
+            self._get_retrying(i, ref, lambda i=i: getattr(self.handles[i], method).remote(*args))
+            for i, ref in enumerate(refs)
+        ]
+
+    def _get_retrying(self, index: int, ref: Any, again: Callable[[], Any]) -> Any:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        failures = 0
+        while True:
+            try:
+                return ray.get(ref)
+            except (RayActorError, RayTaskError) as exc:
+                failures += 1
+                self.restarts += 1
+                if failures > self.max_restarts:
+                    raise UserError(
+                        f"env worker {index} failed {failures} times in a row "
+                        f"(workers.max_restarts={self.max_restarts}); last cause: {failure_cause(exc)}"
+                    ) from None
+                delay = self.backoff_s * 2 ** (failures - 1)
+                print(
+                    f"distrl: env worker {index} failed ({failure_cause(exc)}); restart {failures} of "
+                    f"at most {self.max_restarts}, retrying its part in {delay:g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                time.sleep(delay)
+                ref = self._rebuilt(index, again)
+
+    def _rebuilt(self, index: int, again: Callable[[], Any]) -> Any:
+        """Once Ray has restarted the actor: its envs built and reset again, then ``again()``."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        handle = self.handles[index]
+        try:
+            ray.get(handle.start.remote(*self._start_args[index]))
+            ray.get(handle.reset.remote())
+        except RayActorError:
+            pass  # not back yet (or dead for good): the retried call fails and counts as a failure
+        return again()
+
+
+class RayCollection:
+    """Rollouts of a learner's envs from its env workers (``runners.collector.Collection``)."""
+
+    def __init__(
+        self, workers: RayEnvWorkers, modules: dict[str, torch.nn.Module], device: torch.device
+    ) -> None:
+        self.workers = workers
+        self.modules = modules
+        self.device = device
+
+    def reset(self) -> torch.Tensor:
+        return torch.cat(self.workers.call_all("reset")).to(self.device)
+
+    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
+        """Every worker collects its part in full (``should_stop``, the straggler cut-off, is
+        not applied to remote envs)."""
+        import ray
+
+        weights = ray.put({name: _cpu_state(m) for name, m in self.modules.items()})
+        return RolloutSegment.join(self.workers.call_all("rollout", weights), self.device)
+
+    def close(self) -> None:
+        """The workers belong to the Ray job and end with it."""
+
+
+def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def failure_cause(exc: Exception) -> str:
+    """One line on what Ray says killed the actor or failed the task."""
+    lines = [line.strip() for line in str(getattr(exc, "cause", None) or exc).splitlines() if line.strip()]
+    for line in lines:
+        if "memory" in line.lower() or "killed" in line.lower() or "exit" in line.lower():
+            return line
+    return lines[-1] if lines else type(exc).__name__
+
+
+def from_launcher() -> RayEnvWorkers | None:
+    """The env workers the Ray launcher gave this process, if any."""
+    spec = os.environ.get(ENV_WORKERS_VAR)
+    if not spec:
+        return None
+    import ray
+
+    named = json.loads(spec)
+    handles = [ray.get_actor(name, namespace=named["namespace"]) for name in named["names"]]
+    return RayEnvWorkers(handles, named["max_restarts"], named["backoff_s"])

@@ -1,0 +1,75 @@
+"""Ray mode's environment workers on the session's real Ray head: one learner with env workers
+collects exactly what one process with the same envs collects, and a worker that dies mid-rollout
+is restarted, its part collected again and the run finishes with every sample counted once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from distrl.config import load_config
+from distrl.errors import UserError
+from distrl.launch.ray_launch import check_workers
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, distrl
+from tests.ray_cluster import param_digests, ray_train
+
+BUDGET = ["train.total_steps=4096", "train.stop_return=null", "checkpoint.interval_steps=4096"]
+CRASHING = [
+    "env.id=tests.envs.toy:CrashingEnv", "env.max_episode_steps=30", "env.num_envs=4",
+    "algo.rollout_steps=16", "algo.minibatch_size=32", "train.total_steps=640", "train.stop_return=null",
+    "workers.env=2", "workers.retry_backoff_s=0.1",
+]  # fmt: skip
+
+
+def test_one_learner_with_env_workers_trains_exactly_as_one_process(ray_head: str, tmp_path: Path) -> None:
+    result = ray_train(ray_head, tmp_path / "ray", "workers.env=2", *BUDGET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference = distrl(
+        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "local"), "log.progress=false",
+        "log.tensorboard=false", *BUDGET,
+    )  # fmt: skip
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
+
+
+def _final_row(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+
+
+def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head: str, tmp_path: Path) -> None:
+    marker = tmp_path / "crashed"
+    result = ray_train(ray_head, tmp_path / "run", *CRASHING, f"env.kwargs.marker={marker}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert marker.exists()
+    assert "env worker 0 failed" in result.stderr or "env worker 1 failed" in result.stderr
+    assert "restart 1 of at most 3, retrying its part in 0.1 s" in result.stderr
+    assert "Traceback" not in result.stderr
+    # Every update counted its 64 samples once: 10 updates, the budget exactly.
+    assert _final_row(tmp_path / "run")["global_step"] == 640
+
+
+def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path) -> None:
+    marker = tmp_path / "crashed"
+    result = ray_train(
+        ray_head, tmp_path / "run", *CRASHING, f"env.kwargs.marker={marker}", "workers.max_restarts=0"
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "failed 1 times in a row (workers.max_restarts=0); last cause:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides", "message"),
+    [
+        (CARTPOLE, ["workers.policy=2", "workers.env=1"], "workers.env=1 is fewer than the 2 learners"),
+        (CARTPOLE_DQN, ["workers.env=2"], "env workers collect for PPO with ml_framework: torch"),
+    ],
+    ids=["fewer-than-learners", "dqn"],
+)
+def test_env_workers_the_run_cannot_use_are_one_line(
+    config: Path, overrides: list[str], message: str
+) -> None:
+    with pytest.raises(UserError, match=message):
+        check_workers(load_config(config, overrides))

@@ -1,0 +1,83 @@
+"""One real Ray head for the whole test session (``ray_head``, registered in conftest.py) and
+helpers to run ``distrl train --launcher ray`` against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from distrl.io import checkpoint as ckpt
+from tests.helpers import CARTPOLE, distrl, free_port
+
+HEAD_CPUS = 4
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[str]:
+    """A Ray head on 127.0.0.1 with token authentication; its address (skipped without the ray
+    extra). The tests' distrl processes join it with the same token (the environment carries
+    both variables)."""
+    pytest.importorskip("ray", reason="the ray extra is installed by make test")
+    temp = Path(tempfile.mkdtemp(prefix="distrl-ray-test-"))  # short: Ray's Unix sockets live there
+    token = temp / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    saved = {
+        k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_USAGE_STATS_ENABLED")
+    }
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), RAY_USAGE_STATS_ENABLED="0")
+    port = free_port()
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         f"--num-cpus={HEAD_CPUS}", "--num-gpus=0", "--include-dashboard=false", f"--temp-dir={temp}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    try:
+        _wait_for_head(address)
+        yield address
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _wait_for_head(address: str) -> None:
+    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); ray.shutdown()"
+    deadline = time.monotonic() + 60
+    while True:
+        result = subprocess.run(
+            [sys.executable, "-c", probe, address], capture_output=True, text=True, check=False
+        )
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Ray head did not come up: {result.stderr[-2000:]}")
+        time.sleep(1)
+
+
+def ray_train(
+    address: str, run_dir: Path, *overrides: str, config: Path = CARTPOLE
+) -> subprocess.CompletedProcess:
+    return distrl(
+        "train", "--config", str(config), "--launcher", "ray", "--ray-address", address,
+        "--run-dir", str(run_dir), "log.progress=false", "log.tensorboard=false", *overrides,
+    )  # fmt: skip
+
+
+def param_digests(run_dir: Path) -> list[str]:
+    """Every rank's parameter digest in the run's newest checkpoint."""
+    state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
+    return [rank["param_sha256"] for rank in state["ranks"]]
