@@ -20,6 +20,8 @@ from distrl.io import checkpoint as ckpt
 from tests.helpers import CARTPOLE, distrl, free_port
 
 HEAD_CPUS = 4
+BUDGET = ["train.total_steps=4096", "train.stop_return=null", "checkpoint.interval_steps=4096"]
+"""A short CartPole run with a checkpoint at its end."""
 
 
 @pytest.fixture(scope="session")

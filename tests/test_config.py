@@ -77,3 +77,10 @@ def test_transport_keys_moved_to_comm_are_still_read_with_a_warning(
     assert load_config(None, ["comm.cpu_sum=gloo"]).comm.cpu_sum == "gloo"
     with pytest.raises(UserError, match="comm.cpu_sum: Input should be 'auto', 'gloo' or 'socket'"):
         load_config(None, ["comm.cpu_sum=mpi"])
+
+
+def test_worker_counts_per_node_give_the_totals() -> None:
+    cfg = load_config(None, ["cluster.num_nodes=3", "workers.policy_per_node=2", "workers.env_per_node=4"])
+    assert (cfg.workers.policy, cfg.workers.env) == (6, 12)
+    with pytest.raises(UserError, match="workers.env and workers.env_per_node exclude each other"):
+        load_config(None, ["workers.env=2", "workers.env_per_node=4"])

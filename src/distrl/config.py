@@ -216,11 +216,15 @@ class WorkersConfig(Section):
     policy: PositiveInt = 1
     """Learner workers in all: the ranks of one torch.distributed group, each with its own envs
     (``env.num_envs`` is split over them as over torchrun's ranks)."""
+    policy_per_node: PositiveInt | None = None
+    """Instead of ``policy``: learners on each of ``cluster.num_nodes`` nodes."""
     cpus_per_policy: PositiveFloat = 1.0
     gpus_per_policy: NonNegativeFloat = 0.0
     env: NonNegativeInt = 0
     """Environment workers in all (PPO), shared out over the learners: each steps a part of its
     learner's envs with a CPU copy of the newest weights; 0: learners step their own envs."""
+    env_per_node: NonNegativeInt | None = None
+    """Instead of ``env``: env workers on each of ``cluster.num_nodes`` nodes."""
     cpus_per_env: PositiveFloat = 1.0
     max_restarts: NonNegativeInt = 3
     """A failed env worker is restarted and its part of the rollout collected again, this many
@@ -252,6 +256,25 @@ class RunConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_totals(cls, data: Any) -> Any:
+        """``workers.<group>_per_node`` x ``cluster.num_nodes`` is the group's total."""
+        if not isinstance(data, dict) or not isinstance(data.get("workers"), dict):
+            return data
+        workers = dict(data["workers"])
+        cluster = data.get("cluster")
+        nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
+        for group in ("policy", "env"):
+            per_node = workers.pop(f"{group}_per_node", None)
+            if per_node is None:
+                continue
+            if group in workers:
+                raise UserError(f"workers.{group} and workers.{group}_per_node exclude each other: give one")
+            if isinstance(per_node, int) and isinstance(nodes, int):
+                workers[group] = per_node * nodes
+        return {**data, "workers": workers}
 
     @model_validator(mode="before")
     @classmethod

@@ -13,9 +13,8 @@ from distrl.config import load_config
 from distrl.errors import UserError
 from distrl.launch.ray_launch import check_workers
 from tests.helpers import CARTPOLE, CARTPOLE_DQN, distrl
-from tests.ray_cluster import param_digests, ray_train
+from tests.ray_cluster import BUDGET, param_digests, ray_train
 
-BUDGET = ["train.total_steps=4096", "train.stop_return=null", "checkpoint.interval_steps=4096"]
 CRASHING = [
     "env.id=tests.envs.toy:CrashingEnv", "env.max_episode_steps=30", "env.num_envs=4",
     "algo.rollout_steps=16", "algo.minibatch_size=32", "train.total_steps=640", "train.stop_return=null",
@@ -47,7 +46,9 @@ def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head:
     assert "restart 1 of at most 3, retrying its part in 0.1 s" in result.stderr
     assert "Traceback" not in result.stderr
     # Every update counted its 64 samples once: 10 updates, the budget exactly.
-    assert _final_row(tmp_path / "run")["global_step"] == 640
+    final = _final_row(tmp_path / "run")
+    assert final["global_step"] == 640
+    assert final["env_worker_restarts"] == 1
 
 
 def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path) -> None:

@@ -10,20 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from distrl.config import ClusterConfig, WorkersConfig
+from distrl.config import ClusterConfig, WorkersConfig, load_config
 from distrl.errors import UserError
-from tests.helpers import CARTPOLE, distrl, torchrun_train
-from tests.ray_cluster import HEAD_CPUS, param_digests, ray_train
+from tests.helpers import CARTPOLE, REPO, distrl, torchrun_train
+from tests.ray_cluster import BUDGET, HEAD_CPUS, param_digests, ray_train
 
 pytest.importorskip("ray", reason="the ray extra is installed by make test")
 from distrl.launch.ray_launch import check_fits  # noqa: E402
 
 
 def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, tmp_path: Path) -> None:
-    budget = ["train.total_steps=4096", "train.stop_return=null", "checkpoint.interval_steps=4096"]
-    result = ray_train(ray_head, tmp_path / "ray", "workers.policy=2", *budget)
+    result = ray_train(ray_head, tmp_path / "ray", "workers.policy=2", *BUDGET)
     assert result.returncode == 0, result.stderr[-3000:]
-    reference = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "torchrun"), *budget)
+    reference = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "torchrun"), *BUDGET)
     assert reference.returncode == 0, reference.stderr[-3000:]
     on_ray = param_digests(tmp_path / "ray")
     assert len(on_ray) == 2 and on_ray[0] == on_ray[1]  # the learners stay bit-identical
@@ -89,3 +88,24 @@ def test_fit_check_names_what_does_not_fit(
 ) -> None:
     with pytest.raises(UserError, match=message):
         check_fits(cluster, workers, {"CPU": 4.0}, nodes=1)
+
+
+@pytest.mark.parametrize("shape", ["small", "medium", "large"])
+def test_shipped_gpu_configs_fit_their_cluster_shape_and_not_one_node_less(shape: str) -> None:
+    cfg = load_config(REPO / "configs" / f"ray_{shape}.yaml")
+    nodes, per_node = (
+        cfg.cluster.num_nodes,
+        {"CPU": cfg.cluster.cpus_per_node, "GPU": cfg.cluster.gpus_per_node},
+    )
+    check_fits(cfg.cluster, cfg.workers, {k: v * nodes for k, v in per_node.items()}, nodes)
+    assert cfg.workers.policy == nodes * cfg.cluster.gpus_per_node  # one learner per GPU
+    with pytest.raises(UserError, match="alive node"):
+        check_fits(cfg.cluster, cfg.workers, {k: v * (nodes - 1) for k, v in per_node.items()}, nodes - 1)
+
+
+def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_path: Path) -> None:
+    config = REPO / "configs" / "ray_medium_cpu.yaml"
+    result = ray_train(ray_head, tmp_path, *BUDGET, config=config)
+    assert result.returncode == 0, result.stderr[-3000:]
+    digests = param_digests(tmp_path)
+    assert len(digests) == 2 and digests[0] == digests[1]

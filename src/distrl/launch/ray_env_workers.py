@@ -31,6 +31,8 @@ from distrl.runners.collector import RolloutCollector
 from distrl.sharding import even_split
 from distrl.storage.rollout import RolloutSegment
 
+REBUILD_WAIT_S = 60.0
+"""How long a failed env worker may take to come back (Ray restarts it) before it counts as failed again."""
 ENV_WORKERS_VAR = "DISTRL_RAY_ENV_WORKERS"
 """Set by the Ray launcher for a learner: JSON ``{"namespace": ..., "names": [...]}`` of its env
 workers (named actors)."""
@@ -95,6 +97,7 @@ class RayEnvWorkers:
         self.backoff_s = backoff_s
         self._start_args: list[tuple[Any, ...]] = []
         self.restarts = 0
+        """Failed calls retried since the start (each a restart or a rebuild of a worker)."""
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
         import ray
@@ -155,16 +158,23 @@ class RayEnvWorkers:
                 ref = self._rebuilt(index, again)
 
     def _rebuilt(self, index: int, again: Callable[[], Any]) -> Any:
-        """Once Ray has restarted the actor: its envs built and reset again, then ``again()``."""
+        """Once Ray has restarted the actor (calls fail while it restarts): its envs built and
+        reset again, then ``again()``. An actor not back within ``REBUILD_WAIT_S`` is left to
+        fail ``again()``, which counts as the next failure."""
         import ray
         from ray.exceptions import RayActorError
 
         handle = self.handles[index]
-        try:
-            ray.get(handle.start.remote(*self._start_args[index]))
-            ray.get(handle.reset.remote())
-        except RayActorError:
-            pass  # not back yet (or dead for good): the retried call fails and counts as a failure
+        deadline = time.monotonic() + REBUILD_WAIT_S
+        while True:
+            try:
+                ray.get(handle.start.remote(*self._start_args[index]))
+                ray.get(handle.reset.remote())
+                break
+            except RayActorError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(self.backoff_s)
         return again()
 
 
@@ -188,6 +198,9 @@ class RayCollection:
 
         weights = ray.put({name: _cpu_state(m) for name, m in self.modules.items()})
         return RolloutSegment.join(self.workers.call_all("rollout", weights), self.device)
+
+    def metrics(self) -> dict[str, float]:
+        return {"env_worker_restarts": float(self.workers.restarts)}
 
     def close(self) -> None:
         """The workers belong to the Ray job and end with it."""

@@ -63,6 +63,10 @@ class Collection(Protocol):
         (fewer once ``should_stop(steps so far)``, where the collection can be cut)."""
         ...
 
+    def metrics(self) -> dict[str, float]:
+        """This rank's numbers about the collection itself, for the metrics (averaged over ranks)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -161,6 +165,9 @@ class RolloutCollector:
         if self.obs_rms is None:
             return obs
         return self.obs_rms.normalize(obs, self.cfg.normalize.clip)
+
+    def metrics(self) -> dict[str, float]:
+        return {}
 
     def close(self) -> None:
         self.env.close()

@@ -155,7 +155,11 @@ class OnPolicyRunner(Runner):
         skipped = losses.pop("skipped_minibatches")
         return IterationResult(
             env_steps=collected,
-            averaged={**losses, "collect_share": collect_s / (time.perf_counter() - start)},
+            averaged={
+                **losses,
+                **self.collection.metrics(),
+                "collect_share": collect_s / (time.perf_counter() - start),
+            },
             replicated={
                 "learning_rate": lr,
                 "skipped_minibatches": skipped,
