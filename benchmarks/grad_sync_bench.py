@@ -48,7 +48,7 @@ class ActionStats(nn.Module):
 
 def make_batch(policy: ActorCritic, obs_dim: int) -> RolloutBatch:
     obs = torch.randn(MINIBATCH, obs_dim)
-    actions, log_probs, values = policy.act(obs)
+    actions, log_probs, values = policy.act(obs, torch.rand(policy.noise_shape(MINIBATCH)))
     return RolloutBatch(obs, actions, log_probs, values, torch.randn(MINIBATCH), torch.randn(MINIBATCH))
 
 

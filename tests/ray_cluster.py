@@ -42,7 +42,7 @@ def ray_head() -> Iterator[str]:
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
          f"--num-cpus={HEAD_CPUS}", "--num-gpus=0", "--include-dashboard=false", f"--temp-dir={temp}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     address = f"127.0.0.1:{port}"
     try:
@@ -83,3 +83,8 @@ def param_digests(run_dir: Path) -> list[str]:
     """Every rank's parameter digest in the run's newest checkpoint."""
     state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
     return [rank["param_sha256"] for rank in state["ranks"]]
+
+
+def final_row(run_dir: Path) -> dict:
+    """The run's last metrics row."""
+    return json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])

@@ -10,7 +10,7 @@ from distrl.sharding import EnvShard
 
 
 def rank_seed(seed: int, rank: int) -> int:
-    """Independent 32-bit seed for a rank's torch RNG (action sampling, minibatch shuffling)."""
+    """Independent 32-bit seed for a rank's torch RNG (initial weights, minibatch shuffling)."""
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 

@@ -34,7 +34,8 @@ def full_batch(policy: ActorCritic) -> RolloutBatch:
     """A fixed batch of TOTAL samples; rank 0 holds the first ``split`` rows, rank 1 the rest."""
     gen = torch.Generator().manual_seed(1)
     obs = torch.randn(TOTAL, 5, generator=gen)
-    actions, log_probs, values = policy.act(obs, torch.rand(policy.noise_shape(TOTAL), generator=gen))
+    draw = torch.randn if policy.continuous else torch.rand
+    actions, log_probs, values = policy.act(obs, draw(policy.noise_shape(TOTAL), generator=gen))
     advantages = torch.randn(TOTAL, generator=gen) * 2 + 1
     returns = values + torch.randn(TOTAL, generator=gen)
     return RolloutBatch(obs, actions, log_probs, values, advantages, returns)

@@ -4,7 +4,6 @@ is restarted, its part collected again and the run finishes with every sample co
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from distrl.config import load_config
 from distrl.errors import UserError
 from distrl.launch.ray_launch import check_workers
 from tests.helpers import CARTPOLE, CARTPOLE_DQN, distrl
-from tests.ray_cluster import BUDGET, param_digests, ray_train
+from tests.ray_cluster import BUDGET, final_row, param_digests, ray_train
 
 CRASHING = [
     "env.id=tests.envs.toy:CrashingEnv", "env.max_episode_steps=30", "env.num_envs=4",
@@ -31,10 +30,7 @@ def test_one_learner_with_env_workers_trains_exactly_as_one_process(ray_head: st
     )  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
-
-
-def _final_row(run_dir: Path) -> dict:
-    return json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert final_row(tmp_path / "ray")["env_worker_failures"] == 0  # the env workers collected
 
 
 def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head: str, tmp_path: Path) -> None:
@@ -46,9 +42,9 @@ def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head:
     assert "restart 1 of at most 3, retrying its part in 0.1 s" in result.stderr
     assert "Traceback" not in result.stderr
     # Every update counted its 64 samples once: 10 updates, the budget exactly.
-    final = _final_row(tmp_path / "run")
+    final = final_row(tmp_path / "run")
     assert final["global_step"] == 640
-    assert final["env_worker_restarts"] == 1
+    assert final["env_worker_failures"] == 1
 
 
 def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path) -> None:
@@ -66,8 +62,9 @@ def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path
     [
         (CARTPOLE, ["workers.policy=2", "workers.env=1"], "workers.env=1 is fewer than the 2 learners"),
         (CARTPOLE_DQN, ["workers.env=2"], "env workers collect for PPO with ml_framework: torch"),
+        (CARTPOLE, ["workers.env=2", "train.straggler_threshold=0.5"], "env workers always collect whole"),
     ],
-    ids=["fewer-than-learners", "dqn"],
+    ids=["fewer-than-learners", "dqn", "straggler-cutoff"],
 )
 def test_env_workers_the_run_cannot_use_are_one_line(
     config: Path, overrides: list[str], message: str

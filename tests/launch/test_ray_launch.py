@@ -13,7 +13,7 @@ import pytest
 from distrl.config import ClusterConfig, WorkersConfig, load_config
 from distrl.errors import UserError
 from tests.helpers import CARTPOLE, REPO, distrl, torchrun_train
-from tests.ray_cluster import BUDGET, HEAD_CPUS, param_digests, ray_train
+from tests.ray_cluster import BUDGET, HEAD_CPUS, final_row, param_digests, ray_train
 
 pytest.importorskip("ray", reason="the ray extra is installed by make test")
 from distrl.launch.ray_launch import check_fits  # noqa: E402
@@ -91,7 +91,7 @@ def test_fit_check_names_what_does_not_fit(
 
 
 @pytest.mark.parametrize("shape", ["small", "medium", "large"])
-def test_shipped_gpu_configs_fit_their_cluster_shape_and_not_one_node_less(shape: str) -> None:
+def test_shipped_gpu_configs_fit_their_cluster_shape_and_need_all_of_it(shape: str) -> None:
     cfg = load_config(REPO / "configs" / f"ray_{shape}.yaml")
     nodes, per_node = (
         cfg.cluster.num_nodes,
@@ -99,8 +99,10 @@ def test_shipped_gpu_configs_fit_their_cluster_shape_and_not_one_node_less(shape
     )
     check_fits(cfg.cluster, cfg.workers, {k: v * nodes for k, v in per_node.items()}, nodes)
     assert cfg.workers.policy == nodes * cfg.cluster.gpus_per_node  # one learner per GPU
-    with pytest.raises(UserError, match="alive node"):
-        check_fits(cfg.cluster, cfg.workers, {k: v * (nodes - 1) for k, v in per_node.items()}, nodes - 1)
+    # The job needs every GPU of the shape.
+    short = {"CPU": per_node["CPU"] * nodes, "GPU": per_node["GPU"] * nodes - 1}
+    with pytest.raises(UserError, match="GPU in all; the Ray cluster has"):
+        check_fits(cfg.cluster, cfg.workers, short, nodes)
 
 
 def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_path: Path) -> None:
@@ -109,3 +111,4 @@ def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     digests = param_digests(tmp_path)
     assert len(digests) == 2 and digests[0] == digests[1]
+    assert final_row(tmp_path)["env_worker_failures"] == 0  # the env workers collected

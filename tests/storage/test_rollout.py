@@ -37,7 +37,9 @@ def test_a_rollout_cut_short_yields_only_its_steps_bootstrapped_from_where_it_st
             torch.ones(2),
             torch.zeros(2),
         )
-    batch = storage.segment(torch.full((2,), 2.0), nonfinite_final_obs=False).batch(gamma=0.5, gae_lambda=1.0)
+    batch = storage.segment(torch.full((2,), 2.0), torch.zeros(2, dtype=torch.bool), False).batch(
+        gamma=0.5, gae_lambda=1.0
+    )
     assert len(batch) == 6 and batch.obs[:, 0].tolist() == [0, 0, 1, 1, 2, 2]
     # Returns bootstrap from V = 2 after step 3: 1 + 0.5 * (1 + 0.5 * (1 + 0.5 * 2)).
     torch.testing.assert_close(batch.returns[:2], torch.tensor([2.0, 2.0]))

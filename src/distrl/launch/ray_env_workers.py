@@ -7,10 +7,11 @@ segments along the env axis. Actions come from the rank's ``ActionNoise`` cut to
 envs, so one learner with N env workers collects exactly what one process with the same envs
 collects.
 
-A worker that dies (killed, out of memory, an exception in an env) is restarted by Ray (up to
-``workers.max_restarts``); the learner logs the cause, waits with exponential backoff, rebuilds
-the worker's envs and collects that worker's part of the rollout again. A part is only ever
-taken whole, so no sample is lost or counted twice.
+A worker that dies (killed, out of memory) is restarted by Ray; one whose env raised is kept.
+Either way the learner logs the cause, waits with exponential backoff, rebuilds the worker's envs
+(fresh seeds) and collects that worker's part of the rollout again, giving up after
+``workers.max_restarts`` failures in a row. A part is only ever taken whole, so no sample is lost
+or counted twice.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from distrl.config import RunConfig
@@ -45,8 +47,16 @@ class EnvWorker:
         self.collector: RolloutCollector | None = None
 
     def start(
-        self, cfg_json: dict[str, Any], seeds: list[int], noise_seed: list[int], noise_rows: int, first: int
+        self,
+        cfg_json: dict[str, Any],
+        seeds: list[int],
+        noise_seed: list[int],
+        noise_rows: int,
+        first: int,
+        generation: int = 0,
     ) -> tuple[gym.Space, gym.Space]:
+        """Build the envs and the policy copy; ``generation`` > 0 (a rebuild after a failure)
+        derives fresh env seeds and noise from the given ones."""
         from distrl.envs import make_vec_env
         from distrl.models.actor_critic import ActorCritic
         from distrl.models.normalizer import RunningMeanStd
@@ -56,6 +66,9 @@ class EnvWorker:
         if self.collector is not None:  # rebuilt after a failure: the old envs go first
             self.collector.close()
         cfg = RunConfig.model_validate(cfg_json)
+        if generation:
+            seeds = [int(np.random.SeedSequence([s, generation]).generate_state(1)[0]) for s in seeds]
+            noise_seed = [*noise_seed, generation]
         torch.set_num_threads(1)
         cpu = torch.device("cpu")
         env = make_vec_env(cfg.env, seeds, cpu)
@@ -96,8 +109,9 @@ class RayEnvWorkers:
         self.max_restarts = max_restarts
         self.backoff_s = backoff_s
         self._start_args: list[tuple[Any, ...]] = []
-        self.restarts = 0
-        """Failed calls retried since the start (each a restart or a rebuild of a worker)."""
+        self.failures = 0
+        """Calls to a worker that failed (it died or raised) since the start."""
+        self.rebuilds = 0
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
         import ray
@@ -138,10 +152,13 @@ class RayEnvWorkers:
         failures = 0
         while True:
             try:
+                if failures:
+                    self._rebuild(index)
+                    ref = again()
                 return ray.get(ref)
             except (RayActorError, RayTaskError) as exc:
                 failures += 1
-                self.restarts += 1
+                self.failures += 1
                 if failures > self.max_restarts:
                     raise UserError(
                         f"env worker {index} failed {failures} times in a row "
@@ -155,27 +172,26 @@ class RayEnvWorkers:
                     flush=True,
                 )
                 time.sleep(delay)
-                ref = self._rebuilt(index, again)
 
-    def _rebuilt(self, index: int, again: Callable[[], Any]) -> Any:
-        """Once Ray has restarted the actor (calls fail while it restarts): its envs built and
-        reset again, then ``again()``. An actor not back within ``REBUILD_WAIT_S`` is left to
-        fail ``again()``, which counts as the next failure."""
+    def _rebuild(self, index: int) -> None:
+        """Build and reset the worker's envs again once Ray has restarted it (calls fail while it
+        restarts, for up to ``REBUILD_WAIT_S``); fresh env seeds and noise for each rebuild. A
+        failure here counts as the worker's next failure."""
         import ray
         from ray.exceptions import RayActorError
 
+        self.rebuilds += 1
         handle = self.handles[index]
         deadline = time.monotonic() + REBUILD_WAIT_S
         while True:
             try:
-                ray.get(handle.start.remote(*self._start_args[index]))
+                ray.get(handle.start.remote(*self._start_args[index], generation=self.rebuilds))
                 ray.get(handle.reset.remote())
-                break
+                return
             except RayActorError:
                 if time.monotonic() > deadline:
-                    break
+                    raise
                 time.sleep(self.backoff_s)
-        return again()
 
 
 class RayCollection:
@@ -200,7 +216,7 @@ class RayCollection:
         return RolloutSegment.join(self.workers.call_all("rollout", weights), self.device)
 
     def metrics(self) -> dict[str, float]:
-        return {"env_worker_restarts": float(self.workers.restarts)}
+        return {"env_worker_failures": float(self.workers.failures)}
 
     def close(self) -> None:
         """The workers belong to the Ray job and end with it."""

@@ -70,6 +70,11 @@ def check_workers(cfg: RunConfig) -> None:
             raise UserError(
                 "workers.env: env workers collect for PPO with ml_framework: torch; set workers.env=0"
             )
+        if cfg.train.straggler_threshold is not None:
+            raise UserError(
+                "train.straggler_threshold: env workers always collect whole rollouts; "
+                "unset it or set workers.env=0"
+            )
         if workers.env < workers.policy:
             raise UserError(
                 f"workers.env={workers.env} is fewer than the {workers.policy} learners (workers.policy): "
@@ -242,7 +247,7 @@ def _start_env_workers(
                 name=name,
                 namespace=namespace,
                 num_cpus=workers.cpus_per_env,
-                max_restarts=workers.max_restarts,
+                max_restarts=-1,  # Ray's bound is per lifetime; the learner bounds failures in a row
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     group, placement_group_bundle_index=workers.policy + first + i
                 ),

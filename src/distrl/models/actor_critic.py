@@ -81,7 +81,10 @@ class ActorCritic(nn.Module):
         else:
             log_p = out.log_softmax(-1)
             cdf = log_p.exp().cumsum(-1)
-            actions = torch.searchsorted(cdf, noise.unsqueeze(-1)).squeeze(-1).clamp_(max=out.shape[-1] - 1)
+            # The first action whose cumulative probability exceeds u * total: never one with
+            # probability 0, even where the float sum ends short of 1 or u is 0.
+            u = noise.unsqueeze(-1) * cdf[..., -1:]
+            actions = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=out.shape[-1] - 1)
             log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         return actions, log_probs, self.value(obs)
 

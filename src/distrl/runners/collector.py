@@ -123,9 +123,12 @@ class RolloutCollector:
         self.action_bounds = _action_bounds(env.action_space, device)
         self.obs: torch.Tensor | None = None
         """The observation the next rollout starts from."""
+        self.restarted = torch.zeros(env.num_envs, dtype=torch.bool, device=device)
+        """Envs reset since the last rollout."""
 
     def reset(self) -> torch.Tensor:
         self.obs = self.env.reset().to(self.device)
+        self.restarted.fill_(True)
         return self.obs
 
     def rollout(self, should_stop: Callable[[int], bool] = lambda steps: False) -> RolloutSegment:
@@ -159,7 +162,8 @@ class RolloutCollector:
         self.obs = obs
         with torch.no_grad(), phase("inference"):
             last_values = self.policy.value(self.normalize_obs(finite(obs)))
-        return store.segment(last_values, bool(nonfinite_final_obs))
+        restarted, self.restarted = self.restarted, torch.zeros_like(self.restarted)
+        return store.segment(last_values, restarted, bool(nonfinite_final_obs))
 
     def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_rms is None:

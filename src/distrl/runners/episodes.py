@@ -31,9 +31,12 @@ class EpisodeTracker:
         self._rewards.append(rewards)
         self._dones.append(dones)
 
-    def add_rollout(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
-        """Count a whole rollout's ``[steps, num_envs]`` rewards and done flags at once."""
+    def add_rollout(self, rewards: torch.Tensor, dones: torch.Tensor, restarted: torch.Tensor) -> None:
+        """Count a whole rollout's ``[steps, num_envs]`` rewards and done flags at once; the
+        ``restarted`` envs' unfinished episodes were cut before it and are forgotten."""
         self._flush()
+        self.running_return.masked_fill_(restarted, 0.0)
+        self.running_length.masked_fill_(restarted, 0)
         self._finish_episodes(rewards.double(), dones)
 
     def stats(self) -> EpisodeStats:

@@ -200,7 +200,7 @@ class OnPolicyRunner(Runner):
         self.stragglers.begin(self.rollouts)
         rollout = self.collection.rollout(self.stragglers.should_stop)
         self.stragglers.finish()
-        self.episodes.add_rollout(rollout.env_rewards, rollout.dones.bool())
+        self.episodes.add_rollout(rollout.env_rewards, rollout.dones.bool(), rollout.restarted)
         return rollout
 
     def update(self, rollout: RolloutSegment) -> tuple[dict[str, float], int]:

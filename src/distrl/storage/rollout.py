@@ -54,6 +54,10 @@ def compute_gae(
     return advantages, advantages + values
 
 
+PER_ENV = ("last_values", "restarted")
+"""``RolloutSegment``'s ``[envs]`` fields; the others are ``[steps, envs, ...]``."""
+
+
 @dataclass
 class RolloutSegment:
     """A rollout of some envs, ``[steps, envs, ...]``: what GAE and the update read, and what the
@@ -76,6 +80,9 @@ class RolloutSegment:
     """Discounted running returns behind the reward scale (``[steps, 0]`` without reward scaling)."""
     last_values: torch.Tensor
     """``[envs]``: values of the observation after the last step."""
+    restarted: torch.Tensor
+    """``[envs]`` bool: the env was reset before this segment, cutting its running episode (the
+    first rollout; an env worker rebuilt after a failure)."""
     nonfinite_final_obs: bool
     """A final observation (bootstrapping a truncation) was not finite."""
 
@@ -101,7 +108,7 @@ class RolloutSegment:
     def join(cls, parts: list[RolloutSegment], device: torch.device) -> RolloutSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
         tensors = {
-            f.name: torch.cat([getattr(p, f.name) for p in parts], dim=1 if f.name != "last_values" else 0)
+            f.name: torch.cat([getattr(p, f.name) for p in parts], dim=0 if f.name in PER_ENV else 1)
             for f in fields(cls)
             if f.name != "nonfinite_final_obs"
         }
@@ -159,7 +166,9 @@ class RolloutStorage:
         self.dones[t] = dones
         self.step += 1
 
-    def segment(self, last_values: torch.Tensor, nonfinite_final_obs: bool) -> RolloutSegment:
+    def segment(
+        self, last_values: torch.Tensor, restarted: torch.Tensor, nonfinite_final_obs: bool
+    ) -> RolloutSegment:
         """The steps added so far (views, valid until the next rollout); resets the write position."""
         n, self.step = self.step, 0
         assert n > 0, "rollout is empty"
@@ -174,5 +183,6 @@ class RolloutStorage:
             raw_obs=self.raw_obs[:n],
             raw_returns=self.raw_returns[:n],
             last_values=last_values,
+            restarted=restarted,
             nonfinite_final_obs=nonfinite_final_obs,
         )
