@@ -267,13 +267,16 @@ class RunConfig(Section):
         cluster = data.get("cluster")
         nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
         for group in ("policy", "env"):
-            per_node = workers.pop(f"{group}_per_node", None)
+            key = f"{group}_per_node"
+            per_node = workers.get(key)
             if per_node is None:
                 continue
             if group in workers:
-                raise UserError(f"workers.{group} and workers.{group}_per_node exclude each other: give one")
+                raise UserError(f"workers.{group} and workers.{key} exclude each other: give one")
+            # Anything but whole numbers is left for the fields' own checks to name.
             if isinstance(per_node, int) and isinstance(nodes, int):
                 workers[group] = per_node * nodes
+                del workers[key]
         return {**data, "workers": workers}
 
     @model_validator(mode="before")

@@ -59,9 +59,8 @@ class EnvWorker:
         derives fresh env seeds and noise from the given ones."""
         from distrl.envs import make_vec_env
         from distrl.models.actor_critic import ActorCritic
-        from distrl.models.normalizer import RunningMeanStd
         from distrl.runners.collector import ActionNoise
-        from distrl.runners.on_policy import uses_obs_normalization
+        from distrl.runners.on_policy import acting_modules, ppo_normalizers
 
         if self.collector is not None:  # rebuilt after a failure: the old envs go first
             self.collector.close()
@@ -73,31 +72,20 @@ class EnvWorker:
         cpu = torch.device("cpu")
         env = make_vec_env(cfg.env, seeds, cpu)
         obs_dim = env.observation_space.shape[0]
-        self.policy = ActorCritic(obs_dim, env.action_space, cfg.model)
-        obs_rms = RunningMeanStd((obs_dim,)) if uses_obs_normalization(cfg, env.action_space) else None
-        return_rms = RunningMeanStd(()) if cfg.normalize.rewards else None
-        self.normalizers = {
-            n: m for n, m in (("obs_rms", obs_rms), ("return_rms", return_rms)) if m is not None
-        }
-        noise = ActionNoise(self.policy, noise_seed, noise_rows, slice(first, first + len(seeds)), cpu)
-        self.collector = RolloutCollector(
-            cfg,
-            env,
-            self.policy,
-            obs_rms,
-            return_rms,
-            noise,
-            cpu,
-        )
+        policy = ActorCritic(obs_dim, env.action_space, cfg.model)
+        obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
+        self.modules = acting_modules(policy, obs_rms, return_rms)
+        """What each rollout's weights are loaded into, by name."""
+        noise = ActionNoise(policy, noise_seed, noise_rows, slice(first, first + len(seeds)), cpu)
+        self.collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
         return env.observation_space, env.action_space
 
     def reset(self) -> torch.Tensor:
         return self.collector.reset()
 
     def rollout(self, weights: dict[str, dict[str, torch.Tensor]]) -> RolloutSegment:
-        self.policy.load_state_dict(weights["policy"])
-        for name, rms in self.normalizers.items():
-            rms.load_state_dict(weights[name])
+        for name, module in self.modules.items():
+            module.load_state_dict(weights[name])
         return self.collector.rollout()
 
 
@@ -134,8 +122,9 @@ class RayEnvWorkers:
     def collection(
         self, policy: torch.nn.Module, obs_rms: Any, return_rms: Any, device: torch.device
     ) -> RayCollection:
-        modules = {"policy": policy, "obs_rms": obs_rms, "return_rms": return_rms}
-        return RayCollection(self, {k: m for k, m in modules.items() if m is not None}, device)
+        from distrl.runners.on_policy import acting_modules
+
+        return RayCollection(self, acting_modules(policy, obs_rms, return_rms), device)
 
     def call_all(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every worker; a worker that died is restarted, rebuilt and asked again."""

@@ -39,6 +39,22 @@ def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bo
     return isinstance(action_space, gym.spaces.Box)
 
 
+def ppo_normalizers(
+    cfg: RunConfig, obs_dim: int, action_space: gym.spaces.Space
+) -> tuple[RunningMeanStd | None, RunningMeanStd | None]:
+    """The observation statistics and the reward scale the config asks for (None: not used)."""
+    obs_rms = RunningMeanStd((obs_dim,)) if uses_obs_normalization(cfg, action_space) else None
+    return obs_rms, RunningMeanStd(()) if cfg.normalize.rewards else None
+
+
+def acting_modules(
+    policy: nn.Module, obs_rms: RunningMeanStd | None, return_rms: RunningMeanStd | None
+) -> dict[str, nn.Module]:
+    """The modules a PPO collector acts with, by their checkpoint names (those in use)."""
+    named = {"policy": policy, "obs_rms": obs_rms, "return_rms": return_rms}
+    return {name: module for name, module in named.items() if module is not None}
+
+
 def advantage_sums(advantages: torch.Tensor) -> list[float]:
     """(count, sum, sum of squares) in float64: summed over ranks, they give the global mean and
     variance in the same collective as the update's other per-rank numbers."""
@@ -110,10 +126,10 @@ class OnPolicyRunner(Runner):
         obs_dim = self.observation_space.shape[0]
         self.policy = ActorCritic(obs_dim, self.action_space, cfg.model).to(device)
         comm.broadcast_parameters_(self.policy)
-        self.obs_rms = (
-            RunningMeanStd((obs_dim,)).to(device) if uses_obs_normalization(cfg, self.action_space) else None
+        self.obs_rms, self.return_rms = (
+            rms.to(device) if rms is not None else None
+            for rms in ppo_normalizers(cfg, obs_dim, self.action_space)
         )
-        self.return_rms = RunningMeanStd(()).to(device) if cfg.normalize.rewards else None
         self.algo = PPO(
             self.policy,
             cfg.algo,
@@ -171,15 +187,11 @@ class OnPolicyRunner(Runner):
         )
 
     def train_state(self) -> TrainState:
-        modules: dict[str, nn.Module] = {"policy": self.policy}
-        for name, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
-            if rms is not None:
-                modules[name] = rms
         return ModuleTrainState(
             self.algorithm,
             self.observation_space,
             self.action_space,
-            modules,
+            acting_modules(self.policy, self.obs_rms, self.return_rms),
             {"policy": self.algo.optimizer},
         )
 
