@@ -23,15 +23,18 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def run_python(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``python ARGS`` in a clean environment (no launcher variables), output captured."""
+def run_python(
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a clean environment (no launcher variables) unless ``env`` is given,
+    output captured."""
     return subprocess.run(
         [sys.executable, *args],
         check=False,
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=clean_env(),
+        env=clean_env() if env is None else env,
         timeout=timeout,
     )
 

@@ -14,9 +14,12 @@ from tests.helpers import REPO, distrl
 ROW = re.compile(r"^\| (?P<problem>[^|]+) \| `distrl (?P<args>[^`]+)` \| (?P<message>.+) \|$")
 
 
-def table_rows() -> list[tuple[str, str, str]]:
+def table_rows(heading: str = "## Troubleshooting") -> list[tuple[str, str, str]]:
+    """(problem, distrl's arguments, message) of the table under ``heading``, up to the next
+    heading of its level or above."""
     text = (REPO / "README.md").read_text()
-    section = text.split("## Troubleshooting", 1)[1]
+    level = len(heading.split(" ", 1)[0])
+    section = re.split(rf"\n#{{1,{level}}} ", text.split(f"\n{heading}\n", 1)[1], maxsplit=1)[0]
     rows = [ROW.match(line) for line in section.splitlines()]
     return [(m["problem"].strip(), m["args"], m["message"].strip()) for m in rows if m]
 

@@ -64,6 +64,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="join the group, print every rank's topology, build nothing"
     )
+    parser.add_argument(
+        "--profile", type=int, metavar="N", help="torch.profiler traces of N updates into <run dir>/profile/"
+    )
     ray = parser.add_argument_group("Ray mode (the config's cluster: and workers: sections)")
     ray.add_argument("--launcher", choices=["ray"], help="run the learners as Ray actors")
     ray.add_argument("--ray-address", help="join this Ray cluster (auto or HOST:PORT); default: start one")
@@ -87,6 +90,7 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "train.device": args.device,
         "ml_framework": args.ml_framework,
         "comm.network_interface": args.network_interface,
+        "log.profile_updates": args.profile,
     }
     # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
     return [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
@@ -108,10 +112,26 @@ def command_train(args: argparse.Namespace) -> int:
 
 def command_launch_ray(args: argparse.Namespace) -> int:
     from distrl.config import load_config
+    from distrl.launch.file_rendezvous import worker_argv
     from distrl.launch.ray_launch import launch
 
     cfg = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
-    return launch(args.argv, cfg, args.ray_address, args.namespace)
+    # The driver and every learner agree on one absolute run dir, wherever Ray starts them.
+    run_dir = (args.run_dir or default_run_dir(args, cfg.env.id)).resolve()
+    argv = [*worker_argv(args.argv, {"--run-dir": True}), "--run-dir", str(run_dir)]
+    return launch(argv, cfg, args.ray_address, args.namespace, run_dir)
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray-address", default="auto", help="the Ray cluster (auto or HOST:PORT)")
+    parser.add_argument("--namespace", default="distrl", help="Ray namespace of the jobs' actors")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def command_status(args: argparse.Namespace) -> int:
+    from distrl.launch.ray_launch import status
+
+    return status(args.ray_address, args.namespace, args.json)
 
 
 def command_launch_node(args: argparse.Namespace) -> int:
@@ -132,7 +152,7 @@ def command_train_process(args: argparse.Namespace) -> int:
     from distrl.io.run_dir import prepare_run_dir
     from distrl.launch import connect, discover_topology, resolve_device
     from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
-    from distrl.launch.ray_env_workers import from_launcher as env_workers_from_launcher
+    from distrl.launch.ray_workers import from_launcher as workers_from_launcher
     from distrl.runners import build_training
     from distrl.runners.loop import Preempted
 
@@ -168,7 +188,7 @@ def command_train_process(args: argparse.Namespace) -> int:
         )
         checkpoint = ckpt.unpack(payload) if payload else None
         loop = build_training(
-            cfg, comm, device, run_dir, checkpoint, topology.node_rank, env_workers_from_launcher()
+            cfg, comm, device, run_dir, checkpoint, topology.node_rank, workers_from_launcher()
         )
         try:
             row = loop.run()
@@ -385,6 +405,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         takes_overrides=True,
     ),
     "eval": Subcommand("evaluate a checkpoint deterministically", add_eval_arguments, command_eval),
+    "status": Subcommand(
+        "a Ray cluster's resources and its distrl jobs' workers: state, restarts, CPU, memory, work",
+        add_status_arguments,
+        command_status,
+    ),
     "collect": Subcommand(
         "log transitions of a discrete-action env to Parquet (ReAgent's columns)",
         add_collect_arguments,

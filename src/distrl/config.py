@@ -176,12 +176,20 @@ class LogConfig(Section):
     tensorboard: bool = True
     progress: bool = True
     """Show a progress bar on rank 0 when stdout is a terminal."""
+    profile_updates: NonNegativeInt = 0
+    """Record torch.profiler Chrome traces of this many updates (after the first) on every rank
+    into the run dir's ``profile/rank<r>.json``, and of as many calls on every Ray worker
+    (``profile/<worker>.json``); 0: off. ``--profile N`` sets it."""
 
 
 class EvalConfig(Section):
     episodes: PositiveInt = 10
     seed: int = 10_000
     """First seed of the evaluation episodes (kept apart from training seeds)."""
+    every: PositiveInt = 5
+    """With eval workers (``workers.eval``, Ray mode): updates between evaluations of the newest
+    weights. An evaluation still running when the next is due leaves that one queued; a newer
+    one replaces it."""
     cpe_every: NonNegativeInt = 10
     """Learning from logged data: every this many updates rank 0 estimates the greedy policy's
     value from the log (``cpe/*`` metrics: IPS, DM, DR, SDR, WDR, as ``distrl evaluate-offline``);
@@ -205,9 +213,16 @@ class ClusterConfig(Section):
     """Ray's placement strategy for the workers' bundles (one bundle per worker)."""
     placement_timeout_s: PositiveFloat = 30.0
     """A placement group not placed within this many seconds is an error naming what is missing."""
+    usage_every_s: PositiveFloat = 10.0
+    """How often the driver records every worker's CPU, memory, GPU memory and work done in the
+    run dir's ``workers.jsonl`` (``distrl status`` shows the same, live)."""
     ray_temp_dir: str | None = None
     """Where a local Ray instance keeps its sessions, logs and auth token; unset: a fresh
     ``distrl-ray-*`` directory under the system's temp dir (Ray's sockets need a short path)."""
+
+
+WORKER_GROUPS = ("policy", "env", "eval", "data")
+"""Ray mode's worker groups, each sized by a total or a ``<group>_per_node`` count."""
 
 
 class WorkersConfig(Section):
@@ -226,9 +241,24 @@ class WorkersConfig(Section):
     env_per_node: NonNegativeInt | None = None
     """Instead of ``env``: env workers on each of ``cluster.num_nodes`` nodes."""
     cpus_per_env: PositiveFloat = 1.0
+    eval: NonNegativeInt = 0
+    """Evaluation workers in all: every ``eval.every`` updates the newest weights go to a free one,
+    which plays ``eval.episodes`` deterministic episodes while training goes on; rank 0 logs the
+    result (``eval/return_mean``) once it is in. 0: no evaluation during training."""
+    eval_per_node: NonNegativeInt | None = None
+    """Instead of ``eval``: eval workers on each of ``cluster.num_nodes`` nodes."""
+    cpus_per_eval: PositiveFloat = 1.0
+    data: NonNegativeInt = 0
+    """Data workers in all (offline DQN, ``data.path``), shared out over the learners: they read,
+    validate and shuffle each learner's part of the dataset and send it batches, so learners read
+    no file; 0: learners read their own part."""
+    data_per_node: NonNegativeInt | None = None
+    """Instead of ``data``: data workers on each of ``cluster.num_nodes`` nodes."""
+    cpus_per_data: PositiveFloat = 1.0
     max_restarts: NonNegativeInt = 3
-    """A failed env worker is restarted and its part of the rollout collected again, this many
-    times in a row at most."""
+    """A failed env, eval or data worker is restarted and its work (a part of the rollout, an
+    evaluation, a chunk of batches) done again, this many times in a row at most; the learners'
+    group is rebuilt from the newest checkpoint after a learner dies this many times in all."""
     retry_backoff_s: PositiveFloat = 0.5
     """Wait before the first retry; doubled on each further one."""
 
@@ -266,7 +296,7 @@ class RunConfig(Section):
         workers = dict(data["workers"])
         cluster = data.get("cluster")
         nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
-        for group in ("policy", "env"):
+        for group in WORKER_GROUPS:
             key = f"{group}_per_node"
             per_node = workers.get(key)
             if per_node is None:

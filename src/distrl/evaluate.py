@@ -11,7 +11,7 @@ from torch import nn
 from distrl.config import RunConfig, config_from_dict
 from distrl.envs import make_vec_env
 from distrl.io import checkpoint as ckpt
-from distrl.io.train_state import read_state
+from distrl.io.train_state import SavedState, read_state
 
 _MAX_PARALLEL_EPISODES = 16
 
@@ -29,16 +29,19 @@ class LoadedPolicy:
 
 def load_policy(path: Path) -> LoadedPolicy:
     """Rebuild the deterministic policy stored in a checkpoint or run dir; no env is built."""
-    from distrl.runners import runner_class
-
     checkpoint = ckpt.resolve_checkpoint(path)
     saved = read_state(ckpt.load_checkpoint(checkpoint), str(checkpoint))
-    cfg = config_from_dict(saved.meta["config"], source=str(checkpoint / "state.json"))
-    policy = runner_class(saved.meta["algorithm"]).policy_from_checkpoint(cfg, saved)
+    cfg, policy = policy_from_saved(saved, str(checkpoint / "state.json"))
     obs_dim = saved.observation_space.shape[0]
-    return LoadedPolicy(
-        cfg, policy.eval(), saved.meta["algorithm"], obs_dim, checkpoint, saved.meta["global_step"]
-    )
+    return LoadedPolicy(cfg, policy, saved.meta["algorithm"], obs_dim, checkpoint, saved.meta["global_step"])
+
+
+def policy_from_saved(saved: SavedState, where: str) -> tuple[RunConfig, nn.Module]:
+    """The config and deterministic policy of a checkpoint read back (or a ``snapshot``)."""
+    from distrl.runners import runner_class
+
+    cfg = config_from_dict(saved.meta["config"], source=where)
+    return cfg, runner_class(saved.meta["algorithm"]).policy_from_checkpoint(cfg, saved).eval()
 
 
 def evaluate(cfg: RunConfig, policy: nn.Module, episodes: int, seed: int) -> list[float]:

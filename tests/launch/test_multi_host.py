@@ -2,7 +2,8 @@
 
 Each way in is run as a user would type it on two machines: torchrun with a static master,
 torchrun's c10d rendezvous, srun's variables (no torchrun), the shared-file rendezvous and
-distrl's JAX launcher (``--ml-framework jax``, on cluster hosts only: see its test). Two
+distrl's JAX launcher (``--ml-framework jax``, on cluster hosts only: see its test), and a Ray
+cluster of a head and a worker node (``--launcher ray``). Two
 name set-ups are used: "cluster" hosts have their own hostnames (node01, node02) that resolve to
 their veth addresses through per-namespace /etc/hosts; "bare" hosts keep the machine's hostname,
 which resolves to 127.0.0.1 there, so gloo would bind to loopback and be refused by the peer
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -253,3 +256,59 @@ def test_jax_launcher_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None
     rows = [json.loads(line) for line in (tmp_path / "host0" / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(row["ranks"] == 2 for row in rows) and rows[-1]["global_step"] == 2048
     assert_trained_and_saved_on_host0(tmp_path, steps=2048)
+
+
+def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Hosts, tmp_path: Path) -> None:
+    """A Ray head on one host and a worker node on the other (token authentication on): the job's
+    1 learner and 3 env workers (1 CPU each) fill both hosts' 2 CPUs, so each host steps envs."""
+    pytest.importorskip("ray", reason="the ray extra is installed by make test")
+    token = tmp_path / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    env = {**clean_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray = [str(Path(sys.executable).with_name("ray")), "start", "--block", "--num-cpus=2", "--num-gpus=0"]
+    head = f"{ADDRESSES[0]}:6379"
+    temps = [Path(tempfile.mkdtemp(prefix=f"distrl-ray-h{i}-")) for i in range(2)]  # short: sockets
+    starts = [
+        [*ray, "--head", "--port=6379", "--include-dashboard=false"],
+        [*ray, f"--address={head}"],
+    ]
+    nodes = []
+    run_dir = tmp_path / "run"
+    try:
+        for i, start in enumerate(starts):  # one after the other, as Ray needs
+            where = [f"--node-ip-address={ADDRESSES[i]}", f"--temp-dir={temps[i]}"]
+            nodes.append(hosts.start(i, [*start, *where], cluster_names=False, env=env))
+            _wait_for_ray_nodes(hosts, head, i + 1, env)
+        train = [
+            sys.executable, "-m", "distrl", "train", *TRAIN, "--launcher", "ray", "--ray-address", head,
+            "--run-dir", str(run_dir), "log.progress=false", "cluster.num_nodes=2", "workers.env=3",
+            "cluster.usage_every_s=0.5", "train.total_steps=16384",
+        ]  # fmt: skip
+        wait_ok([hosts.start(0, train, cluster_names=False, env=env)])
+    finally:
+        kill_all(nodes)
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
+    state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
+    assert state["global_step"] == 16384
+    samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
+    assert {sample["node"] for sample in samples} == set(ADDRESSES)  # env workers on both hosts
+
+
+def _wait_for_ray_nodes(hosts: Hosts, address: str, count: int, env: dict[str, str]) -> None:
+    """Until the Ray cluster at ``address`` has ``count`` alive nodes (asked from host 0)."""
+    probe = (
+        "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+        "sys.exit(sum(n['Alive'] for n in ray.nodes()) < int(sys.argv[2]))"
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        check = hosts.start(
+            0, [sys.executable, "-c", probe, address, str(count)], cluster_names=False, env=env
+        )
+        _, stderr = check.communicate(timeout=120)
+        if check.returncode == 0:
+            return
+        assert time.monotonic() < deadline, f"the Ray cluster did not reach {count} node(s): {stderr[-2000:]}"
+        time.sleep(1)

@@ -12,7 +12,7 @@ from distrl.config import load_config
 from distrl.errors import UserError
 from distrl.launch.ray_launch import check_workers
 from tests.helpers import CARTPOLE, CARTPOLE_DQN, distrl
-from tests.ray_cluster import BUDGET, final_row, param_digests, ray_train
+from tests.ray_cluster import BUDGET, final_row, param_digests, ray_train, ray_train_killing
 
 CRASHING = [
     "env.id=tests.envs.toy:CrashingEnv", "env.max_episode_steps=30", "env.num_envs=4",
@@ -45,6 +45,17 @@ def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head:
     final = final_row(tmp_path / "run")
     assert final["global_step"] == 640
     assert final["env_worker_failures"] == 1
+
+
+def test_ray_kill_of_an_env_worker_mid_run_does_not_stop_training(ray_head: str, tmp_path: Path) -> None:
+    steps = "train.total_steps=8192"  # 16 updates of 512 steps
+    result, killed = ray_train_killing(ray_head, tmp_path, "env", 3, "workers.env=2", *BUDGET, steps)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert killed, "the run ended before the worker could be killed"
+    assert "Traceback" not in result.stderr
+    final = final_row(tmp_path)
+    assert final["global_step"] == 8192  # the killed worker's part was collected once, not lost
+    assert final["env_worker_failures"] >= 1
 
 
 def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ and a cluster or placement group that cannot hold them is one line, in seconds."
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -12,8 +14,17 @@ import pytest
 
 from distrl.config import ClusterConfig, WorkersConfig, load_config
 from distrl.errors import UserError
-from tests.helpers import CARTPOLE, REPO, distrl, torchrun_train
-from tests.ray_cluster import BUDGET, HEAD_CPUS, final_row, param_digests, ray_train
+from distrl.io import checkpoint as ckpt
+from tests.helpers import CARTPOLE, REPO, clean_env, distrl, run_python, torchrun_train
+from tests.ray_cluster import (
+    BUDGET,
+    HEAD_CPUS,
+    final_row,
+    metrics_rows,
+    param_digests,
+    ray_train,
+    ray_train_killing,
+)
 
 pytest.importorskip("ray", reason="the ray extra is installed by make test")
 from distrl.launch.ray_launch import check_fits  # noqa: E402
@@ -30,11 +41,52 @@ def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, 
 
 
 @pytest.mark.slow
-def test_one_learner_on_ray_solves_cartpole(ray_head: str, tmp_path: Path) -> None:
-    result = ray_train(ray_head, tmp_path)
+def test_one_learner_with_env_workers_on_ray_solves_cartpole(ray_head: str, tmp_path: Path) -> None:
+    config = REPO / "configs" / "ray_small_cpu.yaml"  # 1 learner, 2 env workers, 1 eval worker
+    result = ray_train(ray_head, tmp_path, config=config)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["return_mean"] >= 475
+    rows = metrics_rows(tmp_path)
+    assert rows[-1]["env_worker_failures"] == 0
+    assert any("eval/return_mean" in row for row in rows)  # the eval worker evaluated meanwhile
+
+
+def test_a_killed_learner_is_replaced_and_the_group_resumes_from_its_newest_checkpoint(
+    ray_head: str, tmp_path: Path
+) -> None:
+    overrides = ["workers.policy=2", *BUDGET, "train.total_steps=8192", "checkpoint.interval_steps=1024"]
+    result, killed = ray_train_killing(ray_head, tmp_path, "policy", 4, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert killed, "the run ended before the learner could be killed"
+    assert (
+        "the learners' group is rebuilt and resumes from the newest checkpoint (restart 1 of at most 3)"
+        in (result.stderr)
+    )
+    assert "Traceback" not in result.stderr
+    state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
+    assert state["global_step"] == 8192 and state["launch_index"] == 1  # finished by the second launch
+    assert len({rank["param_sha256"] for rank in state["ranks"]}) == 1
+
+
+def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="the ray extra is installed by make test")
+    temp = Path(tempfile.mkdtemp(prefix="distrl-ray-local-"))  # short: Ray's sockets live there
+    env = {k: v for k, v in clean_env().items() if not k.startswith("RAY_")}  # nothing set for Ray
+    env["HOME"] = str(tmp_path / "home")
+    try:
+        config, run_dir = REPO / "configs" / "ray_small_cpu.yaml", tmp_path / "run"
+        result = run_python(
+            "-m", "distrl", "train", "--config", str(config), "--launcher", "ray", "--run-dir", str(run_dir),
+            "log.progress=false", f"cluster.ray_temp_dir={temp}", *BUDGET, env=env,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        token = temp / "auth_token"
+        assert token.stat().st_mode & 0o777 == 0o600  # the token in Ray's temp dir, owner-only
+        assert not (tmp_path / "home").exists()  # nothing in the user's home
+        assert final_row(run_dir)["global_step"] == 4096
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_a_group_that_cannot_be_placed_fails_in_seconds(ray_head: str, tmp_path: Path) -> None:

@@ -279,6 +279,9 @@ class ShuffledStream:
         self.seed = seed
         self.rows_per_epoch = sum(u.rows for u in units)
 
+    def batches_per_epoch(self, batch_size: int) -> int:
+        return -(-self.rows_per_epoch // batch_size)
+
     def batches(self, batch_size: int, epoch: int) -> Iterator[Rows]:
         """Epoch ``epoch``'s rows in batches of ``batch_size`` (the last one smaller)."""
         rng = np.random.default_rng([self.seed, epoch])

@@ -139,17 +139,27 @@ def parameter_digest(state: TrainState) -> str:
 def state_files(state: TrainState, meta: dict[str, Any]) -> ckpt.CheckpointFiles:
     """The checkpoint files of ``state`` plus the loop's ``meta`` (counters, config, ranks)."""
     optim_tensors, settings = state.optimizer_state()
-    header = {
-        "format_version": FORMAT_VERSION,
-        "algorithm": state.algorithm,
-        "observation_space": space_to_json(state.observation_space),
-        "action_space": space_to_json(state.action_space),
-        "optimizer_param_groups": settings,
-    }
+    header = {**_header(state), "optimizer_param_groups": settings}
     return {
         "model.safetensors": ckpt.tensors_to_bytes(state.model_tensors()),
         "optimizer.safetensors": ckpt.tensors_to_bytes(optim_tensors),
         "state.json": ckpt.json_to_bytes({**header, **meta}),
+    }
+
+
+def snapshot(state: TrainState, meta: dict[str, Any]) -> SavedState:
+    """The model part of ``state`` as a checkpoint would read back, copied to the CPU: what a
+    policy is rebuilt from elsewhere (``Runner.policy_from_checkpoint``) without files."""
+    tensors = {k: v.detach().to("cpu", copy=True) for k, v in state.model_tensors().items()}
+    return SavedState({**_header(state), **meta}, tensors)
+
+
+def _header(state: TrainState) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "algorithm": state.algorithm,
+        "observation_space": space_to_json(state.observation_space),
+        "action_space": space_to_json(state.action_space),
     }
 
 

@@ -16,10 +16,6 @@ or counted twice.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,21 +25,19 @@ import torch
 
 from distrl.config import RunConfig
 from distrl.errors import UserError
+from distrl.launch.ray_workers import RestartableWorkers, WorkerActor
 from distrl.runners.collector import RolloutCollector
 from distrl.sharding import even_split
 from distrl.storage.rollout import RolloutSegment
 
-REBUILD_WAIT_S = 60.0
-"""How long a failed env worker may take to come back (Ray restarts it) before it counts as failed again."""
-ENV_WORKERS_VAR = "DISTRL_RAY_ENV_WORKERS"
-"""Set by the Ray launcher for a learner: JSON ``{"namespace": ..., "names": [...]}`` of its env
-workers (named actors)."""
 
-
-class EnvWorker:
+class EnvWorker(WorkerActor):
     """The actor: a part of one learner's envs, stepped with a CPU copy of its policy."""
 
-    def __init__(self) -> None:
+    work_unit = "env steps"
+
+    def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
+        super().__init__(profile_calls, profile_path)
         self.collector: RolloutCollector | None = None
 
     def start(
@@ -81,25 +75,31 @@ class EnvWorker:
         return env.observation_space, env.action_space
 
     def reset(self) -> torch.Tensor:
-        return self.collector.reset()
+        return self._collector().reset()
 
     def rollout(self, weights: dict[str, dict[str, torch.Tensor]]) -> RolloutSegment:
+        collector = self._collector()
         for name, module in self.modules.items():
             module.load_state_dict(weights[name])
-        return self.collector.rollout()
+        segment = collector.rollout()
+        self.did(segment.steps)
+        return segment
+
+    def _collector(self) -> RolloutCollector:
+        if self.collector is None:  # Ray restarted this actor between two of the learner's calls
+            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its envs")
+        return self.collector
 
 
-class RayEnvWorkers:
+class RayEnvWorkers(RestartableWorkers):
     """A learner's env workers (``runners.collector.EnvWorkers``)."""
 
+    group = "env"
+    retried = "its part"
+
     def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        self.handles = handles
-        self.max_restarts = max_restarts
-        self.backoff_s = backoff_s
+        super().__init__(handles, max_restarts, backoff_s)
         self._start_args: list[tuple[Any, ...]] = []
-        self.failures = 0
-        """Calls to a worker that failed (it died or raised) since the start."""
-        self.rebuilds = 0
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
         import ray
@@ -126,61 +126,13 @@ class RayEnvWorkers:
 
         return RayCollection(self, acting_modules(policy, obs_rms, return_rms), device)
 
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        """``method`` on every worker; a worker that died is restarted, rebuilt and asked again."""
-        refs = [getattr(h, method).remote(*args) for h in self.handles]
-        return [
-            self._get_retrying(i, ref, lambda i=i: getattr(self.handles[i], method).remote(*args))
-            for i, ref in enumerate(refs)
-        ]
-
-    def _get_retrying(self, index: int, ref: Any, again: Callable[[], Any]) -> Any:
+    def set_up(self, index: int, rebuild: int) -> None:
+        """Build and reset the worker's envs again, with fresh env seeds and noise per rebuild."""
         import ray
-        from ray.exceptions import RayActorError, RayTaskError
 
-        failures = 0
-        while True:
-            try:
-                if failures:
-                    self._rebuild(index)
-                    ref = again()
-                return ray.get(ref)
-            except (RayActorError, RayTaskError) as exc:
-                failures += 1
-                self.failures += 1
-                if failures > self.max_restarts:
-                    raise UserError(
-                        f"env worker {index} failed {failures} times in a row "
-                        f"(workers.max_restarts={self.max_restarts}); last cause: {failure_cause(exc)}"
-                    ) from None
-                delay = self.backoff_s * 2 ** (failures - 1)
-                print(
-                    f"distrl: env worker {index} failed ({failure_cause(exc)}); restart {failures} of "
-                    f"at most {self.max_restarts}, retrying its part in {delay:g} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                time.sleep(delay)
-
-    def _rebuild(self, index: int) -> None:
-        """Build and reset the worker's envs again once Ray has restarted it (calls fail while it
-        restarts, for up to ``REBUILD_WAIT_S``); fresh env seeds and noise for each rebuild. A
-        failure here counts as the worker's next failure."""
-        import ray
-        from ray.exceptions import RayActorError
-
-        self.rebuilds += 1
         handle = self.handles[index]
-        deadline = time.monotonic() + REBUILD_WAIT_S
-        while True:
-            try:
-                ray.get(handle.start.remote(*self._start_args[index], generation=self.rebuilds))
-                ray.get(handle.reset.remote())
-                return
-            except RayActorError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(self.backoff_s)
+        ray.get(handle.start.remote(*self._start_args[index], generation=rebuild))
+        ray.get(handle.reset.remote())
 
 
 class RayCollection:
@@ -213,24 +165,3 @@ class RayCollection:
 
 def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
-
-
-def failure_cause(exc: Exception) -> str:
-    """One line on what Ray says killed the actor or failed the task."""
-    lines = [line.strip() for line in str(getattr(exc, "cause", None) or exc).splitlines() if line.strip()]
-    for line in lines:
-        if "memory" in line.lower() or "killed" in line.lower() or "exit" in line.lower():
-            return line
-    return lines[-1] if lines else type(exc).__name__
-
-
-def from_launcher() -> RayEnvWorkers | None:
-    """The env workers the Ray launcher gave this process, if any."""
-    spec = os.environ.get(ENV_WORKERS_VAR)
-    if not spec:
-        return None
-    import ray
-
-    named = json.loads(spec)
-    handles = [ray.get_actor(name, namespace=named["namespace"]) for name in named["names"]]
-    return RayEnvWorkers(handles, named["max_restarts"], named["backoff_s"])

@@ -7,8 +7,11 @@ that cannot be placed within ``cluster.placement_timeout_s`` is one line naming 
 never a hang), and starts the learners. They form one torch.distributed group among themselves,
 with the master address and a free port from the first bundle's node (as NeMo RL does), and each
 runs the ordinary training process in its actor: same loop, configs, checkpoints and metrics as
-torchrun's ranks, which is what they look like to it. The driver owns the actors (they share its
-fate) and exits with the first failing learner's code.
+torchrun's ranks, which is what they look like to it. The env, eval and data workers are named,
+restartable actors the learners look up by name. The driver owns every actor (they share its
+fate) and exits with the first failing learner's code; when a learner dies it kills the others
+and starts the group again, resuming from the newest checkpoint as a restarted torchrun job does
+(at most ``workers.max_restarts`` times).
 """
 
 from __future__ import annotations
@@ -16,55 +19,139 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import secrets
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from distrl.config import ClusterConfig, RunConfig, WorkersConfig
 from distrl.errors import UserError
-from distrl.launch.ray_env_workers import failure_cause
+from distrl.launch.ray_status import UsageLog, job_actors, print_report, remote_class, sample
+from distrl.launch.ray_workers import failure_cause, workers_env
 
 RAY_EXTRA = "--launcher ray needs Ray: pip install 'distrl[ray]'"
 RAY_FLAGS = {"--launcher": True, "--ray-address": True, "--namespace": True}
 """The Ray launcher's own flags (all take a value); they are not passed to the learners."""
 
 
-def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str) -> int:
-    """Run the learners of ``distrl train`` ``argv`` on Ray; returns the job's exit status."""
+def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str, run_dir: Path) -> int:
+    """Run the learners of ``distrl train`` ``argv`` on Ray; returns the job's exit status. Every
+    ``cluster.usage_every_s`` the driver records each worker's usage in ``run_dir/workers.jsonl``."""
     from distrl.launch.file_rendezvous import worker_argv
 
     check_workers(cfg)
-    ray = _import_ray()
-    _start_or_join(ray, address, namespace, cfg.cluster)
+    temp_dir = None if address is not None else _local_cluster_auth(cfg.cluster)
+    ray = _import_ray()  # after the auth variables: Ray reads them when it is imported
+    if address is not None:
+        _join(ray, address, namespace, log_to_driver=True, runtime_env=_runtime_env())
+    else:
+        ray.init(
+            namespace=namespace,
+            logging_level=logging.WARNING,
+            include_dashboard=False,
+            _temp_dir=str(temp_dir),
+            log_to_driver=True,
+            runtime_env=_runtime_env(),
+        )
     try:
         check_fits(cfg.cluster, cfg.workers, ray.cluster_resources(), len(_alive_nodes(ray)))
         group = _place(ray, cfg.cluster, cfg.workers)
-        learners = _start_learners(ray, group, cfg.workers)
-        env_workers, _held = _start_env_workers(ray, group, cfg.workers, namespace)
+        job = f"distrl-{secrets.token_hex(4)}"
+        profile = (cfg.log.profile_updates, run_dir / "profile")
+        names, actors = _start_worker_groups(ray, group, cfg.workers, namespace, job, profile)
+        retries = cfg.workers.max_restarts, cfg.workers.retry_backoff_s
+        learners = _LearnerGroup(
+            group,
+            cfg.workers,
+            namespace,
+            f"{job}-policy",
+            [*worker_argv(argv, RAY_FLAGS), "--distributed"],
+            [
+                workers_env(namespace, *retries, **{g: mine[rank] for g, mine in names.items()})
+                for rank in range(cfg.workers.policy)
+            ],
+            actors,
+            UsageLog(run_dir / "workers.jsonl"),
+            cfg.cluster.usage_every_s,
+        )
+        for attempt in range(cfg.workers.max_restarts + 1):
+            status, died = learners.run(ray, attempt)
+            if died is None:
+                return status
+            if attempt < cfg.workers.max_restarts:
+                print(
+                    f"distrl: policy worker {died} died; the learners' group is rebuilt and resumes from "
+                    f"the newest checkpoint (restart {attempt + 1} of at most {cfg.workers.max_restarts})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        print(
+            f"distrl: error: a policy worker died {cfg.workers.max_restarts + 1} times "
+            f"(workers.max_restarts={cfg.workers.max_restarts}); the newest checkpoint is kept",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        ray.shutdown()
+
+
+@dataclass
+class _LearnerGroup:
+    """The learners of one job: launched again, as a restarted torchrun job is, when one dies."""
+
+    group: Any
+    """The job's placement group: learner r takes bundle r."""
+    workers: WorkersConfig
+    namespace: str
+    name: str
+    """Learner r of launch a is the actor ``<name>-<a>-<r>``."""
+    argv: list[str]
+    workers_env: list[dict[str, str]]
+    """Each learner's worker actors, by name."""
+    actors: dict[str, Any]
+    """Every env, eval and data worker by name (the driver holds them: Ray ends an actor, named
+    or not, once no handle to it is left)."""
+    usage: UsageLog
+    usage_every_s: float
+
+    def run(self, ray: Any, attempt: int) -> tuple[int, int | None]:
+        """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
+        of a learner that died, which ends the launch: the others are killed at once rather
+        than left waiting in a collective until ``comm.timeout_s``)."""
+        learners = _start_learners(ray, self.group, self.workers, self.namespace, f"{self.name}-{attempt}")
         master_addr, master_port = ray.get(learners[0].free_address.remote())
-        learner_argv = [*worker_argv(argv, RAY_FLAGS), "--distributed"]
+        # A restarted group must never wipe the checkpoints it resumes from.
+        argv = [arg for arg in self.argv if arg != "--overwrite"] if attempt else self.argv
         runs = [
             learner.train.remote(
-                learner_argv,
+                argv,
                 {
-                    **_rank_env(rank, len(learners), master_addr, master_port),
-                    **_env_workers_env(env_workers[rank], namespace, cfg.workers),
+                    **_rank_env(rank, len(learners), master_addr, master_port, attempt),
+                    **self.workers_env[rank],
                 },
             )
             for rank, learner in enumerate(learners)
         ]
-        return _wait(ray, runs)
-    finally:
-        ray.shutdown()
+        status, died = _wait(
+            ray, runs, self.usage_every_s, lambda: self.usage.write(sample(ray, self.actors))
+        )
+        if died is not None:
+            for learner in learners:
+                ray.kill(learner)
+        return status, died
 
 
 def check_workers(cfg: RunConfig) -> None:
     """The worker groups the run's algorithm can use, before Ray starts."""
     workers = cfg.workers
+    if workers.data:
+        _check_data_workers(cfg)
     if workers.env:
         if cfg.algo.name != "ppo" or cfg.ml_framework != "torch" or cfg.data.path is not None:
             raise UserError(
@@ -82,6 +169,19 @@ def check_workers(cfg: RunConfig) -> None:
             )
 
 
+def _check_data_workers(cfg: RunConfig) -> None:
+    workers = cfg.workers
+    if cfg.data.path is None or cfg.ml_framework != "torch":
+        raise UserError(
+            "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
+        )
+    if workers.data < workers.policy:
+        raise UserError(
+            f"workers.data={workers.data} is fewer than the {workers.policy} learners (workers.policy): "
+            f"give each learner at least one, or set workers.data=0"
+        )
+
+
 def check_fits(
     cluster: ClusterConfig, workers: WorkersConfig, resources: dict[str, float], nodes: int
 ) -> None:
@@ -89,7 +189,8 @@ def check_fits(
     if cluster.num_nodes > nodes:
         raise UserError(f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {nodes} alive node(s)")
     wanted = {
-        "CPU": workers.policy * workers.cpus_per_policy + workers.env * workers.cpus_per_env,
+        "CPU": workers.policy * workers.cpus_per_policy
+        + sum(count * cpus for count, cpus in _groups(workers).values()),
         "GPU": workers.policy * workers.gpus_per_policy,
     }
     budget = {"CPU": cluster.cpus_per_node, "GPU": float(cluster.gpus_per_node)}
@@ -108,8 +209,17 @@ def check_fits(
 
 
 def _job(workers: WorkersConfig) -> str:
-    job = f"workers.policy={workers.policy}"
-    return f"{job} and workers.env={workers.env}" if workers.env else job
+    groups = [f"workers.{group}={count}" for group, (count, _) in _groups(workers).items() if count]
+    return " and ".join([f"workers.policy={workers.policy}", *groups])
+
+
+def _groups(workers: WorkersConfig) -> dict[str, tuple[int, float]]:
+    """The worker groups beside the learners: (workers, CPUs per worker), in bundle order."""
+    return {
+        "env": (workers.env, workers.cpus_per_env),
+        "eval": (workers.eval, workers.cpus_per_eval),
+        "data": (workers.data, workers.cpus_per_data),
+    }
 
 
 class _Learner:
@@ -153,27 +263,79 @@ class _ErrorLines(io.TextIOBase):
         self.stream.flush()
 
 
-def _start_or_join(ray: Any, address: str | None, namespace: str, cluster: ClusterConfig) -> None:
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is not None:
-        ray.init(address=address, namespace=namespace, log_to_driver=True, runtime_env=_runtime_env())
-        return
+def _local_cluster_auth(cluster: ClusterConfig) -> Path:
+    """Token authentication for the local Ray instance about to start: the token in its temp dir
+    (not the user's home), the mode and the token's path in the environment, which Ray reads
+    when imported and its processes inherit. Returns the temp dir."""
     temp_dir = Path(cluster.ray_temp_dir or tempfile.mkdtemp(prefix="distrl-ray-"))
     temp_dir.mkdir(parents=True, exist_ok=True)
     token = temp_dir / "auth_token"
     if not token.exists():
         token.touch(mode=0o600)
         token.write_text(secrets.token_hex(32))
-    # Ray reads the mode only from the environment; its processes inherit both variables.
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-    ray.init(
-        namespace=namespace,
-        include_dashboard=False,
-        _temp_dir=str(temp_dir),
-        log_to_driver=True,
-        runtime_env=_runtime_env(),
-    )
+    return temp_dir
+
+
+def _join(ray: Any, address: str, namespace: str, **options: Any) -> None:
+    # Ray itself retries an address where nothing listens for minutes: probe it first.
+    why = _unreachable(address)
+    try:
+        if why is None:  # Ray's INFO lines would bury distrl's own (an error is one line)
+            ray.init(address=address, namespace=namespace, logging_level=logging.WARNING, **options)
+    except ConnectionError as exc:
+        why = str(exc).splitlines()[0]
+    if why is not None:
+        raise UserError(
+            f"--ray-address {address}: no Ray cluster answers there ({why}); start one "
+            "(`ray start --head --port=6379`) or leave --ray-address out to start a local one"
+        )
+
+
+def _unreachable(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing accepts a TCP connection at ``HOST:PORT``, or None (also for ``auto``, which
+    Ray resolves itself, failing fast)."""
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address:
+        return None
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return None
+    except ValueError:
+        return f"{port!r} is not a port"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def status(address: str, namespace: str, as_json: bool) -> int:
+    """``distrl status``: the cluster's resources and the running jobs' workers, with state,
+    restarts, node, CPU, memory, GPU memory and work done (``ray_status``)."""
+    ray = _import_ray()
+    _join(ray, address, namespace, log_to_driver=False)
+    try:
+        total, available = ray.cluster_resources(), ray.available_resources()
+        workers = job_actors(ray, namespace)
+        # Learners are not asked (``ray_workers.WorkerActor``): their usage is in the metrics.
+        alive = [w["name"] for w in workers if w["state"] == "ALIVE" and w["group"] != "policy"]
+        usage = sample(ray, {name: ray.get_actor(name, namespace=namespace) for name in alive})
+        for worker in workers:
+            worker.update(usage.get(worker["name"], {}))
+        report = {
+            "namespace": namespace,
+            "nodes": len(_alive_nodes(ray)),
+            "resources": {
+                name: [available.get(name, 0.0), total.get(name, 0.0)] for name in ("CPU", "GPU", "memory")
+            },
+            "workers": workers,
+        }
+    finally:
+        ray.shutdown()
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print_report(report)
+    return 0
 
 
 def _runtime_env() -> dict[str, Any]:
@@ -193,8 +355,10 @@ def _place(ray: Any, cluster: ClusterConfig, workers: WorkersConfig) -> Any:
     bundle = {"CPU": workers.cpus_per_policy}
     if workers.gpus_per_policy:
         bundle["GPU"] = workers.gpus_per_policy
-    # Learners' bundles first, then the env workers'.
-    bundles = [bundle] * workers.policy + [{"CPU": workers.cpus_per_env}] * workers.env
+    # Learners' bundles first, then each group's in turn.
+    bundles = [bundle] * workers.policy
+    for count, cpus in _groups(workers).values():
+        bundles += [{"CPU": cpus}] * count
     group = placement_group(bundles, strategy=cluster.strategy)
     try:
         ray.get(group.ready(), timeout=cluster.placement_timeout_s)
@@ -210,12 +374,15 @@ def _place(ray: Any, cluster: ClusterConfig, workers: WorkersConfig) -> Any:
     return group
 
 
-def _start_learners(ray: Any, group: Any, workers: WorkersConfig) -> list[Any]:
+def _start_learners(ray: Any, group: Any, workers: WorkersConfig, namespace: str, name: str) -> list[Any]:
+    """The learners, named ``<name>-<rank>`` (``distrl status`` finds them by name)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     actor = ray.remote(_Learner)
     return [
         actor.options(
+            name=f"{name}-{i}",
+            namespace=namespace,
             num_cpus=workers.cpus_per_policy,
             num_gpus=workers.gpus_per_policy,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i),
@@ -224,56 +391,51 @@ def _start_learners(ray: Any, group: Any, workers: WorkersConfig) -> list[Any]:
     ]
 
 
-def _start_env_workers(
-    ray: Any, group: Any, workers: WorkersConfig, namespace: str
-) -> tuple[list[list[str]], list[Any]]:
-    """Each learner's env workers as named actors (restartable): their names, per learner, and
-    their handles (which the driver holds for the job's length: Ray ends an actor, named or not,
-    once no handle to it is left)."""
+def _start_worker_groups(
+    ray: Any, group: Any, workers: WorkersConfig, namespace: str, job: str, profile: tuple[int, Path]
+) -> tuple[dict[str, list[list[str]]], dict[str, Any]]:
+    """The env, eval and data workers as named, restartable actors: their names by group and
+    learner (env and data workers shared out over the learners, eval workers all rank 0's), and their handles,
+    which the driver holds for the job's length (Ray ends an actor, named or not, once no handle
+    to it is left)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    from distrl.launch.ray_data_workers import DataWorker
     from distrl.launch.ray_env_workers import EnvWorker
+    from distrl.launch.ray_eval_workers import EvalWorker
     from distrl.sharding import even_split
 
-    actor = ray.remote(EnvWorker)
-    job = secrets.token_hex(4)
-    names: list[list[str]] = []
-    handles = []
-    for rank in range(workers.policy):
-        first, count = even_split(workers.env, rank, workers.policy)
-        names.append([f"distrl-{job}-env-{rank}-{i}" for i in range(count)])
-        for i, name in enumerate(names[-1]):
-            handle = actor.options(
-                name=name,
-                namespace=namespace,
-                num_cpus=workers.cpus_per_env,
-                max_restarts=-1,  # Ray's bound is per lifetime; the learner bounds failures in a row
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    group, placement_group_bundle_index=workers.policy + first + i
-                ),
-            ).remote()
-            handles.append(handle)
-    ray.get([handle.__ray_ready__.remote() for handle in handles])  # named once this returns
+    classes = {"env": EnvWorker, "eval": EvalWorker, "data": DataWorker}
+    names: dict[str, list[list[str]]] = {}
+    handles = {}
+    bundle = workers.policy
+    for name, (count, cpus) in _groups(workers).items():
+        actor = remote_class(ray, classes[name])
+        names[name] = []
+        for rank in range(workers.policy):
+            shared_out = name != "eval"
+            first, mine = even_split(count, rank, workers.policy) if shared_out else (0, count * (rank == 0))
+            names[name].append([f"{job}-{name}-{rank}-{i}" for i in range(mine)])
+            for i, actor_name in enumerate(names[name][-1]):
+                handle = actor.options(
+                    name=actor_name,
+                    namespace=namespace,
+                    num_cpus=cpus,
+                    max_restarts=-1,  # Ray's bound is per lifetime; the learner bounds failures in a row
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        group, placement_group_bundle_index=bundle + first + i
+                    ),
+                ).remote(profile[0], str(profile[1] / f"{actor_name}.json"))
+                handles[actor_name] = handle
+        bundle += count
+    ray.get([handle.__ray_ready__.remote() for handle in handles.values()])  # named once this returns
     return names, handles
 
 
-def _env_workers_env(names: list[str], namespace: str, workers: WorkersConfig) -> dict[str, str]:
-    from distrl.launch.ray_env_workers import ENV_WORKERS_VAR
-
-    if not names:
-        return {}
-    spec = {
-        "namespace": namespace,
-        "names": names,
-        "max_restarts": workers.max_restarts,
-        "backoff_s": workers.retry_backoff_s,
-    }
-    return {ENV_WORKERS_VAR: json.dumps(spec)}
-
-
-def _rank_env(rank: int, world_size: int, master_addr: str, master_port: int) -> dict[str, str]:
-    """torchrun's variables: to the training process a learner is a torchrun rank. Ray gives each
-    actor only its own GPUs, so every learner is local rank 0 of its own view."""
+def _rank_env(rank: int, world_size: int, master_addr: str, master_port: int, attempt: int) -> dict[str, str]:
+    """torchrun's variables: to the training process a learner is a torchrun rank (of restart
+    ``attempt``). Ray gives each actor only its own GPUs, so every learner is local rank 0 of
+    its own view."""
     return {
         "RANK": str(rank),
         "LOCAL_RANK": "0",
@@ -281,30 +443,40 @@ def _rank_env(rank: int, world_size: int, master_addr: str, master_port: int) ->
         "LOCAL_WORLD_SIZE": "1",
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
+        "TORCHELASTIC_RESTART_COUNT": str(attempt),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
 
 
-def _wait(ray: Any, runs: list[Any]) -> int:
-    """The first non-zero exit status (a learner that died counts as 1, with its cause), else 0."""
+def _wait(ray: Any, runs: list[Any], every_s: float, meanwhile: Callable[[], None]) -> tuple[int, int | None]:
+    """(the first non-zero exit status, else 0; the rank of a learner that died, which ends the
+    wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. A
+    learner's error and a death's cause are one line each."""
     from ray.exceptions import RayActorError, RayTaskError
 
     pending, status = list(runs), 0
     while pending:
-        done, pending = ray.wait(pending, num_returns=1)
+        done, pending = ray.wait(pending, num_returns=1, timeout=every_s)
+        if not done:
+            meanwhile()
+            continue
         rank = runs.index(done[0])
         try:
             code, error = ray.get(done[0])
-        except (RayActorError, RayTaskError) as exc:
+        except RayActorError as exc:
+            print(f"distrl: policy worker {rank} died: {failure_cause(exc)}", file=sys.stderr, flush=True)
+            return 1, rank
+        except RayTaskError as exc:
             code, error = 1, failure_cause(exc)
         if error:
             print(f"distrl: error: policy worker {rank}: {error}", file=sys.stderr)
         if code and not status:
             status = code
-    return status
+    return status, None
 
 
 def _import_ray() -> Any:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # read when Ray is imported
     try:
         import ray
     except ImportError:

@@ -80,6 +80,21 @@ def read_logged_steps(dataset: LoggedDataset, max_rows: int | None = None) -> Lo
     return logged if max_rows is None else logged.take(_first_episodes(logged.mdp_id, max_rows))
 
 
+def cpe_steps(path: Path, on_bad_row: str, max_rows: int) -> LoggedSteps:
+    """The logged steps counterfactual evaluation during training estimates from: the dataset's
+    first whole episodes up to ``max_rows`` rows, read apart from training's reads (they must
+    not count in its skipped rows); a UserError saying why there are none."""
+    from distrl.data.reader import open_dataset
+
+    dataset = open_dataset(path, on_bad_row)
+    if not isinstance(dataset, LoggedDataset) or dataset.parametric:
+        raise UserError("it needs ReAgent-format data with discrete actions")
+    logged = read_logged_steps(dataset, max_rows)
+    if np.isnan(logged.rows.propensity).all():
+        raise UserError("the log has no propensities (a deterministic logger)")
+    return logged
+
+
 def _read_unit(dataset: LoggedDataset, unit: Unit) -> LoggedSteps:
     rows = dataset.read(unit)
     table = pq.ParquetFile(unit.path).read_row_group(unit.row_group, list(_PER_ROW_COLUMNS))

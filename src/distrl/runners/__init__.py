@@ -13,8 +13,7 @@ from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import launch_index
 from distrl.launch.jax_group import JAX_EXTRA
-from distrl.runners.base import RunContext, Runner
-from distrl.runners.collector import EnvWorkers
+from distrl.runners.base import RemoteWorkers, RunContext, Runner
 from distrl.runners.loop import TrainingLoop
 from distrl.runners.off_policy import OffPolicyRunner
 from distrl.runners.offline import OfflineRunner
@@ -61,11 +60,11 @@ def build_training(
     run_dir: Path,
     checkpoint: ckpt.CheckpointFiles | None = None,
     node_rank: int = 0,
-    env_workers: EnvWorkers | None = None,
+    workers: RemoteWorkers | None = None,
 ) -> TrainingLoop:
     """The config's runner inside the shared loop, fresh or resumed from ``checkpoint``;
-    ``env_workers``: processes that step the rank's envs for it (Ray mode)."""
-    ctx = RunContext(cfg, comm, device, launch_index(checkpoint), node_rank, env_workers)
+    ``workers``: processes that do part of the rank's work (Ray mode's worker groups)."""
+    ctx = RunContext(cfg, comm, device, launch_index(checkpoint), node_rank, workers or RemoteWorkers())
     runner = runner_class(
         cfg.algo.name,
         cfg.data.path is not None,

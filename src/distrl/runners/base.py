@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -21,8 +21,32 @@ from distrl.io.train_state import SavedState, TrainState
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
 
-if TYPE_CHECKING:  # the collector's module imports the models, which need no runner
+if TYPE_CHECKING:  # the runners' own modules import this one
     from distrl.runners.collector import EnvWorkers
+    from distrl.runners.offline import DataWorkers
+
+
+class EvalWorkers(Protocol):
+    """Processes that evaluate a snapshot of the policy while training goes on."""
+
+    def submit(self, policy: SavedState, episodes: int, seed: int) -> None:
+        """Evaluate ``policy`` (a ``train_state.snapshot``) on ``episodes`` deterministic episodes
+        from ``seed``, as soon as a worker is free; never waits."""
+
+    def results(self) -> dict[str, float]:
+        """Metrics of the evaluations finished since the last call, and failure counts; never waits."""
+
+
+@dataclass
+class RemoteWorkers:
+    """A rank's worker processes, by job; None: the rank does that job itself (or not at all)."""
+
+    env: EnvWorkers | None = None
+    """Step this rank's envs for it."""
+    eval: EvalWorkers | None = None
+    """Evaluate the newest weights asynchronously (rank 0's)."""
+    data: DataWorkers | None = None
+    """Read this rank's part of a logged dataset."""
 
 
 @dataclass
@@ -35,9 +59,8 @@ class RunContext:
     seeds so a resumed run's fresh episodes get seeds no earlier launch used."""
     node_rank: int = 0
     """This process's node (from the launcher): which ranks share a node-local dataset part."""
-    env_workers: EnvWorkers | None = None
-    """Processes that step this rank's envs for it (Ray mode's environment workers, from the
-    launcher); None: the rank steps its own."""
+    workers: RemoteWorkers = field(default_factory=RemoteWorkers)
+    """Processes the launcher gives this rank for part of its work (Ray mode's worker groups)."""
 
 
 @dataclass

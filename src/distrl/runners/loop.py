@@ -25,10 +25,12 @@ from distrl.io import checkpoint as ckpt
 from distrl.io import train_state
 from distrl.io.export import export_policy, format_of
 from distrl.io.metrics import MetricsLogger, truncate_metrics
+from distrl.io.profile import UpdateProfiler
 from distrl.launch.preemption import PreemptionFlag
 from distrl.runners.base import IterationResult, RunContext, Runner
 from distrl.sharding import even_split
 from distrl.timing import phase
+from distrl.usage import ProcessUsage
 
 STOP_CHECK_SEED_OFFSET = 1_000_000
 """The early-stop check plays episodes from `eval.seed` + this: apart from `distrl eval`'s."""
@@ -68,6 +70,10 @@ class TrainingLoop:
         self.update_index = 0
         self.bad_updates_in_a_row = 0
         self.preemption = PreemptionFlag()
+        self.usage = ProcessUsage()
+        """This rank's CPU share, memory and GPU memory, read once per update (``usage/rank<r>/*``)."""
+        self.eval_workers = ctx.workers.eval if ctx.comm.is_main else None
+        """Rank 0's evaluation workers: the newest weights evaluated while training goes on."""
         self.checkpoint_writer: ckpt.BackgroundWriter | None = None
         """Rank 0's checkpoint writer, open while ``run()`` runs."""
         self._last_checkpoint = (0, time.monotonic())
@@ -91,6 +97,8 @@ class TrainingLoop:
                 self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
             )
         self.preemption.install()
+        profile = self.run_dir / "profile" / f"rank{self.comm.rank}.json"
+        profiler = UpdateProfiler(self.cfg.log.profile_updates, profile)
         self.runner.start(fresh=self.global_step == 0)
         phase.take()  # start-up is no update's time
         start_time, start_step = time.perf_counter(), self.global_step
@@ -102,6 +110,7 @@ class TrainingLoop:
                 iteration_start = time.perf_counter()
                 sync_before = self.comm.grad_sync_time_s
                 result = self.runner.iteration(self.global_step)
+                profiler.step()
                 self.update_index += 1
                 self.global_step += result.env_steps
                 iteration_s = time.perf_counter() - iteration_start
@@ -113,6 +122,7 @@ class TrainingLoop:
                 )
                 with phase("eval"):
                     solved = self._reached_stop_return(row)
+                    self._evaluate_asynchronously(row)
                 with phase("log"):
                     logger.log(row)
                 self._count_bad_updates(result.skipped)
@@ -133,6 +143,7 @@ class TrainingLoop:
             if output is not None and self.comm.is_main:
                 self._write_output(output)
         finally:
+            profiler.close()
             if self.checkpoint_writer is not None:
                 self.checkpoint_writer.close()
             logger.close()
@@ -152,12 +163,16 @@ class TrainingLoop:
         local = [averaged[k] for k in averaged_keys]
         if episodes is not None:
             local += [episodes.return_sum, episodes.length_sum, episodes.count, episodes.finished]
-        # Every rank's own collection speed, in its own slot of the same sum.
+        # Every rank's own collection speed and resource usage, in its own slots of the same sum.
         collect_s = my_phases["env"] + my_phases["inference"] + my_phases["data"]
-        speeds = [0.0] * self.comm.world_size
-        speeds[self.comm.rank] = result.local_steps / collect_s if collect_s > 0 else 0.0
-        total = self.comm.sum_scalars([*local, *speeds])
-        total, speeds = total[: len(local)], total[len(local) :]
+        usage = self.usage.read()
+        per_rank = len(usage) + 1
+        mine = [result.local_steps / collect_s if collect_s > 0 else 0.0, *usage.values()]
+        slots = [0.0] * (per_rank * self.comm.world_size)
+        slots[per_rank * self.comm.rank : per_rank * (self.comm.rank + 1)] = mine
+        total = self.comm.sum_scalars([*local, *slots])
+        total, slots = total[: len(local)], total[len(local) :]
+        speeds = slots[::per_rank]
         row: dict[str, Any] = {
             "global_step": self.global_step,
             "update": self.update_index,
@@ -177,6 +192,9 @@ class TrainingLoop:
         row.update(phases)
         row["time/other"] = pass_s - sum(phases.values())
         row["time/update"] = pass_s
+        for rank in range(world_size):
+            values = slots[per_rank * rank + 1 : per_rank * (rank + 1)]
+            row.update({f"usage/rank{rank}/{key}": value for key, value in zip(usage, values, strict=True)})
         if world_size > 1 and min(speeds) > 0:
             row["rank_sps_min"], row["rank_sps_max"] = min(speeds), max(speeds)
             row["slowest_rank"] = speeds.index(min(speeds))
@@ -227,6 +245,17 @@ class TrainingLoop:
             total += self._evaluate_split(confirm, seed + episodes)
             row["stop_check_return"] = total / (episodes + confirm)
         return row["stop_check_return"] >= target
+
+    def _evaluate_asynchronously(self, row: dict[str, Any]) -> None:
+        """Rank 0 hands every ``eval.every``-th update's weights to its eval workers and logs
+        what they finished since the last update; it never waits for them."""
+        if self.eval_workers is None:
+            return
+        if self.update_index % self.cfg.eval.every == 0:
+            meta = {"config": config_to_dict(self.cfg), "global_step": self.global_step}
+            snapshot = train_state.snapshot(self.runner.train_state(), meta)
+            self.eval_workers.submit(snapshot, self.cfg.eval.episodes, self.cfg.eval.seed)
+        row.update(self.eval_workers.results())
 
     def _evaluate_split(self, episodes: int, seed: int) -> float:
         """Sum of the returns of ``episodes`` deterministic episodes (episode i seeded ``seed + i``),

@@ -14,11 +14,10 @@ checkpoint left it (the same ranks and layout; otherwise the epoch starts over).
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -27,7 +26,7 @@ import torch
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream, ranks_sharing_a_copy
 from distrl.data.reader import open_dataset
 from distrl.errors import UserError
-from distrl.ope.dqn import OfflineEvaluator
+from distrl.ope.dqn import LoggedSteps, OfflineEvaluator, cpe_steps
 from distrl.ope.estimators import Bootstrap
 from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.off_policy import QLearningRunner
@@ -39,11 +38,34 @@ if TYPE_CHECKING:
     from distrl.data.minari_dataset import MinariLoggedDataset
 
 
+class DataWorkers(Protocol):
+    """Processes that read, validate and shuffle this rank's part of the dataset for it (Ray
+    mode's data workers): the rank then reads no file."""
+
+    def open(self, path: Path, on_bad_row: str) -> Any:
+        """The dataset as the rank sees it: ``LoggedDataset``'s shape, files, parts and counts."""
+
+    def stream(self, units: list[Any], buffer_rows: int, seed: int) -> Any:
+        """``ShuffledStream``'s batches of ``units``, read by the workers."""
+
+    def cpe_steps(self, max_rows: int) -> LoggedSteps:
+        """``ope.dqn.cpe_steps`` of the dataset."""
+
+    @property
+    def failures(self) -> int:
+        """Calls to a worker that failed (and were retried) since the start."""
+
+
 class OfflineRunner(QLearningRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm = ctx.cfg, ctx.comm
         seed_torch(cfg.train.seed, comm.rank)
-        self.dataset = open_dataset(Path(cfg.data.path), cfg.data.on_bad_row)
+        self.data_workers = ctx.workers.data
+        path = Path(cfg.data.path)
+        if self.data_workers is None:
+            self.dataset = open_dataset(path, cfg.data.on_bad_row)
+        else:
+            self.dataset = self.data_workers.open(path, cfg.data.on_bad_row)
         if self.dataset.parametric and cfg.train.stop_return is not None:
             raise UserError(
                 f"train.stop_return={cfg.train.stop_return} evaluates the policy in env {cfg.env.id!r}, but "
@@ -56,11 +78,15 @@ class OfflineRunner(QLearningRunner):
         peers = self._ranks_sharing_my_copy(ctx.node_rank)
         units = self.dataset.shard(peers.index(comm.rank), len(peers))
         seed = rank_seed(cfg.train.seed, comm.rank)
-        self.stream = ShuffledStream(self.dataset, units, cfg.data.shuffle_buffer, seed)
-        # Every rank learns every rank's part size, so all agree on the steps of an epoch.
-        mine = json.dumps([self.stream.rows_per_epoch, self.batch_share]).encode()
-        sizes = [json.loads(b) for b in comm.all_gather_bytes(mine)]
-        self.steps_per_epoch = max(math.ceil(rows / share) for rows, share in sizes)
+        if self.data_workers is None:
+            self.stream = ShuffledStream(self.dataset, units, cfg.data.shuffle_buffer, seed)
+        else:
+            self.stream = self.data_workers.stream(units, cfg.data.shuffle_buffer, seed)
+        # Every rank learns every rank's batches per epoch, so all agree on the steps of an epoch.
+        mine = self.stream.batches_per_epoch(self.batch_share)
+        self.steps_per_epoch = int(
+            max(json.loads(b) for b in comm.all_gather_bytes(json.dumps(mine).encode()))
+        )
         self.epoch = 0
         self.step_in_epoch = 0
         self.batches: Iterator[Rows] = iter(())
@@ -95,28 +121,21 @@ class OfflineRunner(QLearningRunner):
 
     def _offline_evaluator(self) -> OfflineEvaluator | None:
         """Rank 0's counterfactual evaluator on the first episodes of its dataset, when the data
-        allow one (logged propensities, discrete actions)."""
+        allow one (logged propensities, discrete actions); read by a data worker if it has one."""
         cfg = self.cfg
-        if not isinstance(self.dataset, LoggedDataset) or self.dataset.parametric:
-            why_not = "it needs ReAgent-format data with discrete actions"
-        else:
-            try:  # a dataset of its own: its reads must not count in training's skipped rows
-                dataset = LoggedDataset(Path(cfg.data.path), cfg.data.on_bad_row)
-                bootstrap = Bootstrap(resamples=cfg.eval.cpe_bootstrap)
-                evaluator = OfflineEvaluator.from_dataset(
-                    dataset, cfg.algo.gamma, bootstrap, cfg.eval.cpe_max_rows
-                )
-            except UserError as exc:  # training itself may still go on (skipped rows, a tight cap)
-                why_not = str(exc)
+        max_rows = cfg.eval.cpe_max_rows
+        try:  # training itself may still go on (skipped rows, a tight cap)
+            if self.data_workers is None:
+                logged = cpe_steps(Path(cfg.data.path), cfg.data.on_bad_row, max_rows)
             else:
-                if not np.isnan(evaluator.logged.rows.propensity).all():
-                    return evaluator
-                why_not = "the log has no propensities (a deterministic logger)"
-        print(
-            f"distrl: no counterfactual evaluation during training: {why_not} (eval.cpe_every=0 hides this)",
-            file=sys.stderr,
-        )
-        return None
+                logged = self.data_workers.cpe_steps(max_rows)
+        except UserError as exc:
+            print(
+                f"distrl: no counterfactual evaluation during training: {exc} (eval.cpe_every=0 hides this)",
+                file=sys.stderr,
+            )
+            return None
+        return OfflineEvaluator(logged, cfg.algo.gamma, Bootstrap(resamples=cfg.eval.cpe_bootstrap))
 
     def start(self, fresh: bool) -> None:
         self.batches = self.stream.batches(self.batch_share, self.epoch)
@@ -169,6 +188,8 @@ class OfflineRunner(QLearningRunner):
                 estimates = self.evaluator.metrics(self.q_network)  # rank 0's row is the one logged
         global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
         averaged = {k: v / max(steps_with_data, 1) for k, v in totals.items()}
+        if self.data_workers is not None:
+            averaged["data_worker_failures"] = float(self.data_workers.failures)
         return IterationResult(
             env_steps=int(global_samples),
             local_steps=samples,

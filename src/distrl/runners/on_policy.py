@@ -118,11 +118,11 @@ class OnPolicyRunner(Runner):
         self.num_envs = self.envs.count
         self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
         noise = noise_seed(cfg.train.seed, comm.rank, ctx.launch_index)
-        if ctx.env_workers is None:
+        if ctx.workers.env is None:
             env = make_vec_env(cfg.env, seeds, device)
             self.observation_space, self.action_space = env.observation_space, env.action_space
         else:
-            self.observation_space, self.action_space = ctx.env_workers.start(cfg, seeds, noise)
+            self.observation_space, self.action_space = ctx.workers.env.start(cfg, seeds, noise)
         obs_dim = self.observation_space.shape[0]
         self.policy = ActorCritic(obs_dim, self.action_space, cfg.model).to(device)
         comm.broadcast_parameters_(self.policy)
@@ -137,13 +137,13 @@ class OnPolicyRunner(Runner):
             gradient_sync=comm.sum_gradients_,
         )
         self.collection: Collection
-        if ctx.env_workers is None:
+        if ctx.workers.env is None:
             action_noise = ActionNoise(self.policy, noise, self.num_envs, slice(None), device)
             self.collection = RolloutCollector(
                 cfg, env, self.policy, self.obs_rms, self.return_rms, action_noise, device
             )
         else:
-            self.collection = ctx.env_workers.collection(self.policy, self.obs_rms, self.return_rms, device)
+            self.collection = ctx.workers.env.collection(self.policy, self.obs_rms, self.return_rms, device)
         self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window, device)
         self.stragglers = StragglerCutoff(
             comm,

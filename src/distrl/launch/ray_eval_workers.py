@@ -1,0 +1,147 @@
+"""Ray mode's evaluation workers: actors that play deterministic episodes with a snapshot of the
+newest weights while the learners go on training.
+
+Rank 0's loop submits a snapshot every ``eval.every`` updates and collects finished results once
+per update, never waiting: a snapshot goes to a free worker, or waits in a queue of one (a newer
+snapshot replaces it). A worker that dies is restarted by Ray; its evaluation is retried (on it or
+another worker) with exponential backoff, at most ``workers.max_restarts`` times in a row, and
+the failure is logged with its cause and counted (``eval_worker_failures``). Evaluation never
+stops training: an evaluation out of retries is dropped with one line.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from distrl.io.train_state import SavedState
+from distrl.launch.ray_workers import WorkerActor, report_failure, retry_delay
+
+
+class EvalWorker(WorkerActor):
+    """The actor: rebuilds the snapshot's deterministic policy on its CPU and plays episodes."""
+
+    work_unit = "episodes"
+
+    def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
+        super().__init__(profile_calls, profile_path)
+        self.incarnation = secrets.token_hex(8)
+        """Changes when Ray restarts the actor: a restart between two calls is still noticed."""
+
+    def evaluate(self, policy: SavedState, episodes: int, seed: int) -> tuple[str, list[float]]:
+        """(this incarnation, the episodes' returns)."""
+        import torch
+
+        from distrl.evaluate import evaluate, policy_from_saved
+
+        torch.set_num_threads(1)
+        cfg, actor = policy_from_saved(policy, "an evaluation snapshot")
+        returns = evaluate(cfg, actor, episodes, seed)
+        self.did(episodes)
+        return self.incarnation, returns
+
+
+@dataclass
+class Evaluation:
+    """One snapshot to evaluate, and how often it failed in a row."""
+
+    policy: Any
+    """The snapshot's object ref: put once, however often it is retried."""
+    global_step: int
+    episodes: int
+    seed: int
+    failures: int = 0
+    not_before: float = 0.0
+    """Monotonic time before which it is not retried (the backoff)."""
+
+
+class RayEvalWorkers:
+    """Rank 0's eval workers (``runners.base.EvalWorkers``)."""
+
+    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        self.handles = handles
+        self.max_restarts = max_restarts
+        self.backoff_s = backoff_s
+        self.running: dict[Any, tuple[int, Evaluation]] = {}
+        """A running evaluation's result ref -> (its worker, the evaluation)."""
+        self.queued: Evaluation | None = None
+        self.failures = 0
+        self.finished: list[tuple[Evaluation, list[float]]] = []
+        self.incarnations: dict[int, str] = {}
+        """Each worker's incarnation at its last evaluation."""
+
+    def submit(self, policy: SavedState, episodes: int, seed: int) -> None:
+        import ray
+
+        self.queued = Evaluation(ray.put(policy), policy.meta["global_step"], episodes, seed)
+        self._dispatch()
+
+    def results(self) -> dict[str, float]:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        if self.running:
+            done, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
+            for ref in done:
+                index, evaluation = self.running.pop(ref)
+                try:
+                    incarnation, returns = ray.get(ref)
+                except (RayActorError, RayTaskError) as exc:
+                    self._failed(index, evaluation, exc)
+                    continue
+                self._check_incarnation(index, incarnation)
+                self.finished.append((evaluation, returns))
+        self._dispatch()
+        row = {"eval_worker_failures": float(self.failures)}
+        if self.finished:  # the newest finished evaluation; older ones were superseded meanwhile
+            evaluation, returns = max(self.finished, key=lambda done: done[0].global_step)
+            row["eval/return_mean"] = sum(returns) / len(returns)
+            row["eval/global_step"] = float(evaluation.global_step)
+            self.finished = []
+        return row
+
+    def _check_incarnation(self, index: int, incarnation: str) -> None:
+        """Count a restart that happened while the worker was idle (no call of ours failed)."""
+        if self.incarnations.setdefault(index, incarnation) != incarnation:
+            self.failures += 1
+            print(
+                f"distrl: eval worker {index} was restarted by Ray between evaluations "
+                "(killed or out of memory: `ray logs` has the cause)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.incarnations[index] = incarnation
+
+    def _failed(self, index: int, evaluation: Evaluation, exc: Exception) -> None:
+        self.failures += 1
+        evaluation.failures += 1
+        if evaluation.failures > self.max_restarts:
+            print(
+                f"distrl: eval worker {index} failed; the evaluation of step {evaluation.global_step} "
+                f"failed {evaluation.failures} times in a row (workers.max_restarts={self.max_restarts}) "
+                f"and is dropped; training goes on",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        delay = retry_delay(self.backoff_s, evaluation.failures)
+        then = f"retrying the evaluation of step {evaluation.global_step} in {delay:g} s"
+        report_failure("eval", index, exc, evaluation.failures, self.max_restarts, then)
+        evaluation.not_before = time.monotonic() + delay
+        if self.queued is None:  # a newer snapshot waiting supersedes the retry
+            self.queued = evaluation
+
+    def _dispatch(self) -> None:
+        """The queued evaluation to a free worker (Ray holds calls to a restarting one)."""
+        if self.queued is None or time.monotonic() < self.queued.not_before:
+            return
+        busy = {index for index, _ in self.running.values()}
+        free = [i for i in range(len(self.handles)) if i not in busy]
+        if free:
+            evaluation, self.queued = self.queued, None
+            worker = self.handles[free[0]]
+            ref = worker.evaluate.remote(evaluation.policy, evaluation.episodes, evaluation.seed)
+            self.running[ref] = (free[0], evaluation)

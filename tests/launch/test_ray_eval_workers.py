@@ -1,0 +1,37 @@
+"""Ray mode's evaluation workers on the session's real Ray head: rank 0 logs evaluations of the
+newest weights made while training goes on, and an eval worker killed mid-run is restarted, its
+evaluation retried and training never held up."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tests.ray_cluster import BUDGET, metrics_rows, ray_train_killing
+
+UPDATES = 400
+EVALUATING = [
+    *BUDGET,
+    f"train.total_steps={512 * UPDATES}",
+    "workers.eval=1",
+    "eval.every=1",
+    "eval.episodes=4",
+]
+"""400 updates of 512 steps (15 s or so), each one's weights handed to the eval worker: time
+enough for the killed worker to come back (a new process importing torch) and evaluate again."""
+
+
+def test_a_killed_eval_worker_never_stops_training(ray_head: str, tmp_path: Path) -> None:
+    result, killed = ray_train_killing(ray_head, tmp_path, "eval", 3, *EVALUATING)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert killed, "the run ended before the worker could be killed"
+    assert "Traceback" not in result.stderr
+    rows = metrics_rows(tmp_path)
+    assert [row["global_step"] for row in rows] == [512 * (i + 1) for i in range(UPDATES)]  # every update ran
+    evaluated = [row for row in rows if "eval/return_mean" in row]
+    assert evaluated, "no evaluation came back"
+    for row in evaluated:
+        assert math.isfinite(row["eval/return_mean"]) and row["eval/global_step"] <= row["global_step"]
+    assert rows[-1]["eval_worker_failures"] >= 1
+    # The restarted worker evaluated again after the failure.
+    assert any(row["eval_worker_failures"] >= 1 for row in evaluated)

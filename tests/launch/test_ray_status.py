@@ -1,0 +1,62 @@
+"""``distrl status`` against the session's real Ray head while a Ray-mode job runs: the cluster's
+resources and every worker with its state, restarts and usage; the driver's samples of the
+workers' usage in the run dir, beside the learners' own in the metrics; ``--profile``'s traces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import CARTPOLE, clean_env, distrl
+from tests.ray_cluster import BUDGET, HEAD_CPUS, metrics_rows
+
+
+def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
+    ray_head: str, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--launcher", "ray",
+         "--ray-address", ray_head, "--run-dir", str(run_dir), "log.progress=false", "log.tensorboard=false",
+         *BUDGET, "train.total_steps=32768", "workers.env=2", "workers.eval=1", "cluster.usage_every_s=0.5",
+         "--profile", "2"],
+        env=clean_env(), stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "metrics.jsonl").exists() or len(metrics_rows(run_dir)) < 3:
+            assert job.poll() is None, job.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the job wrote no metrics"
+            time.sleep(0.2)
+        shown = distrl("status", "--ray-address", ray_head, "--json")
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        _, stderr = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode == 0, stderr[-3000:]
+    report = json.loads(shown.stdout)
+    assert report["nodes"] == 1 and report["resources"]["CPU"][1] == HEAD_CPUS
+    workers = {worker["group"]: [] for worker in report["workers"]}
+    for worker in report["workers"]:
+        workers[worker["group"]].append(worker)
+    assert sorted(workers) == ["env", "eval", "policy"]
+    assert len(workers["env"]) == 2 and len(workers["policy"]) == 1
+    assert all(w["state"] == "ALIVE" and w["restarts"] == 0 for group in workers.values() for w in group)
+    for env_worker in workers["env"]:  # they answered while the job ran
+        assert env_worker["work_unit"] == "env steps" and env_worker["work_done"] > 0
+        assert env_worker["rss_mb"] > 0 and env_worker["pid"] > 0
+    # The driver's samples of every worker, and the learner's own usage in the metrics.
+    samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
+    assert {sample["worker"].split("-")[2] for sample in samples} == {"env", "eval"}
+    assert all(sample["rss_mb"] > 0 for sample in samples)
+    assert all(row["usage/rank0/rss_mb"] > 0 for row in metrics_rows(run_dir))
+    # --profile 2: a Chrome trace of two updates of the learner and two calls of every worker.
+    traces = sorted(
+        path.name.split("-")[2] if "-" in path.name else path.name for path in (run_dir / "profile").iterdir()
+    )
+    assert traces == ["env", "env", "eval", "rank0.json"]
+    for trace in (run_dir / "profile").iterdir():
+        assert json.loads(trace.read_text())["traceEvents"]
