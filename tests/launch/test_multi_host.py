@@ -281,9 +281,9 @@ def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Ho
             nodes.append(hosts.start(i, [*start, *where], cluster_names=False, env=env))
             _wait_for_ray_nodes(hosts, head, i + 1, env)
         train = [
-            sys.executable, "-m", "distrl", "train", *TRAIN, "--launcher", "ray", "--ray-address", head,
-            "--run-dir", str(run_dir), "log.progress=false", "cluster.num_nodes=2", "workers.env=3",
-            "cluster.usage_every_s=0.5", "train.total_steps=16384",
+            sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--total-steps", "16384",
+            "train.stop_return=null", "--launcher", "ray", "--ray-address", head, "--run-dir", str(run_dir),
+            "log.progress=false", "cluster.num_nodes=2", "workers.env=3", "cluster.usage_every_s=0.5",
         ]  # fmt: skip
         wait_ok([hosts.start(0, train, cluster_names=False, env=env)])
     finally:
