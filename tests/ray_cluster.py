@@ -83,14 +83,18 @@ _KILLER = """
 import pathlib, sys, time
 import ray
 
-address, metrics, group, rows = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+address, metrics, group, rows, namespace = sys.argv[1:]
+metrics, rows = pathlib.Path(metrics), int(rows)
 ray.init(address=address, log_to_driver=False)
 import distrl.launch.ray_launch  # noqa: F401  (a handle's class loads its modules: torch takes seconds)
 print("connected", flush=True)
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:
     if metrics.exists() and len(metrics.read_text().splitlines()) >= rows:
-        named = [a for a in ray.util.list_named_actors(all_namespaces=True) if f"-{group}-" in a["name"]]
+        named = [
+            a for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == namespace and f"-{group}-" in a["name"]
+        ]
         if named:
             actor = ray.get_actor(named[0]["name"], namespace=named[0]["namespace"])
             ray.kill(actor, no_restart=False)  # as an OOM kill would: Ray restarts it
@@ -103,17 +107,19 @@ while time.monotonic() < deadline:
 def ray_train_killing(
     address: str, run_dir: Path, group: str, after_rows: int, *overrides: str, config: Path = CARTPOLE
 ) -> tuple[subprocess.CompletedProcess, str]:
-    """``ray_train`` while another Ray driver ``ray.kill``s the run's first ``group`` worker
-    once ``after_rows`` metrics rows are written; the run and the killed actor's name ("" if
-    the run ended first)."""
+    """``ray_train`` (in a namespace of its own) while another Ray driver ``ray.kill``s the run's
+    first ``group`` worker once ``after_rows`` metrics rows are written; the run and the killed
+    actor's name ("" if the run ended first)."""
+    namespace = f"test-{secrets.token_hex(4)}"
+    metrics = str(run_dir / "metrics.jsonl")
     killer = subprocess.Popen(
-        [sys.executable, "-c", _KILLER, address, str(run_dir / "metrics.jsonl"), group, str(after_rows)],
+        [sys.executable, "-c", _KILLER, address, metrics, group, str(after_rows), namespace],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         connected = killer.stdout.readline().strip()  # the run starts once the killer is ready
         assert connected == "connected", killer.communicate(timeout=60)[1][-3000:]
-        result = ray_train(address, run_dir, *overrides, config=config)
+        result = ray_train(address, run_dir, "--namespace", namespace, *overrides, config=config)
     finally:
         killer.terminate()
         killed = killer.communicate(timeout=60)[0].strip()

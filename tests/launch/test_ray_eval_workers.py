@@ -32,6 +32,6 @@ def test_a_killed_eval_worker_never_stops_training(ray_head: str, tmp_path: Path
     assert evaluated, "no evaluation came back"
     for row in evaluated:
         assert math.isfinite(row["eval/return_mean"]) and row["eval/global_step"] <= row["global_step"]
-    assert rows[-1]["eval_worker_failures"] >= 1
+    assert rows[-1]["eval_worker_failures"] == 1  # one kill, counted once
     # The restarted worker evaluated again after the failure.
     assert any(row["eval_worker_failures"] >= 1 for row in evaluated)

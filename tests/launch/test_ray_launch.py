@@ -55,8 +55,8 @@ def test_one_learner_with_env_workers_on_ray_solves_cartpole(ray_head: str, tmp_
 def test_a_killed_learner_is_replaced_and_the_group_resumes_from_its_newest_checkpoint(
     ray_head: str, tmp_path: Path
 ) -> None:
-    overrides = ["workers.policy=2", *BUDGET, "train.total_steps=8192", "checkpoint.interval_steps=1024"]
-    result, killed = ray_train_killing(ray_head, tmp_path, "policy", 4, *overrides)
+    overrides = ["workers.policy=2", *BUDGET, "train.total_steps=32768", "checkpoint.interval_steps=1024"]
+    result, killed = ray_train_killing(ray_head, tmp_path, "policy", 4, *overrides)  # checkpoints by then
     assert result.returncode == 0, result.stderr[-3000:]
     assert killed, "the run ended before the learner could be killed"
     assert (
@@ -65,7 +65,7 @@ def test_a_killed_learner_is_replaced_and_the_group_resumes_from_its_newest_chec
     )
     assert "Traceback" not in result.stderr
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
-    assert state["global_step"] == 8192 and state["launch_index"] == 1  # finished by the second launch
+    assert state["global_step"] == 32768 and state["launch_index"] == 1  # finished by the second launch
     assert len({rank["param_sha256"] for rank in state["ranks"]}) == 1
 
 

@@ -31,6 +31,8 @@ class DataWorker(WorkerActor):
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         super().__init__(profile_calls, profile_path)
         self.dataset: Any = None
+        self.opened: tuple[Path, str] | None = None
+        """The dataset's path and ``data.on_bad_row``."""
         self.stream: ShuffledStream | None = None
         self.batches: Iterator[Rows] = iter(())
         self.position: tuple[int, int, int] | None = None
@@ -122,15 +124,10 @@ class RayDataWorkers(RestartableWorkers):
         """``units`` shared out round-robin, worker w's stream seeded ``seed + w``."""
         workers = len(self.handles)
         self._start_args = [(units[w::workers], buffer_rows, seed + w) for w in range(workers)]
-        refs = [h.start.remote(*args) for h, args in zip(self.handles, self._start_args, strict=True)]
-        rows = [self.get(w, ref, "start", *self._start_args[w]) for w, ref in enumerate(refs)]
-        return RayDataStream(self, rows)
+        return RayDataStream(self, self.call_each("start", self._start_args))
 
     def cpe_steps(self, max_rows: int) -> LoggedSteps:
         return self.call(0, "cpe_steps", max_rows)
-
-    def call(self, index: int, method: str, *args: Any) -> Any:
-        return self.get(index, getattr(self.handles[index], method).remote(*args), method, *args)
 
     def set_up(self, index: int, rebuild: int) -> None:
         """Reopen the dataset and restart the worker's stream (the same units and seed)."""

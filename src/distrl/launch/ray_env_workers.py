@@ -7,8 +7,9 @@ segments along the env axis. Actions come from the rank's ``ActionNoise`` cut to
 envs, so one learner with N env workers collects exactly what one process with the same envs
 collects.
 
-A worker that dies (killed, out of memory) is restarted by Ray; one whose env raised is kept.
-Either way the learner logs the cause, waits with exponential backoff, rebuilds the worker's envs
+A worker that dies (killed, out of memory) is restarted by Ray; one whose env raised is kept (a
+``UserError``, bad input, stops the run with its one line instead). Either way the learner logs
+the cause, waits with exponential backoff, rebuilds the worker's envs
 (fresh seeds) and collects that worker's part of the rollout again, giving up after
 ``workers.max_restarts`` failures in a row. A part is only ever taken whole, so no sample is lost
 or counted twice.
@@ -102,7 +103,6 @@ class RayEnvWorkers(RestartableWorkers):
         self._start_args: list[tuple[Any, ...]] = []
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
-        import ray
 
         if len(seeds) < len(self.handles):
             raise UserError(
@@ -114,10 +114,7 @@ class RayEnvWorkers(RestartableWorkers):
         for i in range(len(self.handles)):
             first, count = even_split(len(seeds), i, len(self.handles))
             self._start_args.append((cfg_json, seeds[first : first + count], noise_seed, len(seeds), first))
-        spaces = ray.get(
-            [h.start.remote(*args) for h, args in zip(self.handles, self._start_args, strict=True)]
-        )
-        return spaces[0]
+        return self.call_each("start", self._start_args)[0]
 
     def collection(
         self, policy: torch.nn.Module, obs_rms: Any, return_rms: Any, device: torch.device

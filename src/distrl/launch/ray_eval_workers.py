@@ -17,8 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from distrl.errors import UserError
 from distrl.io.train_state import SavedState
-from distrl.launch.ray_workers import WorkerActor, report_failure, retry_delay
+from distrl.launch.ray_workers import (
+    WorkerActor,
+    raise_user_error,
+    report_failure,
+    retry_delay,
+    worker_failures,
+)
 
 
 class EvalWorker(WorkerActor):
@@ -72,6 +79,9 @@ class RayEvalWorkers:
         self.finished: list[tuple[Evaluation, list[float]]] = []
         self.incarnations: dict[int, str] = {}
         """Each worker's incarnation at its last evaluation."""
+        self.coming_back: dict[Any, int] = {}
+        """A failed worker's readiness probe -> the worker: it gets no evaluation until Ray has it
+        back, so one failure is one failed call, however long the restart takes."""
 
     def submit(self, policy: SavedState, episodes: int, seed: int) -> None:
         import ray
@@ -81,7 +91,6 @@ class RayEvalWorkers:
 
     def results(self) -> dict[str, float]:
         import ray
-        from ray.exceptions import RayActorError, RayTaskError
 
         if self.running:
             done, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
@@ -89,11 +98,12 @@ class RayEvalWorkers:
                 index, evaluation = self.running.pop(ref)
                 try:
                     incarnation, returns = ray.get(ref)
-                except (RayActorError, RayTaskError) as exc:
+                except worker_failures() as exc:
                     self._failed(index, evaluation, exc)
                     continue
                 self._check_incarnation(index, incarnation)
                 self.finished.append((evaluation, returns))
+        self._check_comebacks(ray)
         self._dispatch()
         row = {"eval_worker_failures": float(self.failures)}
         if self.finished:  # the newest finished evaluation; older ones were superseded meanwhile
@@ -102,6 +112,17 @@ class RayEvalWorkers:
             row["eval/global_step"] = float(evaluation.global_step)
             self.finished = []
         return row
+
+    def _check_comebacks(self, ray: Any) -> None:
+        if not self.coming_back:
+            return
+        done, _ = ray.wait(list(self.coming_back), num_returns=len(self.coming_back), timeout=0)
+        for ref in done:
+            index = self.coming_back.pop(ref)
+            try:
+                ray.get(ref)
+            except worker_failures():  # still restarting: ask again at the next update
+                self.coming_back[self.handles[index].__ray_ready__.remote()] = index
 
     def _check_incarnation(self, index: int, incarnation: str) -> None:
         """Count a restart that happened while the worker was idle (no call of ours failed)."""
@@ -116,7 +137,15 @@ class RayEvalWorkers:
         self.incarnations[index] = incarnation
 
     def _failed(self, index: int, evaluation: Evaluation, exc: Exception) -> None:
+        try:
+            raise_user_error(exc)
+        except UserError as bad_input:  # every evaluation would fail alike: stop evaluating
+            print(f"distrl: evaluation during training stopped: {bad_input}", file=sys.stderr, flush=True)
+            self.handles, self.queued = [], None
+            return
         self.failures += 1
+        self.incarnations.pop(index, None)  # this failure is counted: the restart not again
+        self.coming_back[self.handles[index].__ray_ready__.remote()] = index
         evaluation.failures += 1
         if evaluation.failures > self.max_restarts:
             print(
@@ -135,10 +164,10 @@ class RayEvalWorkers:
             self.queued = evaluation
 
     def _dispatch(self) -> None:
-        """The queued evaluation to a free worker (Ray holds calls to a restarting one)."""
+        """The queued evaluation to a free worker that is up."""
         if self.queued is None or time.monotonic() < self.queued.not_before:
             return
-        busy = {index for index, _ in self.running.values()}
+        busy = {index for index, _ in self.running.values()} | set(self.coming_back.values())
         free = [i for i in range(len(self.handles)) if i not in busy]
         if free:
             evaluation, self.queued = self.queued, None

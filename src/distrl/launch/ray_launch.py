@@ -20,11 +20,13 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import secrets
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,8 @@ from distrl.launch.ray_status import UsageLog, job_actors, print_report, remote_
 from distrl.launch.ray_workers import failure_cause, workers_env
 
 RAY_EXTRA = "--launcher ray needs Ray: pip install 'distrl[ray]'"
+STOP_GRACE_S = 30.0
+"""How long the other learners may take to end by themselves once one has failed."""
 RAY_FLAGS = {"--launcher": True, "--ray-address": True, "--namespace": True}
 """The Ray launcher's own flags (all take a value); they are not passed to the learners."""
 
@@ -64,7 +68,8 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
         group = _place(ray, cfg.cluster, cfg.workers)
         job = f"distrl-{secrets.token_hex(4)}"
         profile = (cfg.log.profile_updates, run_dir / "profile")
-        names, actors = _start_worker_groups(ray, group, cfg.workers, namespace, job, profile)
+        timeout_s = cfg.cluster.placement_timeout_s
+        names, actors = _start_worker_groups(ray, group, cfg.workers, namespace, job, profile, timeout_s)
         retries = cfg.workers.max_restarts, cfg.workers.retry_backoff_s
         learners = _LearnerGroup(
             group,
@@ -79,6 +84,7 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
             actors,
             UsageLog(run_dir / "workers.jsonl"),
             cfg.cluster.usage_every_s,
+            timeout_s,
         )
         for attempt in range(cfg.workers.max_restarts + 1):
             status, died = learners.run(ray, attempt)
@@ -119,13 +125,15 @@ class _LearnerGroup:
     or not, once no handle to it is left)."""
     usage: UsageLog
     usage_every_s: float
+    placement_timeout_s: float
+    """How long a learner may take to start."""
 
     def run(self, ray: Any, attempt: int) -> tuple[int, int | None]:
         """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
         of a learner that died, which ends the launch: the others are killed at once rather
         than left waiting in a collective until ``comm.timeout_s``)."""
         learners = _start_learners(ray, self.group, self.workers, self.namespace, f"{self.name}-{attempt}")
-        master_addr, master_port = ray.get(learners[0].free_address.remote())
+        master_addr, master_port = _ready(ray, learners[0].free_address.remote(), self.placement_timeout_s)
         # A restarted group must never wipe the checkpoints it resumes from.
         argv = [arg for arg in self.argv if arg != "--overwrite"] if attempt else self.argv
         runs = [
@@ -141,7 +149,7 @@ class _LearnerGroup:
         status, died = _wait(
             ray, runs, self.usage_every_s, lambda: self.usage.write(sample(ray, self.actors))
         )
-        if died is not None:
+        if status:  # none left waiting in a collective until comm.timeout_s
             for learner in learners:
                 ray.kill(learner)
         return status, died
@@ -174,6 +182,11 @@ def _check_data_workers(cfg: RunConfig) -> None:
     if cfg.data.path is None or cfg.ml_framework != "torch":
         raise UserError(
             "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
+        )
+    if cfg.data.layout == "split":
+        raise UserError(
+            "data.layout=split: Ray mode's data workers read one copy of the data (data.layout=copy): "
+            "the learners of a Ray job have no node of their own data to read"
         )
     if workers.data < workers.policy:
         raise UserError(
@@ -284,7 +297,7 @@ def _join(ray: Any, address: str, namespace: str, **options: Any) -> None:
     try:
         if why is None:  # Ray's INFO lines would bury distrl's own (an error is one line)
             ray.init(address=address, namespace=namespace, logging_level=logging.WARNING, **options)
-    except ConnectionError as exc:
+    except (ConnectionError, ray.exceptions.AuthenticationError) as exc:  # no cluster, a wrong token
         why = str(exc).splitlines()[0]
     if why is not None:
         raise UserError(
@@ -318,7 +331,7 @@ def status(address: str, namespace: str, as_json: bool) -> int:
         workers = job_actors(ray, namespace)
         # Learners are not asked (``ray_workers.WorkerActor``): their usage is in the metrics.
         alive = [w["name"] for w in workers if w["state"] == "ALIVE" and w["group"] != "policy"]
-        usage = sample(ray, {name: ray.get_actor(name, namespace=namespace) for name in alive})
+        usage = sample(ray, _handles(ray, alive, namespace))
         for worker in workers:
             worker.update(usage.get(worker["name"], {}))
         report = {
@@ -336,6 +349,15 @@ def status(address: str, namespace: str, as_json: bool) -> int:
     else:
         print_report(report)
     return 0
+
+
+def _handles(ray: Any, names: list[str], namespace: str) -> dict[str, Any]:
+    """The named actors still there (a job may end between listing its actors and asking them)."""
+    handles = {}
+    for name in names:
+        with contextlib.suppress(ValueError):
+            handles[name] = ray.get_actor(name, namespace=namespace)
+    return handles
 
 
 def _runtime_env() -> dict[str, Any]:
@@ -392,7 +414,13 @@ def _start_learners(ray: Any, group: Any, workers: WorkersConfig, namespace: str
 
 
 def _start_worker_groups(
-    ray: Any, group: Any, workers: WorkersConfig, namespace: str, job: str, profile: tuple[int, Path]
+    ray: Any,
+    group: Any,
+    workers: WorkersConfig,
+    namespace: str,
+    job: str,
+    profile: tuple[int, Path],
+    timeout_s: float,
 ) -> tuple[dict[str, list[list[str]]], dict[str, Any]]:
     """The env, eval and data workers as named, restartable actors: their names by group and
     learner (env and data workers shared out over the learners, eval workers all rank 0's), and their handles,
@@ -428,8 +456,24 @@ def _start_worker_groups(
                 ).remote(profile[0], str(profile[1] / f"{actor_name}.json"))
                 handles[actor_name] = handle
         bundle += count
-    ray.get([handle.__ray_ready__.remote() for handle in handles.values()])  # named once this returns
+    _ready(ray, [handle.__ray_ready__.remote() for handle in handles.values()], timeout_s)  # named once ready
     return names, handles
+
+
+def _ready(ray: Any, refs: Any, timeout_s: float) -> Any:
+    """``ray.get(refs)`` of actors just started: one line, not a hang or a traceback, when one
+    cannot start (its constructor or an import failed on its node, or no node has room)."""
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except GetTimeoutError:
+        raise UserError(
+            f"the job's actors did not start within cluster.placement_timeout_s={timeout_s:g} "
+            "(see `ray status` and `ray logs`)"
+        ) from None
+    except (RayActorError, RayTaskError) as exc:
+        raise UserError(f"an actor of the job could not start: {failure_cause(exc)}") from None
 
 
 def _rank_env(rank: int, world_size: int, master_addr: str, master_port: int, attempt: int) -> dict[str, str]:
@@ -450,13 +494,15 @@ def _rank_env(rank: int, world_size: int, master_addr: str, master_port: int, at
 
 def _wait(ray: Any, runs: list[Any], every_s: float, meanwhile: Callable[[], None]) -> tuple[int, int | None]:
     """(the first non-zero exit status, else 0; the rank of a learner that died, which ends the
-    wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. A
-    learner's error and a death's cause are one line each."""
+    wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. Once a
+    learner has failed the others get ``STOP_GRACE_S`` to end by themselves (a preempted group
+    ends together) before the wait gives up on them. A learner's error and a death's cause are
+    one line each."""
     from ray.exceptions import RayActorError, RayTaskError
 
-    pending, status = list(runs), 0
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1, timeout=every_s)
+    pending, status, stop_by = list(runs), 0, math.inf
+    while pending and time.monotonic() < stop_by:
+        done, pending = ray.wait(pending, num_returns=1, timeout=min(every_s, STOP_GRACE_S))
         if not done:
             meanwhile()
             continue
@@ -471,7 +517,7 @@ def _wait(ray: Any, runs: list[Any], every_s: float, meanwhile: Callable[[], Non
         if error:
             print(f"distrl: error: policy worker {rank}: {error}", file=sys.stderr)
         if code and not status:
-            status = code
+            status, stop_by = code, time.monotonic() + STOP_GRACE_S
     return status, None
 
 

@@ -48,11 +48,16 @@ class UsageLog:
         self.path = path
 
     def write(self, answers: dict[str, dict[str, Any]]) -> None:
+        """Append ``answers``; a sample that cannot be written (the run dir being replaced by
+        ``--overwrite`` at that moment) is skipped, never the run."""
         now = time.time()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as out:
-            for name, usage in sorted(answers.items()):
-                out.write(json.dumps({"time": now, "worker": name, **usage}) + "\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as out:
+                for name, usage in sorted(answers.items()):
+                    out.write(json.dumps({"time": now, "worker": name, **usage}) + "\n")
+        except OSError:
+            return
 
 
 def job_actors(ray: Any, namespace: str) -> list[dict[str, Any]]:
@@ -66,9 +71,10 @@ def job_actors(ray: Any, namespace: str) -> list[dict[str, Any]]:
     rows = []
     for info in state.actors().values():
         name = info["Name"]
-        if not name.startswith("distrl-") or (info["State"] != "DEAD" and name not in named):
+        parts = name.split("-")
+        if parts[0] != "distrl" or len(parts) < 4 or (info["State"] != "DEAD" and name not in named):
             continue
-        job, group = name.split("-")[1], name.split("-")[2]
+        job, group = parts[1], parts[2]
         rows.append(
             {
                 "job": job,

@@ -1,5 +1,7 @@
 """How a learner finds the worker actors the Ray launcher started for it, and what the worker
-groups share: one line on why an actor failed, the retry backoff.
+groups share: ``RestartableWorkers`` (calls retried with backoff on a restarted worker),
+``WorkerActor`` (what every worker actor answers: usage, work done, profile), one line on why an
+actor failed.
 
 The launcher names each learner's actors and hands the names over in ``WORKERS_VAR`` (JSON:
 ``namespace``, ``max_restarts``, ``backoff_s`` and a list of names per group); the learner looks
@@ -59,6 +61,21 @@ def from_launcher() -> RemoteWorkers:
     )
 
 
+def worker_failures() -> tuple[type[Exception], ...]:
+    """What a call to a worker raises when the worker died or raised, or when the node that held
+    its result was lost (imported only when a call failed: other runs never import Ray)."""
+    from ray.exceptions import ObjectLostError, RayActorError, RayTaskError
+
+    return (RayActorError, RayTaskError, ObjectLostError)
+
+
+def raise_user_error(exc: Exception) -> None:
+    """A worker that raised a UserError (bad input: no retry helps) is the user's one line."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, UserError):
+        raise UserError(str(cause.args[0] if cause.args else cause)) from None
+
+
 def failure_cause(exc: Exception) -> str:
     """One line on what Ray says killed the actor or failed the task."""
     lines = [line.strip() for line in str(getattr(exc, "cause", None) or exc).splitlines() if line.strip()]
@@ -103,6 +120,7 @@ class RestartableWorkers(ABC):
         self.failures = 0
         """Calls to a worker that failed (it died or raised) since the start."""
         self.rebuilds = 0
+        """Times any worker was set up again (each rebuild of env workers gets fresh seeds)."""
 
     @abstractmethod
     def set_up(self, index: int, rebuild: int) -> None:
@@ -110,14 +128,21 @@ class RestartableWorkers(ABC):
         many times any worker was set up again); raises Ray's errors while it restarts."""
 
     def call_all(self, method: str, *args: Any) -> list[Any]:
-        """``method`` on every worker, retried as the class says."""
-        refs = [getattr(h, method).remote(*args) for h in self.handles]
-        return [self.get(i, ref, method, *args) for i, ref in enumerate(refs)]
+        """``method(*args)`` on every worker, retried as the class says."""
+        return self.call_each(method, [args] * len(self.handles))
+
+    def call_each(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
+        """``method(*args[i])`` on worker i, all at once, each retried as the class says."""
+        refs = [getattr(h, method).remote(*a) for h, a in zip(self.handles, args, strict=True)]
+        return [self.get(i, ref, method, *args[i]) for i, ref in enumerate(refs)]
+
+    def call(self, index: int, method: str, *args: Any) -> Any:
+        """``method(*args)`` on worker ``index``, retried."""
+        return self.get(index, getattr(self.handles[index], method).remote(*args), method, *args)
 
     def get(self, index: int, ref: Any, method: str, *args: Any) -> Any:
         """The result of ``ref``, a call of ``method(*args)`` on worker ``index``, retried."""
         import ray
-        from ray.exceptions import RayActorError, RayTaskError
 
         failures = 0
         while True:
@@ -126,9 +151,8 @@ class RestartableWorkers(ABC):
                     self._rebuild(index)
                     ref = getattr(self.handles[index], method).remote(*args)
                 return ray.get(ref)
-            except (RayActorError, RayTaskError) as exc:
-                if isinstance(getattr(exc, "cause", None), UserError):  # bad input: no retry helps
-                    raise UserError(str(exc.cause)) from None
+            except worker_failures() as exc:
+                raise_user_error(exc)
                 failures += 1
                 self.failures += 1
                 if failures > self.max_restarts:
@@ -176,9 +200,12 @@ class WorkerActor:
 
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         from distrl.io.profile import UpdateProfiler
+        from distrl.usage import ProcessUsage
 
         self.work_done = 0
         self.profiler = UpdateProfiler(profile_calls, Path(profile_path))
+        """Writes its trace after ``profile_calls`` calls that did work, past the first."""
+        self.meter = ProcessUsage()
 
     def did(self, work: int) -> None:
         """A call's work is done: counted, and the profiler's step ended."""
@@ -190,14 +217,11 @@ class WorkerActor:
         memory, uptime and the work done so far."""
         import ray
 
-        from distrl.usage import ProcessUsage
-
-        meter = self.__dict__.setdefault("_usage", ProcessUsage())
         return {
             "node": ray.util.get_node_ip_address(),
-            "pid": meter.process.pid,
-            **meter.read(),
-            "uptime_s": time.time() - meter.process.create_time(),
+            "pid": self.meter.process.pid,
+            **self.meter.read(),
+            "uptime_s": time.time() - self.meter.process.create_time(),
             "work_done": self.work_done,
             "work_unit": self.work_unit,
         }
