@@ -92,12 +92,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cartpole_bench import CONFIG as CARTPOLE
 from cartpole_bench import REPO, CommandFailed, distrl_cmd, ensure_venv, metrics_rows, run_timed
 
 from distrl.config import RunConfig, load_config
 from distrl.runners.loop import STOP_CHECK_SEED_OFFSET
 
-CARTPOLE = REPO / "configs" / "cartpole_ppo.yaml"
 HALFCHEETAH = REPO / "configs" / "halfcheetah_ppo.yaml"
 RLLIB_VENV = REPO / "benchmarks" / ".rllib-venv"
 RLLIB_RELEASE = "ray[rllib]==2.60.0"
@@ -427,11 +427,16 @@ def print_throughput(results: dict[str, dict[str, list[Rate]]], args: argparse.N
         print("| --- | --- | --- | --- | --- | --- |")
         plain = median_of(contenders[PLAIN], lambda r: r.steady_sps)
         for name, runs in contenders.items():
-            rates = " / ".join(f"{r.steady_sps:,.0f}" for r in runs)
-            rate = median_of(runs, lambda r: r.steady_sps)
-            wall = median_of(runs, lambda r: r.wall_s)
-            startup = median_of(runs, lambda r: r.wall_s - r.loop_s)
+            rates, rate, wall, startup = rate_cells(runs)
             print(f"| {name} | {rates} | {rate:,.0f} | {rate / plain:.2f}x | {wall:.1f} | {startup:.1f} |")
+
+
+def rate_cells(runs: list[Rate]) -> tuple[str, float, float, float]:
+    """A throughput row's cells: the rate per repeat, and the medians of rate, wall time and
+    start-up + shut-down."""
+    rates = " / ".join(f"{r.steady_sps:,.0f}" for r in runs)
+    rate, wall = median_of(runs, lambda r: r.steady_sps), median_of(runs, lambda r: r.wall_s)
+    return rates, rate, wall, median_of(runs, lambda r: r.wall_s - r.loop_s)
 
 
 # ------------------------------------------------------------------------------------------ RLlib
@@ -508,9 +513,7 @@ def print_rllib(results: RllibResults, args: argparse.Namespace) -> None:
     for name, runs in results.rates.items():
         if not runs:
             continue
-        rates = " / ".join(f"{r.steady_sps:,.0f}" for r in runs)
-        rate, wall = median_of(runs, lambda r: r.steady_sps), median_of(runs, lambda r: r.wall_s)
-        startup = median_of(runs, lambda r: r.wall_s - r.loop_s)
+        rates, rate, wall, startup = rate_cells(runs)
         print(f"| {name} | {rates} | {rate:,.0f} | {wall:.1f} | {startup:.1f} |")
     print(
         f"\n### Time to a deterministic evaluation return >= {SOLVE_TARGET:g} (checked every "

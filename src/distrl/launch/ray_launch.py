@@ -170,11 +170,7 @@ def check_workers(cfg: RunConfig) -> None:
                 "train.straggler_threshold: env workers always collect whole rollouts; "
                 "unset it or set workers.env=0"
             )
-        if workers.env < workers.policy:
-            raise UserError(
-                f"workers.env={workers.env} is fewer than the {workers.policy} learners (workers.policy): "
-                f"give each learner at least one, or set workers.env=0"
-            )
+        _one_per_learner_at_least("env", workers.env, workers.policy)
 
 
 def _check_data_workers(cfg: RunConfig) -> None:
@@ -188,10 +184,15 @@ def _check_data_workers(cfg: RunConfig) -> None:
             "data.layout=split: Ray mode's data workers read one copy of the data (data.layout=copy): "
             "the learners of a Ray job have no node of their own data to read"
         )
-    if workers.data < workers.policy:
+    _one_per_learner_at_least("data", workers.data, workers.policy)
+
+
+def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
+    """Env and data workers are shared out over the learners: each needs one of its own."""
+    if count < learners:
         raise UserError(
-            f"workers.data={workers.data} is fewer than the {workers.policy} learners (workers.policy): "
-            f"give each learner at least one, or set workers.data=0"
+            f"workers.{group}={count} is fewer than the {learners} learners (workers.policy): "
+            f"give each learner at least one, or set workers.{group}=0"
         )
 
 
@@ -423,9 +424,9 @@ def _start_worker_groups(
     timeout_s: float,
 ) -> tuple[dict[str, list[list[str]]], dict[str, Any]]:
     """The env, eval and data workers as named, restartable actors: their names by group and
-    learner (env and data workers shared out over the learners, eval workers all rank 0's), and their handles,
-    which the driver holds for the job's length (Ray ends an actor, named or not, once no handle
-    to it is left)."""
+    learner (env and data workers shared out over the learners, eval workers all rank 0's), and
+    their handles, which the driver holds for the job's length (Ray ends an actor, named or not,
+    once no handle to it is left)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from distrl.launch.ray_data_workers import DataWorker

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from distrl.launch.ray_workers import worker_failures
+
 USAGE_GROUP = {"usage": 1}
 """The concurrency group ``usage()`` runs in, beside the worker's own calls."""
 ANSWER_WITHIN_S = 5.0
@@ -28,7 +30,7 @@ def remote_class(ray: Any, cls: type) -> Any:
 
 def sample(ray: Any, actors: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``usage()`` of every named actor that answers within ``ANSWER_WITHIN_S``, by name."""
-    from ray.exceptions import RayActorError, RayTaskError
+    from ray.exceptions import GetTimeoutError
 
     refs = {name: handle.usage.remote() for name, handle in actors.items()}
     ray.wait(list(refs.values()), num_returns=len(refs), timeout=ANSWER_WITHIN_S)
@@ -36,7 +38,7 @@ def sample(ray: Any, actors: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name, ref in refs.items():
         try:
             answers[name] = ray.get(ref, timeout=0)
-        except (RayActorError, RayTaskError, ray.exceptions.GetTimeoutError):
+        except (*worker_failures(), GetTimeoutError):
             continue
     return answers
 
