@@ -46,6 +46,7 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     assert sorted(workers) == ["env", "eval", "policy"]
     assert len(workers["env"]) == 2 and len(workers["policy"]) == 1
     assert all(w["state"] == "ALIVE" and w["restarts"] == 0 for group in workers.values() for w in group)
+    assert workers["policy"][0]["pid"] > 0 and "rss_mb" not in workers["policy"][0]  # not asked: training
     for env_worker in workers["env"]:  # they answered while the job ran
         assert env_worker["work_unit"] == "env steps" and env_worker["work_done"] > 0
         assert env_worker["rss_mb"] > 0 and env_worker["pid"] > 0

@@ -85,6 +85,7 @@ def job_actors(ray: Any, namespace: str) -> list[dict[str, Any]]:
                 "state": info["State"],
                 "restarts": info["NumRestarts"],
                 "node": info["Address"]["IPAddress"],
+                "pid": info["Pid"],
                 "death_cause": _death_line(info["DeathCause"]) if info["State"] == "DEAD" else "",
             }
         )
@@ -117,16 +118,18 @@ def print_report(report: dict[str, Any]) -> None:
         for column in columns:
             table.add_column(column)
         for w in (worker for worker in report["workers"] if worker["job"] == job):
-            state = w["state"] if w["state"] != "ALIVE" or "pid" in w else "ALIVE (not answering)"
+            # Learners are never asked (``ray_workers.WorkerActor``): only a worker can fail to answer.
+            answered = "rss_mb" in w
+            silent = w["state"] == "ALIVE" and not answered and w["group"] != "policy"
+            state = "ALIVE (not answering)" if silent else w["state"]
             if w["death_cause"]:
                 state += f": {w['death_cause']}"
-            answered = "pid" in w
             table.add_row(
                 w["name"],
                 state,
                 str(w["restarts"]),
                 w["node"],
-                str(w.get("pid", "")),
+                str(w["pid"] or ""),
                 f"{w['cpu_percent']:.0f}" if answered else "",
                 f"{w['rss_mb']:.0f}" if answered else "",
                 f"{w['gpu_mb']:.0f}" if answered else "",
