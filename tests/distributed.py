@@ -9,7 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from distrl.launch import Topology, connect
+from distrl.launch.process_group import connect
+from distrl.launch.topology import Topology
 
 
 def free_port() -> int:

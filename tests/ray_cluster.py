@@ -86,7 +86,8 @@ import ray
 address, metrics, group, rows, namespace = sys.argv[1:]
 metrics, rows = pathlib.Path(metrics), int(rows)
 ray.init(address=address, log_to_driver=False)
-import distrl.launch.ray_launch  # noqa: F401  (a handle's class loads its modules: torch takes seconds)
+# A handle's class loads its module, and torch with it: seconds, which the run may not last.
+import distrl.launch.ray_data_workers, distrl.launch.ray_env_workers, distrl.launch.ray_eval_workers  # noqa
 print("connected", flush=True)
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:

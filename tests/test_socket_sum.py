@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from distrl.comm import TorchComm
-from distrl.errors import PeerFailure
-from distrl.socket_sum import TOKEN_BYTES, CollectiveMismatch, SocketSum, accept_partners
+from distrl.errors import CollectiveMismatch, PeerFailure
+from distrl.socket_sum import TOKEN_BYTES, SocketSum, accept_partners
 from tests.distributed import run_ranks
 
 # 4M floats (16 MiB) is far larger than the kernel's socket buffers: a send-all-then-receive

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from distrl.errors import PeerFailure, UserError
-from distrl.socket_sum import CollectiveMismatch
+from distrl.errors import CollectiveMismatch, PeerFailure, UserError
 
 
 @dataclass(frozen=True)
@@ -150,9 +149,10 @@ def command_train_process(args: argparse.Namespace) -> int:
     from distrl.envs import check_env
     from distrl.io import checkpoint as ckpt
     from distrl.io.run_dir import prepare_run_dir
-    from distrl.launch import connect, discover_topology, resolve_device
     from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
+    from distrl.launch.process_group import connect, resolve_device
     from distrl.launch.ray_workers import from_launcher as workers_from_launcher
+    from distrl.launch.topology import discover_topology
     from distrl.runners import build_training
     from distrl.runners.loop import Preempted
 
@@ -217,7 +217,7 @@ def command_train_process(args: argparse.Namespace) -> int:
 def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
     """Rendezvous for real (so addresses and ports are checked), then rank 0 prints what every
     rank sees; no env, model or run dir is created."""
-    from distrl.launch import connect
+    from distrl.launch.process_group import connect
     from distrl.seeding import env_seeds
     from distrl.sharding import shard_envs
 

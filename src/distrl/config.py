@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from distrl.algos.dqn import DQNConfig
-from distrl.algos.ppo import PPOConfig
+from distrl.algos.dqn_config import DQNConfig
+from distrl.algos.ppo_config import PPOConfig
 from distrl.config_base import Section, at_most_one, default_unless_either
 from distrl.errors import UserError
 

@@ -12,3 +12,7 @@ class UserError(Exception):
 class PeerFailure(Exception):
     """A collective failed: another rank died, hung past the process-group timeout, or the
     network between ranks broke. Reported as one line; the process exits with code 3."""
+
+
+class CollectiveMismatch(RuntimeError):
+    """Two ranks entered a sum with different sizes or dtypes: a bug in the caller, not the peer."""

@@ -34,6 +34,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from distrl.errors import CollectiveMismatch
+
 TOKEN_BYTES = 16
 _HELLO = struct.Struct(f"!{TOKEN_BYTES}si")
 """A dialling rank's first bytes: the run's token and its rank."""
@@ -42,10 +44,6 @@ _HEADER = struct.Struct("!QQ16s")
 TRANSPORT_ERRORS = (OSError,)
 """What a failed network looks like to socket calls: closed, reset, timed out or unreachable
 connections all raise OSError subclasses (ConnectionError, TimeoutError, ...)."""
-
-
-class CollectiveMismatch(RuntimeError):
-    """Two ranks entered a sum with different sizes or dtypes: a bug in the caller, not the peer."""
 
 
 def recursive_doubling_fits(world_size: int) -> bool:

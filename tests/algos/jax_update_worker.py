@@ -15,8 +15,8 @@ import numpy as np
 from distrl.algos.ppo_jax import Rollout
 from distrl.config import load_config
 from distrl.io import checkpoint as ckpt
-from distrl.launch import discover_topology
 from distrl.launch.jax_group import connect_jax
+from distrl.launch.topology import discover_topology
 from distrl.runners.jax_on_policy import JaxPPOLearner
 
 STEPS, ENVS, OBS_DIM = 8, 6, 4

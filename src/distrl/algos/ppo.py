@@ -10,68 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
-from distrl.config_base import Section, at_most_one, default_unless_either
+from distrl.algos.ppo_config import PPOConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
 from distrl.timing import phase
-
-DEFAULT_MINIBATCH_SIZE = 256
-
-
-class PPOConfig(Section):
-    """Clipped-surrogate PPO; ``algo.name: ppo`` (the default)."""
-
-    resume_fixed_keys: ClassVar[tuple[str, ...]] = (
-        "model.hidden_sizes",
-        "model.activation",
-        "normalize.observations",
-        "normalize.rewards",
-    )
-    """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
-
-    name: Literal["ppo"] = "ppo"
-    rollout_steps: PositiveInt = 128
-    """Steps collected per env per update (per rank)."""
-    minibatch_size: PositiveInt | None = None
-    """Samples per optimiser step summed over all ranks (the global minibatch). Each epoch makes
-    round(global batch / minibatch_size) steps and every rank splits its rollout into that many
-    parts, so adding ranks adds optimiser steps in proportion to the data while each step's
-    batch stays the same. 256 when neither this nor ``num_minibatches`` is given."""
-    num_minibatches: PositiveInt | None = None
-    """Instead of ``minibatch_size``: a fixed number of minibatches per epoch whatever the number
-    of ranks (each rank splits its rollout into this many, so the global minibatch grows with the
-    ranks); rollouts that do not divide evenly give parts that differ by one sample."""
-    update_epochs: PositiveInt = 4
-    learning_rate: PositiveFloat = 2.5e-4
-    anneal_lr: bool = True
-    """Linearly decay the learning rate to zero over ``train.total_steps``."""
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
-    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
-    clip_coef: PositiveFloat = 0.2
-    clip_value_loss: bool = True
-    value_coef: float = Field(0.5, ge=0.0)
-    entropy_coef: float = Field(0.0, ge=0.0)
-    max_grad_norm: PositiveFloat = 0.5
-    """Clip the global gradient norm, computed after the cross-rank average."""
-    normalize_advantages: bool = True
-    """Normalise advantages with the mean/std of the whole global rollout (all ranks)."""
-    adam_eps: PositiveFloat = 1e-5
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_minibatch_rule(cls, data: Any) -> Any:
-        return default_unless_either(data, "minibatch_size", "num_minibatches", DEFAULT_MINIBATCH_SIZE)
-
-    @model_validator(mode="after")
-    def _one_minibatch_rule(self) -> PPOConfig:
-        return at_most_one(self, "algo", "minibatch_size", "num_minibatches")
-
 
 MinibatchSampler = Callable[[int], list[torch.Tensor]]
 """Given the batch size, return one epoch's minibatch index tensors."""

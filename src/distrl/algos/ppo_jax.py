@@ -19,7 +19,7 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
-from distrl.algos.ppo import PPOConfig
+from distrl.algos.ppo_config import PPOConfig
 from distrl.config import ModelConfig
 
 _ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "elu": jax.nn.elu}

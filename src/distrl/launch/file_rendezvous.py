@@ -13,8 +13,6 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
 from distrl.errors import UserError
 from distrl.launch.supervise import run_workers
 
@@ -25,6 +23,8 @@ LAUNCHER_FLAGS = {"--num-nodes": True, "--node-index": True, "--rendezvous-file"
 
 def procs_for_node(procs_per_node: int | None, use_all_devices: bool) -> int:
     """Every visible GPU with --use-all-available-devices, else --procs-per-node (default 1)."""
+    import torch  # here: the Ray driver imports this module for worker_argv, and needs no torch
+
     if use_all_devices and torch.cuda.is_available():
         return torch.cuda.device_count()
     return procs_per_node or 1

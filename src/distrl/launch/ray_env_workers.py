@@ -25,9 +25,12 @@ import numpy as np
 import torch
 
 from distrl.config import RunConfig
+from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.launch.ray_workers import RestartableWorkers, WorkerActor
-from distrl.runners.collector import RolloutCollector
+from distrl.models.actor_critic import ActorCritic
+from distrl.runners.collector import ActionNoise, RolloutCollector
+from distrl.runners.on_policy import acting_modules, ppo_normalizers
 from distrl.sharding import even_split
 from distrl.storage.rollout import RolloutSegment
 
@@ -52,11 +55,6 @@ class EnvWorker(WorkerActor):
     ) -> tuple[gym.Space, gym.Space]:
         """Build the envs and the policy copy; ``generation`` > 0 (a rebuild after a failure)
         derives fresh env seeds and noise from the given ones."""
-        from distrl.envs import make_vec_env
-        from distrl.models.actor_critic import ActorCritic
-        from distrl.runners.collector import ActionNoise
-        from distrl.runners.on_policy import acting_modules, ppo_normalizers
-
         if self.collector is not None:  # rebuilt after a failure: the old envs go first
             self.collector.close()
         cfg = RunConfig.model_validate(cfg_json)
@@ -119,8 +117,6 @@ class RayEnvWorkers(RestartableWorkers):
     def collection(
         self, policy: torch.nn.Module, obs_rms: Any, return_rms: Any, device: torch.device
     ) -> RayCollection:
-        from distrl.runners.on_policy import acting_modules
-
         return RayCollection(self, acting_modules(policy, obs_rms, return_rms), device)
 
     def set_up(self, index: int, rebuild: int) -> None:

@@ -16,10 +16,12 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distrl.errors import UserError
-from distrl.runners.base import RemoteWorkers
+
+if TYPE_CHECKING:  # the runners import torch, which the Ray driver never needs
+    from distrl.runners.base import RemoteWorkers
 
 REBUILD_WAIT_S = 60.0
 """How long a failed worker may take to come back (Ray restarts it) before it counts as failed again."""
@@ -38,6 +40,8 @@ def workers_env(namespace: str, max_restarts: int, backoff_s: float, **groups: l
 
 def from_launcher() -> RemoteWorkers:
     """The worker actors the Ray launcher gave this process (none outside Ray mode)."""
+    from distrl.runners.base import RemoteWorkers
+
     spec = os.environ.get(WORKERS_VAR)
     if not spec:
         return RemoteWorkers()
