@@ -209,8 +209,9 @@ class ClusterConfig(Section):
     cpus_per_node: PositiveFloat | None = None
     """CPUs the job may use on each node; unset: whatever the workers ask for."""
     gpus_per_node: NonNegativeInt = 0
-    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
-    """Ray's placement strategy for the workers' bundles (one bundle per worker)."""
+    strategy: Literal["SPREAD", "PACK"] = "SPREAD"
+    """How the nodes' placement groups (one per node, its workers on one Ray node) share Ray's
+    nodes: SPREAD gives each a Ray node of its own, PACK lets Ray put several on one node."""
     placement_timeout_s: PositiveFloat = 30.0
     """A placement group not placed within this many seconds is an error naming what is missing."""
     usage_every_s: PositiveFloat = 10.0

@@ -260,7 +260,8 @@ def test_jax_launcher_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None
 
 def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Hosts, tmp_path: Path) -> None:
     """A Ray head on one host and a worker node on the other (token authentication on): the job's
-    1 learner and 3 env workers (1 CPU each) fill both hosts' 2 CPUs, so each host steps envs."""
+    two nodes (``cluster.strategy`` SPREAD: one Ray node each) hold the learner with 2 env workers
+    and the third env worker, so each host steps envs."""
     pytest.importorskip("ray", reason="the ray extra is installed by make test")
     token = tmp_path / "auth_token"
     token.write_text(secrets.token_hex(32))
@@ -283,7 +284,8 @@ def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Ho
         train = [
             sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--total-steps", "16384",
             "train.stop_return=null", "--launcher", "ray", "--ray-address", head, "--run-dir", str(run_dir),
-            "log.progress=false", "cluster.num_nodes=2", "workers.env=3", "cluster.usage_every_s=0.5",
+            "log.progress=false", "cluster.num_nodes=2", "workers.env=3", "workers.cpus_per_env=0.5",
+            "cluster.usage_every_s=0.5",
         ]  # fmt: skip
         wait_ok([hosts.start(0, train, cluster_names=False, env=env)])
     finally:

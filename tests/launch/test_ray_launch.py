@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -89,18 +91,37 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_a_group_that_cannot_be_placed_fails_in_seconds(ray_head: str, tmp_path: Path) -> None:
-    started = time.monotonic()
-    # Two bundles on distinct nodes of a one-node cluster: the CPUs exist, the placement cannot.
-    result = ray_train(
-        ray_head,
-        tmp_path,
-        "workers.policy=2",
-        "cluster.strategy=STRICT_SPREAD",
-        "cluster.placement_timeout_s=3",
-    )
+_HOLD_CPUS = """
+import sys
+import ray
+from ray.util.placement_group import placement_group
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+held = placement_group([{"CPU": float(sys.argv[2])}])
+ray.get(held.ready(), timeout=60)
+print("held", flush=True)
+sys.stdin.read()  # until the test closes it; the group goes with this driver
+"""
+
+
+def test_a_node_that_cannot_be_placed_fails_in_seconds(ray_head: str, tmp_path: Path) -> None:
+    # Another job holds all but half a CPU: the cluster has the CPUs, they are not free.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_CPUS, ray_head, str(HEAD_CPUS - 0.5)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held", holder.communicate(timeout=60)[1][-3000:]
+        started = time.monotonic()
+        result = ray_train(ray_head, tmp_path, "cluster.placement_timeout_s=3")
+    finally:
+        holder.communicate(input="", timeout=60)
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "was not placed within cluster.placement_timeout_s=3" in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        "distrl: error: node 0 of cluster.num_nodes=1 (its 1 worker(s) need 1 CPU, 0 GPU on one Ray "
+        "node) was not placed within cluster.placement_timeout_s=3: free now in the Ray cluster: 0.5 CPU"
+    ), line
     assert "Traceback" not in result.stderr
     assert time.monotonic() - started < 60
 
@@ -132,14 +153,26 @@ def test_a_job_larger_than_the_cluster_is_one_line(ray_head: str, tmp_path: Path
             "more than cluster.gpus_per_node x num_nodes = 0",
         ),
         (ClusterConfig(gpus_per_node=1), WorkersConfig(gpus_per_policy=1), "the Ray cluster has 0"),
+        (
+            ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=1.5),
+            WorkersConfig(env=2, cpus_per_env=0.75),  # node 0: the learner and an env worker
+            "node 0 of the job needs 1.75 CPU: more than cluster.cpus_per_node = 1.5",
+        ),
     ],
-    ids=["nodes", "cpu-budget", "gpu-budget", "gpus"],
+    ids=["nodes", "cpu-budget", "gpu-budget", "gpus", "one-node"],
 )
 def test_fit_check_names_what_does_not_fit(
     cluster: ClusterConfig, workers: WorkersConfig, message: str
 ) -> None:
     with pytest.raises(UserError, match=message):
         check_fits(cluster, workers, {"CPU": 4.0}, nodes=1)
+
+
+def test_packed_nodes_may_outnumber_the_ray_nodes() -> None:
+    # Node 0 holds 2 of the 3 learners (2 CPU), node 1 the third, both on the one Ray node.
+    check_fits(
+        ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=2), WorkersConfig(policy=3), {"CPU": 4.0}, 1
+    )
 
 
 @pytest.mark.parametrize("shape", ["small", "medium", "large"])

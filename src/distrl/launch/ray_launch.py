@@ -1,11 +1,11 @@
-"""``distrl train --launcher ray``: the policy (learner) workers as Ray actors on a placement group.
+"""``distrl train --launcher ray``: the policy (learner) workers as Ray actors on placement groups.
 
 The driver starts a local Ray instance (dashboard and usage stats off, token authentication on
 with the token in Ray's temp dir, not the user's home) or joins one (``--ray-address``), checks
-that the config's cluster and workers fit what Ray has, places one bundle per learner (a group
-that cannot be placed within ``cluster.placement_timeout_s`` is one line naming what is missing,
-never a hang), and starts the learners. They form one torch.distributed group among themselves,
-with the master address and a free port from the first bundle's node (as NeMo RL does), and each
+that the config's cluster and workers fit what Ray has, places the virtual cluster (one
+placement group per node, ``ray_placement``), and starts the workers there. The learners form
+one torch.distributed group among themselves, with the master address and a free port from
+learner 0's node (as NeMo RL does), and each
 runs the ordinary training process in its actor: same loop, configs, checkpoints and metrics as
 torchrun's ranks, which is what they look like to it. The env, eval and data workers are named,
 restartable actors the learners look up by name. The driver owns every actor (they share its
@@ -34,6 +34,7 @@ from typing import Any, TextIO
 
 from distrl.config import ClusterConfig, RunConfig, WorkersConfig
 from distrl.errors import UserError
+from distrl.launch.ray_placement import VirtualCluster, alive_nodes, job_bundles, node_bundles, place
 from distrl.launch.ray_status import UsageLog, job_actors, print_report, remote_class, sample
 from distrl.launch.ray_workers import failure_cause, workers_env
 
@@ -66,15 +67,15 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
             log_to_driver=True,
         )
     try:
-        check_fits(cfg.cluster, cfg.workers, ray.cluster_resources(), len(_alive_nodes(ray)))
-        group = _place(ray, cfg.cluster, cfg.workers)
+        check_fits(cfg.cluster, cfg.workers, ray.cluster_resources(), len(alive_nodes(ray)))
         job = f"distrl-{secrets.token_hex(4)}"
+        cluster = place(ray, cfg.cluster, cfg.workers, _groups(cfg.workers), job)
         profile = (cfg.log.profile_updates, run_dir / "profile")
         timeout_s = cfg.cluster.placement_timeout_s
-        names, actors = _start_worker_groups(ray, group, cfg.workers, namespace, job, profile)
+        names, actors = _start_worker_groups(ray, cluster, cfg.workers, namespace, job, profile)
         retries = cfg.workers.max_restarts, cfg.workers.retry_backoff_s
         learners = _LearnerGroup(
-            group,
+            cluster,
             cfg.workers,
             namespace,
             f"{job}-policy",
@@ -113,8 +114,8 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
 class _LearnerGroup:
     """The learners of one job: launched again, as a restarted torchrun job is, when one dies."""
 
-    group: Any
-    """The job's placement group: learner r takes bundle r."""
+    cluster: VirtualCluster
+    """Where each learner runs (the same bundle in every launch)."""
     workers: WorkersConfig
     namespace: str
     name: str
@@ -134,7 +135,7 @@ class _LearnerGroup:
         """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
         of a learner that died, which ends the launch: the others are killed at once rather
         than left waiting in a collective until ``comm.timeout_s``)."""
-        learners = _start_learners(ray, self.group, self.workers, self.namespace, f"{self.name}-{attempt}")
+        learners = _start_learners(ray, self.cluster, self.workers, self.namespace, f"{self.name}-{attempt}")
         # The learners start while the other workers do (every actor imports torch: seconds each).
         workers_ready = [actor.__ray_ready__.remote() for actor in self.actors.values()]
         (master_addr, master_port), *_ = _ready(
@@ -206,26 +207,36 @@ def check_fits(
     cluster: ClusterConfig, workers: WorkersConfig, resources: dict[str, float], nodes: int
 ) -> None:
     """One line naming what does not fit, before anything starts."""
-    if cluster.num_nodes > nodes:
-        raise UserError(f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {nodes} alive node(s)")
-    wanted = {
-        "CPU": workers.policy * workers.cpus_per_policy
-        + sum(count * cpus for count, cpus in _groups(workers).values()),
-        "GPU": workers.policy * workers.gpus_per_policy,
-    }
+    if cluster.strategy == "SPREAD" and cluster.num_nodes > nodes:
+        raise UserError(
+            f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {nodes} alive node(s) "
+            "(cluster.strategy=SPREAD puts each node's workers on a Ray node of their own; "
+            "PACK lets them share)"
+        )
+    nodes_need = [
+        {resource: sum(bundle.get(resource, 0.0) for bundle in bundles) for resource in ("CPU", "GPU")}
+        for bundles in node_bundles(cluster.num_nodes, job_bundles(workers, _groups(workers)))[0]
+    ]
     budget = {"CPU": cluster.cpus_per_node, "GPU": float(cluster.gpus_per_node)}
-    for resource, need in wanted.items():
-        if budget[resource] is not None and need > budget[resource] * cluster.num_nodes:
+    for resource, limit in budget.items():
+        need = sum(node[resource] for node in nodes_need)
+        if limit is not None and need > limit * cluster.num_nodes:
             raise UserError(
                 f"{_job(workers)} need {need:g} {resource} in all: more than "
-                f"cluster.{resource.lower()}s_per_node x num_nodes = "
-                f"{budget[resource] * cluster.num_nodes:g}"
+                f"cluster.{resource.lower()}s_per_node x num_nodes = {limit * cluster.num_nodes:g}"
             )
         if need > resources.get(resource, 0.0):
             raise UserError(
                 f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has "
                 f"{resources.get(resource, 0.0):g}"
             )
+        for node, needs in enumerate(nodes_need):
+            if limit is not None and needs[resource] > limit:
+                raise UserError(
+                    f"node {node} of the job needs {needs[resource]:g} {resource}: more than "
+                    f"cluster.{resource.lower()}s_per_node = {limit:g} (each group's workers are split "
+                    f"evenly over cluster.num_nodes={cluster.num_nodes}, learners first)"
+                )
 
 
 def _job(workers: WorkersConfig) -> str:
@@ -351,7 +362,7 @@ def status(address: str, namespace: str, as_json: bool) -> int:
             worker.update(usage.get(worker["name"], {}))
         report = {
             "namespace": namespace,
-            "nodes": len(_alive_nodes(ray)),
+            "nodes": len(alive_nodes(ray)),
             "resources": {
                 name: [available.get(name, 0.0), total.get(name, 0.0)] for name in ("CPU", "GPU", "memory")
             },
@@ -381,40 +392,10 @@ def _worker_path() -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(paths)}
 
 
-def _alive_nodes(ray: Any) -> list[dict[str, Any]]:
-    return [node for node in ray.nodes() if node.get("Alive")]
-
-
-def _place(ray: Any, cluster: ClusterConfig, workers: WorkersConfig) -> Any:
-    from ray.exceptions import GetTimeoutError
-    from ray.util.placement_group import placement_group, remove_placement_group
-
-    bundle = {"CPU": workers.cpus_per_policy}
-    if workers.gpus_per_policy:
-        bundle["GPU"] = workers.gpus_per_policy
-    # Learners' bundles first, then each group's in turn.
-    bundles = [bundle] * workers.policy
-    for count, cpus in _groups(workers).values():
-        bundles += [{"CPU": cpus}] * count
-    group = placement_group(bundles, strategy=cluster.strategy)
-    try:
-        ray.get(group.ready(), timeout=cluster.placement_timeout_s)
-    except GetTimeoutError:
-        remove_placement_group(group)
-        available = ray.available_resources()
-        raise UserError(
-            f"the placement group of {_job(workers)} ({len(bundles)} bundles, strategy {cluster.strategy}) "
-            f"was not placed within cluster.placement_timeout_s={cluster.placement_timeout_s:g}: "
-            f"available now: {available.get('CPU', 0):g} CPU, {available.get('GPU', 0):g} GPU "
-            f"on {len(_alive_nodes(ray))} node(s) (see `ray status`)"
-        ) from None
-    return group
-
-
-def _start_learners(ray: Any, group: Any, workers: WorkersConfig, namespace: str, name: str) -> list[Any]:
+def _start_learners(
+    ray: Any, cluster: VirtualCluster, workers: WorkersConfig, namespace: str, name: str
+) -> list[Any]:
     """The learners, named ``<name>-<rank>`` (``distrl status`` finds them by name)."""
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     actor = ray.remote(_Learner)
     return [
         actor.options(
@@ -422,7 +403,7 @@ def _start_learners(ray: Any, group: Any, workers: WorkersConfig, namespace: str
             namespace=namespace,
             num_cpus=workers.cpus_per_policy,
             num_gpus=workers.gpus_per_policy,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i),
+            scheduling_strategy=cluster.scheduling("policy", i),
         ).remote()
         for i in range(workers.policy)
     ]
@@ -430,7 +411,7 @@ def _start_learners(ray: Any, group: Any, workers: WorkersConfig, namespace: str
 
 def _start_worker_groups(
     ray: Any,
-    group: Any,
+    cluster: VirtualCluster,
     workers: WorkersConfig,
     namespace: str,
     job: str,
@@ -440,8 +421,6 @@ def _start_worker_groups(
     learner (env and data workers shared out over the learners, eval workers all rank 0's), and
     their handles, which the driver holds for the job's length (Ray ends an actor, named or not,
     once no handle to it is left)."""
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     from distrl.launch.ray_data_workers import DataWorker
     from distrl.launch.ray_env_workers import EnvWorker
     from distrl.launch.ray_eval_workers import EvalWorker
@@ -450,7 +429,6 @@ def _start_worker_groups(
     classes = {"env": EnvWorker, "eval": EvalWorker, "data": DataWorker}
     names: dict[str, list[list[str]]] = {}
     handles = {}
-    bundle = workers.policy
     for name, (count, cpus) in _groups(workers).items():
         actor = remote_class(ray, classes[name])
         names[name] = []
@@ -464,12 +442,9 @@ def _start_worker_groups(
                     namespace=namespace,
                     num_cpus=cpus,
                     max_restarts=-1,  # Ray's bound is per lifetime; the learner bounds failures in a row
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        group, placement_group_bundle_index=bundle + first + i
-                    ),
+                    scheduling_strategy=cluster.scheduling(name, first + i),
                 ).remote(profile[0], str(profile[1] / f"{actor_name}.json"))
                 handles[actor_name] = handle
-        bundle += count
     return names, handles
 
 

@@ -1,0 +1,124 @@
+"""Ray mode's virtual cluster: one placement group per node of ``cluster.num_nodes``.
+
+Each group holds one bundle per worker of that node, learners first and then the env, eval and
+data workers, each group's total split evenly over the nodes in order (``workers.<group>_per_node``
+on every node when given that way). A node's group is STRICT_PACK: its workers share one Ray node,
+its object store and memory. ``cluster.strategy: SPREAD`` puts every node's group on a Ray node
+of its own (each is placed in turn, kept off the Ray nodes the earlier ones took); ``PACK`` lets
+Ray put several on one Ray node where they fit. A group not placed within
+``cluster.placement_timeout_s`` is one line naming the node, what it asked for and what Ray has
+free, never a hang.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from distrl.config import ClusterConfig, WorkersConfig
+from distrl.errors import UserError
+from distrl.sharding import even_split
+
+NODE_ID_LABEL = "ray.io/node-id"
+"""The label Ray gives every node: its ID."""
+
+
+@dataclass(frozen=True)
+class VirtualCluster:
+    groups: list[Any]
+    """Each node's placement group (None for a node with no workers)."""
+    slots: dict[str, list[tuple[int, int]]]
+    """Per worker group (``policy``, ``env``, ``eval``, ``data``), each worker's (node, bundle)."""
+
+    def node_of(self, group: str, index: int) -> int:
+        return self.slots[group][index][0]
+
+    def scheduling(self, group: str, index: int) -> Any:
+        """Where worker ``index`` of ``group`` runs: its bundle of its node's placement group."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        node, bundle = self.slots[group][index]
+        return PlacementGroupSchedulingStrategy(self.groups[node], placement_group_bundle_index=bundle)
+
+
+def job_bundles(
+    workers: WorkersConfig, groups: dict[str, tuple[int, float]]
+) -> dict[str, tuple[int, dict[str, float]]]:
+    """Per worker group, learners first: (workers in all, one worker's bundle); ``groups``: the
+    groups beside the learners with their counts and CPUs per worker."""
+    learner = {"CPU": workers.cpus_per_policy}
+    if workers.gpus_per_policy:
+        learner["GPU"] = workers.gpus_per_policy
+    return {"policy": (workers.policy, learner)} | {
+        group: (count, {"CPU": cpus}) for group, (count, cpus) in groups.items()
+    }
+
+
+def node_bundles(
+    num_nodes: int, groups: dict[str, tuple[int, dict[str, float]]]
+) -> tuple[list[list[dict[str, float]]], dict[str, list[tuple[int, int]]]]:
+    """Every node's bundles and every worker's (node, bundle), from each group's (workers in all,
+    resources per worker), in bundle order."""
+    bundles: list[list[dict[str, float]]] = [[] for _ in range(num_nodes)]
+    slots: dict[str, list[tuple[int, int]]] = {}
+    for group, (count, resources) in groups.items():
+        slots[group] = []
+        for node in range(num_nodes):
+            for _ in range(even_split(count, node, num_nodes)[1]):
+                slots[group].append((node, len(bundles[node])))
+                bundles[node].append(resources)
+    return bundles, slots
+
+
+def place(
+    ray: Any, cluster: ClusterConfig, workers: WorkersConfig, groups: dict[str, tuple[int, float]], job: str
+) -> VirtualCluster:
+    """The job's placement groups, placed (``groups``: the worker groups beside the learners, with
+    their counts and CPUs per worker)."""
+    from ray.exceptions import GetTimeoutError
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    bundles, slots = node_bundles(cluster.num_nodes, job_bundles(workers, groups))
+    placed: list[Any] = []
+    taken: list[str] = []
+    deadline = time.monotonic() + cluster.placement_timeout_s
+    for node, mine in enumerate(bundles):
+        if not mine:
+            placed.append(None)
+            continue
+        selector = None
+        if cluster.strategy == "SPREAD" and taken:
+            selector = [{NODE_ID_LABEL: f"!in({','.join(taken)})"}] * len(mine)
+        group = placement_group(
+            mine, strategy="STRICT_PACK", name=f"{job}-node-{node}", bundle_label_selector=selector
+        )
+        placed.append(group)
+        try:
+            ray.get(group.ready(), timeout=max(deadline - time.monotonic(), 0.0))
+        except GetTimeoutError:
+            for each in filter(None, placed):
+                remove_placement_group(each)
+            raise UserError(_not_placed(ray, cluster, node, mine, len(taken))) from None
+        taken.append(placement_group_table(group)["bundles_to_node_id"][0])
+    return VirtualCluster(placed, slots)
+
+
+def alive_nodes(ray: Any) -> list[dict[str, Any]]:
+    return [node for node in ray.nodes() if node.get("Alive")]
+
+
+def _not_placed(
+    ray: Any, cluster: ClusterConfig, node: int, bundles: list[dict[str, float]], others: int
+) -> str:
+    need = {resource: sum(b.get(resource, 0.0) for b in bundles) for resource in ("CPU", "GPU")}
+    available = ray.available_resources()
+    apart = f", on a Ray node apart from the {others} the job's other nodes took" if others else ""
+    spread = f" (cluster.strategy={cluster.strategy}{apart})" if cluster.num_nodes > 1 else ""
+    return (
+        f"node {node} of cluster.num_nodes={cluster.num_nodes} (its {len(bundles)} worker(s) need "
+        f"{need['CPU']:g} CPU, {need['GPU']:g} GPU on one Ray node{spread}) was not placed within "
+        f"cluster.placement_timeout_s={cluster.placement_timeout_s:g}: free now in the Ray cluster: "
+        f"{available.get('CPU', 0):g} CPU, {available.get('GPU', 0):g} GPU "
+        f"on {len(alive_nodes(ray))} node(s) (see `ray status`)"
+    )
