@@ -237,8 +237,9 @@ class WorkersConfig(Section):
     cpus_per_policy: PositiveFloat = 1.0
     gpus_per_policy: NonNegativeFloat = 0.0
     env: NonNegativeInt = 0
-    """Environment workers in all (PPO), shared out over the learners: each steps a part of its
-    learner's envs with a CPU copy of the newest weights; 0: learners step their own envs."""
+    """Environment workers in all (online PPO and DQN), shared out over the learners: each steps
+    a part of its learner's envs with a CPU copy of the newest weights; 0: learners step their
+    own envs."""
     env_per_node: NonNegativeInt | None = None
     """Instead of ``env``: env workers on each of ``cluster.num_nodes`` nodes."""
     cpus_per_env: PositiveFloat = 1.0

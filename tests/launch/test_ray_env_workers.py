@@ -1,6 +1,7 @@
 """Ray mode's environment workers on the session's real Ray head: one learner with env workers
-collects exactly what one process with the same envs collects, and a worker that dies mid-rollout
-is restarted, its part collected again and the run finishes with every sample counted once."""
+collects exactly what one process with the same envs collects (PPO and DQN), and a worker that
+dies mid-rollout is restarted, its part collected again and the run finishes with every sample
+counted once."""
 
 from __future__ import annotations
 
@@ -21,16 +22,28 @@ CRASHING = [
 ]  # fmt: skip
 
 
-def test_one_learner_with_env_workers_trains_exactly_as_one_process(ray_head: str, tmp_path: Path) -> None:
-    result = ray_train(ray_head, tmp_path / "ray", "workers.env=2", *BUDGET)
+@pytest.mark.parametrize(
+    ("config", "budget"),
+    [
+        (CARTPOLE, BUDGET),
+        (CARTPOLE_DQN, [*BUDGET, "train.total_steps=2048", "checkpoint.interval_steps=2048"]),  # 8 iterations
+    ],
+    ids=["ppo", "dqn"],
+)
+def test_one_learner_with_env_workers_trains_exactly_as_one_process(
+    ray_head: str, tmp_path: Path, config: Path, budget: list[str]
+) -> None:
+    result = ray_train(ray_head, tmp_path / "ray", "workers.env=2", *budget, config=config)
     assert result.returncode == 0, result.stderr[-3000:]
     reference = distrl(
-        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "local"), "log.progress=false",
-        "log.tensorboard=false", *BUDGET,
+        "train", "--config", str(config), "--run-dir", str(tmp_path / "local"), "log.progress=false",
+        "log.tensorboard=false", *budget,
     )  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
-    assert final_row(tmp_path / "ray")["env_worker_failures"] == 0  # the env workers collected
+    ray_row, local_row = final_row(tmp_path / "ray"), final_row(tmp_path / "local")
+    assert ray_row["env_worker_failures"] == 0  # the env workers collected
+    assert ray_row["episode_return_mean"] == local_row["episode_return_mean"]
 
 
 def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head: str, tmp_path: Path) -> None:
@@ -72,10 +85,14 @@ def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path
     ("config", "overrides", "message"),
     [
         (CARTPOLE, ["workers.policy=2", "workers.env=1"], "workers.env=1 is fewer than the 2 learners"),
-        (CARTPOLE_DQN, ["workers.env=2"], "env workers collect for PPO with ml_framework: torch"),
+        (
+            CARTPOLE_DQN,
+            ["workers.env=2", "data.path=logged.parquet"],
+            "env workers collect for online PPO and DQN with ml_framework: torch",
+        ),
         (CARTPOLE, ["workers.env=2", "train.straggler_threshold=0.5"], "env workers always collect whole"),
     ],
-    ids=["fewer-than-learners", "dqn", "straggler-cutoff"],
+    ids=["fewer-than-learners", "offline-dqn", "straggler-cutoff"],
 )
 def test_env_workers_the_run_cannot_use_are_one_line(
     config: Path, overrides: list[str], message: str

@@ -1,11 +1,11 @@
 """Ray mode's environment workers: actors that each step a part of one learner's envs.
 
-A worker holds a CPU copy of the policy and the normalisers, refreshed once per rollout from
-one object in Ray's object store (never per step), runs the same ``RolloutCollector`` a rank
-runs over its own envs, and returns its ``RolloutSegment``; the learner joins its workers'
-segments along the env axis. Actions come from the rank's ``ActionNoise`` cut to the worker's
-envs, so one learner with N env workers collects exactly what one process with the same envs
-collects.
+A worker holds a CPU copy of what acts (PPO's policy and normalisers, DQN's Q-network),
+refreshed once per rollout from one object in Ray's object store (never per step), runs the same
+collector a rank runs over its own envs (``RolloutCollector``, ``TransitionCollector``), and
+returns its segment; the learner joins its workers' segments along the env axis. Actions come
+from the rank's ``ActionNoise`` cut to the worker's envs, so one learner with N env workers
+collects exactly what one process with the same envs collects.
 
 A worker that dies (killed, out of memory) is restarted by Ray; one whose env raised is kept (a
 ``UserError``, bad input, stops the run with its one line instead). Either way the learner logs
@@ -30,9 +30,12 @@ from distrl.errors import UserError
 from distrl.launch.ray_workers import RestartableWorkers, WorkerActor
 from distrl.models.actor_critic import ActorCritic
 from distrl.runners.collector import ActionNoise, RolloutCollector
+from distrl.runners.off_policy import make_q_network
 from distrl.runners.on_policy import acting_modules, ppo_normalizers
+from distrl.runners.transition_collector import TransitionCollector, exploration_noise
 from distrl.sharding import even_split
 from distrl.storage.rollout import RolloutSegment
+from distrl.storage.transitions import TransitionSegment
 
 
 class EnvWorker(WorkerActor):
@@ -42,7 +45,7 @@ class EnvWorker(WorkerActor):
 
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         super().__init__(profile_calls, profile_path)
-        self.collector: RolloutCollector | None = None
+        self.collector: RolloutCollector | TransitionCollector | None = None
 
     def start(
         self,
@@ -53,8 +56,8 @@ class EnvWorker(WorkerActor):
         first: int,
         generation: int = 0,
     ) -> tuple[gym.Space, gym.Space]:
-        """Build the envs and the policy copy; ``generation`` > 0 (a rebuild after a failure)
-        derives fresh env seeds and noise from the given ones."""
+        """Build the envs and the acting copy for ``cfg_json``'s algorithm; ``generation`` > 0 (a
+        rebuild after a failure) derives fresh env seeds and noise from the given ones."""
         if self.collector is not None:  # rebuilt after a failure: the old envs go first
             self.collector.close()
         cfg = RunConfig.model_validate(cfg_json)
@@ -64,29 +67,47 @@ class EnvWorker(WorkerActor):
         torch.set_num_threads(1)
         cpu = torch.device("cpu")
         env = make_vec_env(cfg.env, seeds, cpu)
-        obs_dim = env.observation_space.shape[0]
-        policy = ActorCritic(obs_dim, env.action_space, cfg.model)
-        obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
-        self.modules = acting_modules(policy, obs_rms, return_rms)
+        part = slice(first, first + len(seeds))
+        if cfg.algo.name == "dqn":
+            q_network = make_q_network(cfg, env.observation_space, env.action_space)
+            self.modules = {"q_network": q_network}
+            noise = exploration_noise(noise_seed, noise_rows, part, cpu)
+            self.collector = TransitionCollector(cfg, env, q_network, noise, cpu)
+        else:
+            obs_dim = env.observation_space.shape[0]
+            policy = ActorCritic(obs_dim, env.action_space, cfg.model)
+            obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
+            self.modules = acting_modules(policy, obs_rms, return_rms)
+            noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
+            self.collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
         """What each rollout's weights are loaded into, by name."""
-        noise = ActionNoise(policy, noise_seed, noise_rows, slice(first, first + len(seeds)), cpu)
-        self.collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
         return env.observation_space, env.action_space
 
     def reset(self) -> torch.Tensor:
         return self._collector().reset()
 
     def rollout(self, weights: dict[str, dict[str, torch.Tensor]]) -> RolloutSegment:
-        collector = self._collector()
-        for name, module in self.modules.items():
-            module.load_state_dict(weights[name])
+        collector = self._collector(weights)
+        assert isinstance(collector, RolloutCollector)
         segment = collector.rollout()
-        self.did(segment.steps)
+        self.did(segment.steps * segment.obs.shape[1])
         return segment
 
-    def _collector(self) -> RolloutCollector:
+    def transitions(self, weights: dict[str, dict[str, torch.Tensor]], epsilon: float) -> TransitionSegment:
+        collector = self._collector(weights)
+        assert isinstance(collector, TransitionCollector)
+        segment = collector.collect(epsilon)
+        self.did(segment.steps * segment.obs.shape[1])
+        return segment
+
+    def _collector(
+        self, weights: dict[str, dict[str, torch.Tensor]] | None = None
+    ) -> RolloutCollector | TransitionCollector:
+        """The collector, acting with ``weights`` (by module name) when given."""
         if self.collector is None:  # Ray restarted this actor between two of the learner's calls
             raise RuntimeError("restarted by Ray (killed or out of memory), it lost its envs")
+        for name, module in self.modules.items() if weights is not None else ():
+            module.load_state_dict(weights[name])
         return self.collector
 
 
@@ -119,6 +140,9 @@ class RayEnvWorkers(RestartableWorkers):
     ) -> RayCollection:
         return RayCollection(self, acting_modules(policy, obs_rms, return_rms), device)
 
+    def transitions(self, q_network: torch.nn.Module, device: torch.device) -> RayTransitions:
+        return RayTransitions(self, {"q_network": q_network}, device)
+
     def set_up(self, index: int, rebuild: int) -> None:
         """Build and reset the worker's envs again, with fresh env seeds and noise per rebuild."""
         import ray
@@ -128,8 +152,8 @@ class RayEnvWorkers(RestartableWorkers):
         ray.get(handle.reset.remote())
 
 
-class RayCollection:
-    """Rollouts of a learner's envs from its env workers (``runners.collector.Collection``)."""
+class _RemoteCollection:
+    """A learner's env workers acting with the current state of ``modules`` (by name)."""
 
     def __init__(
         self, workers: RayEnvWorkers, modules: dict[str, torch.nn.Module], device: torch.device
@@ -141,19 +165,35 @@ class RayCollection:
     def reset(self) -> torch.Tensor:
         return torch.cat(self.workers.call_all("reset")).to(self.device)
 
-    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
-        """Every worker collects its part in full (``should_stop``, the straggler cut-off, is
-        not applied to remote envs)."""
+    def weights(self) -> Any:
+        """The modules' tensors on the CPU, put in Ray's object store once for every worker."""
         import ray
 
-        weights = ray.put({name: _cpu_state(m) for name, m in self.modules.items()})
-        return RolloutSegment.join(self.workers.call_all("rollout", weights), self.device)
+        return ray.put({name: _cpu_state(m) for name, m in self.modules.items()})
 
     def metrics(self) -> dict[str, float]:
         return {"env_worker_failures": float(self.workers.failures)}
 
     def close(self) -> None:
         """The workers belong to the Ray job and end with it."""
+
+
+class RayCollection(_RemoteCollection):
+    """PPO's rollouts of a learner's envs from its env workers (``runners.collector.Collection``)."""
+
+    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
+        """Every worker collects its part in full (``should_stop``, the straggler cut-off, is
+        not applied to remote envs)."""
+        return RolloutSegment.join(self.workers.call_all("rollout", self.weights()), self.device)
+
+
+class RayTransitions(_RemoteCollection):
+    """DQN's steps of a learner's envs from its env workers (``runners.collector.TransitionSource``)."""
+
+    def collect(self, epsilon: float) -> TransitionSegment:
+        return TransitionSegment.join(
+            self.workers.call_all("transitions", self.weights(), epsilon), self.device
+        )
 
 
 def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

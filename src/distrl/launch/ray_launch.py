@@ -168,9 +168,10 @@ def check_workers(cfg: RunConfig) -> None:
     if workers.data:
         _check_data_workers(cfg)
     if workers.env:
-        if cfg.algo.name != "ppo" or cfg.ml_framework != "torch" or cfg.data.path is not None:
+        if cfg.ml_framework != "torch" or cfg.data.path is not None:
             raise UserError(
-                "workers.env: env workers collect for PPO with ml_framework: torch; set workers.env=0"
+                "workers.env: env workers collect for online PPO and DQN with ml_framework: torch; "
+                "set workers.env=0"
             )
         if cfg.train.straggler_threshold is not None:
             raise UserError(

@@ -20,6 +20,7 @@ from distrl.envs import VecEnv
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.normalizer import RunningMeanStd
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
+from distrl.storage.transitions import TransitionSegment
 from distrl.timing import phase
 
 
@@ -34,14 +35,14 @@ def noise_seed(seed: int, rank: int, launch_index: int) -> list[int]:
 
 
 class ActionNoise:
-    """The random numbers behind one rank's sampled actions: each step draws them for all
-    ``rows`` envs of the rank from one generator and keeps ``part``'s rows."""
+    """The random numbers behind one rank's actions: each step draws ``shape`` (a row per env of
+    the rank) from one generator, normal or uniform, and keeps ``part``'s rows."""
 
     def __init__(
-        self, policy: ActorCritic, seed: list[int], rows: int, part: slice, device: torch.device
+        self, shape: tuple[int, ...], gaussian: bool, seed: list[int], part: slice, device: torch.device
     ) -> None:
-        self._shape = policy.noise_shape(rows)
-        self._draw = torch.randn if policy.continuous else torch.rand
+        self._shape = shape
+        self._draw = torch.randn if gaussian else torch.rand
         self._part = part
         self._device = device
         self._generator = torch.Generator(device=device)
@@ -49,6 +50,13 @@ class ActionNoise:
 
     def draw(self) -> torch.Tensor:
         return self._draw(self._shape, generator=self._generator, device=self._device)[self._part]
+
+    @classmethod
+    def for_policy(
+        cls, policy: ActorCritic, seed: list[int], rows: int, part: slice, device: torch.device
+    ) -> ActionNoise:
+        """What PPO's sampled actions need: normal noise for Box actions, uniform for Discrete."""
+        return cls(policy.noise_shape(rows), policy.continuous, seed, part, device)
 
 
 class Collection(Protocol):
@@ -66,6 +74,21 @@ class Collection(Protocol):
     def metrics(self) -> dict[str, float]:
         """This rank's numbers about the collection itself, for the metrics (averaged over ranks)."""
         ...
+
+    def close(self) -> None: ...
+
+
+class TransitionSource(Protocol):
+    """Where a DQN rank's transitions come from: its own envs (``TransitionCollector``) or env
+    workers."""
+
+    def reset(self) -> torch.Tensor: ...
+
+    def collect(self, epsilon: float) -> TransitionSegment:
+        """``rollout_steps`` epsilon-greedy steps of all the rank's envs, on the rank's device."""
+        ...
+
+    def metrics(self) -> dict[str, float]: ...
 
     def close(self) -> None: ...
 
@@ -88,8 +111,39 @@ class EnvWorkers(Protocol):
         """Rollouts from the workers, acting with the current state of these modules."""
         ...
 
+    def transitions(self, q_network: torch.nn.Module, device: torch.device) -> TransitionSource:
+        """DQN's epsilon-greedy steps from the workers, acting with the current Q-network."""
+        ...
 
-class RolloutCollector:
+
+class EnvCollector:
+    """What a collector over a rank's own envs (or a worker's part of them) keeps between
+    segments: the observation the next one starts from and the envs reset since the last one."""
+
+    def __init__(self, env: VecEnv, device: torch.device) -> None:
+        self.env = env
+        self.device = device
+        self.obs: torch.Tensor | None = None
+        self.restarted = torch.zeros(env.num_envs, dtype=torch.bool, device=device)
+
+    def reset(self) -> torch.Tensor:
+        self.obs = self.env.reset().to(self.device)
+        self.restarted.fill_(True)
+        return self.obs
+
+    def take_restarted(self) -> torch.Tensor:
+        """The envs reset since the last segment (cleared: the next segment continues them)."""
+        restarted, self.restarted = self.restarted, torch.zeros_like(self.restarted)
+        return restarted
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class RolloutCollector(EnvCollector):
     """Steps ``env`` with ``policy`` and the normalisers (read here, updated by the learner)."""
 
     def __init__(
@@ -102,13 +156,12 @@ class RolloutCollector:
         noise: ActionNoise,
         device: torch.device,
     ) -> None:
+        super().__init__(env, device)
         self.cfg = cfg
-        self.env = env
         self.policy = policy
         self.obs_rms = obs_rms
         self.return_rms = return_rms
         self.noise = noise
-        self.device = device
         continuous = policy.continuous
         self.storage = RolloutStorage(
             cfg.algo.rollout_steps,
@@ -121,15 +174,6 @@ class RolloutCollector:
         )
         self.discounted_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
         self.action_bounds = _action_bounds(env.action_space, device)
-        self.obs: torch.Tensor | None = None
-        """The observation the next rollout starts from."""
-        self.restarted = torch.zeros(env.num_envs, dtype=torch.bool, device=device)
-        """Envs reset since the last rollout."""
-
-    def reset(self) -> torch.Tensor:
-        self.obs = self.env.reset().to(self.device)
-        self.restarted.fill_(True)
-        return self.obs
 
     def rollout(self, should_stop: Callable[[int], bool] = lambda steps: False) -> RolloutSegment:
         gamma = self.cfg.algo.gamma
@@ -162,19 +206,12 @@ class RolloutCollector:
         self.obs = obs
         with torch.no_grad(), phase("inference"):
             last_values = self.policy.value(self.normalize_obs(finite(obs)))
-        restarted, self.restarted = self.restarted, torch.zeros_like(self.restarted)
-        return store.segment(last_values, restarted, bool(nonfinite_final_obs))
+        return store.segment(last_values, self.take_restarted(), bool(nonfinite_final_obs))
 
     def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_rms is None:
             return obs
         return self.obs_rms.normalize(obs, self.cfg.normalize.clip)
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def close(self) -> None:
-        self.env.close()
 
     def _scale_rewards(self, rewards: torch.Tensor, dones: torch.Tensor, t: int) -> torch.Tensor:
         if self.return_rms is None:

@@ -12,17 +12,19 @@ import math
 import time
 
 import gymnasium as gym
-import torch
 from torch import nn
 
 from distrl.algos.dqn import DQN
 from distrl.config import RunConfig
+from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
 from distrl.models.q_network import GreedyPolicy, QNetwork
-from distrl.runners.base import IterationResult, RunContext, Runner, rank_envs, scheduled_learning_rate
+from distrl.runners.base import IterationResult, RunContext, Runner, rank_env_seeds, scheduled_learning_rate
+from distrl.runners.collector import TransitionSource, noise_seed
 from distrl.runners.episodes import EpisodeTracker
+from distrl.runners.transition_collector import TransitionCollector, exploration_noise
 from distrl.sharding import even_split
 from distrl.storage.replay import ReplayBuffer
 from distrl.timing import phase
@@ -102,22 +104,34 @@ def greedy_policy(q_network: nn.Module) -> nn.Module:
 
 class OffPolicyRunner(QLearningRunner):
     def __init__(self, ctx: RunContext) -> None:
-        cfg = ctx.cfg
-        self.envs, self.env = rank_envs(ctx)
-        if not isinstance(self.env.action_space, gym.spaces.Discrete):
-            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {self.env.action_space}")
-        super().__init__(ctx, self.env.observation_space, self.env.action_space)
-        obs_dim = self.env.observation_space.shape[0]
+        cfg, device = ctx.cfg, ctx.device
+        self.envs, seeds = rank_env_seeds(ctx)
+        noise = noise_seed(cfg.train.seed, ctx.comm.rank, ctx.launch_index)
+        if ctx.workers.env is None:
+            env = make_vec_env(cfg.env, seeds, device)
+            observation_space, action_space = env.observation_space, env.action_space
+        else:
+            observation_space, action_space = ctx.workers.env.start(cfg, seeds, noise)
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {action_space}")
+        super().__init__(ctx, observation_space, action_space)
+        self.collection: TransitionSource
+        if ctx.workers.env is None:
+            rows = slice(None)
+            self.collection = TransitionCollector(
+                cfg, env, self.q_network, exploration_noise(noise, self.envs.count, rows, device), device
+            )
+        else:
+            self.collection = ctx.workers.env.transitions(self.q_network, device)
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.
         capacity = max(math.ceil(cfg.algo.buffer_size / self.envs.global_count), cfg.algo.n_step)
-        self.replay = ReplayBuffer(capacity, self.envs.count, obs_dim, ctx.device)
+        self.replay = ReplayBuffer(capacity, self.envs.count, observation_space.shape[0], device)
         self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
-        self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window, ctx.device)
-        self.obs: torch.Tensor | None = None
+        self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window, device)
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
-        self.obs = self.env.reset().to(self.device)
+        self.collection.reset()
 
     def iteration(self, global_step: int) -> IterationResult:
         start = time.perf_counter()
@@ -132,35 +146,33 @@ class OffPolicyRunner(QLearningRunner):
         return IterationResult(
             env_steps=self.steps_per_iteration,
             local_steps=self.cfg.algo.rollout_steps * self.envs.count,
-            averaged={**stats, "collect_share": collect_s / (time.perf_counter() - start)},
+            averaged={
+                **stats,
+                **self.collection.metrics(),
+                "collect_share": collect_s / (time.perf_counter() - start),
+            },
             replicated={"learning_rate": lr, "epsilon": epsilon, "skipped_steps": skipped},
             episodes=self.episodes.stats(),
             skipped=skipped > 0,
         )
 
     def close(self) -> None:
-        self.env.close()
+        self.collection.close()
 
     # ----------------------------------------------------------------------------- collect, learn
-    @torch.no_grad()
     def collect(self, epsilon: float) -> None:
         """``rollout_steps`` epsilon-greedy steps of every env into the replay buffer."""
-        obs = self.obs
-        for _ in range(self.cfg.algo.rollout_steps):
-            with phase("inference"):
-                actions = self.q_network(obs).argmax(dim=-1)
-                explore = torch.rand(actions.shape, device=self.device) < epsilon
-                random_actions = torch.randint(self.q_network.num_actions, actions.shape, device=self.device)
-                actions = torch.where(explore, random_actions, actions)
-            with phase("env"):
-                result = self.env.step(actions.to(self.env.device))
-            next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result)
-            ended = terminated | truncated
-            self.episodes.step(reward, ended)
-            # final_obs is the observation each step led to, also for episodes that just ended.
-            self.replay.add(obs, actions, reward, final_obs, terminated, ended)
-            obs = next_obs
-        self.obs = obs
+        segment = self.collection.collect(epsilon)
+        self.episodes.add_rollout(segment.rewards, segment.ended, segment.restarted)
+        for t in range(segment.steps):
+            self.replay.add(
+                segment.obs[t],
+                segment.actions[t],
+                segment.rewards[t],
+                segment.next_obs[t],
+                segment.terminated[t],
+                segment.ended[t],
+            )
 
     def learn(self) -> dict[str, float]:
         """``gradient_steps`` steps, each on this rank's share of a global batch; mean statistics."""

@@ -138,7 +138,7 @@ class OnPolicyRunner(Runner):
         )
         self.collection: Collection
         if ctx.workers.env is None:
-            action_noise = ActionNoise(self.policy, noise, self.num_envs, slice(None), device)
+            action_noise = ActionNoise.for_policy(self.policy, noise, self.num_envs, slice(None), device)
             self.collection = RolloutCollector(
                 cfg, env, self.policy, self.obs_rms, self.return_rms, action_noise, device
             )

@@ -1,0 +1,62 @@
+"""DQN's collection: epsilon-greedy steps of envs with the current Q-network. A rank collects from
+its own envs with one; in Ray mode each env worker runs one over its part of a rank's envs and the
+rank joins their segments before they go into its replay buffer.
+
+Exploration draws two uniform numbers per env and step from ``ActionNoise`` (whether to explore,
+which action), drawn for all of a rank's envs and cut to the collector's part, so splitting a
+rank's envs over workers changes no env's action.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distrl.config import RunConfig
+from distrl.envs import VecEnv
+from distrl.runners.collector import ActionNoise, EnvCollector
+from distrl.storage.transitions import TransitionSegment
+from distrl.timing import phase
+
+
+def exploration_noise(seed: list[int], rows: int, part: slice, device: torch.device) -> ActionNoise:
+    """Per env and step: a uniform number deciding whether to explore, another picking the action."""
+    return ActionNoise((rows, 2), False, seed, part, device)
+
+
+class TransitionCollector(EnvCollector):
+    """Steps ``env`` epsilon-greedily with ``q_network`` (a value per Discrete action)."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        env: VecEnv,
+        q_network: torch.nn.Module,
+        noise: ActionNoise,
+        device: torch.device,
+    ) -> None:
+        super().__init__(env, device)
+        self.rollout_steps = cfg.algo.rollout_steps
+        self.q_network = q_network
+        self.noise = noise
+
+    @torch.no_grad()
+    def collect(self, epsilon: float) -> TransitionSegment:
+        """``rollout_steps`` steps of every env: the greedy action, or with probability
+        ``epsilon`` a uniformly random one."""
+        num_actions = self.q_network.num_actions
+        obs = self.obs
+        steps = []
+        for _ in range(self.rollout_steps):
+            with phase("inference"):
+                greedy = self.q_network(obs).argmax(dim=-1)
+                uniform = self.noise.draw()
+                random_actions = (uniform[:, 1] * num_actions).long().clamp_(max=num_actions - 1)
+                actions = torch.where(uniform[:, 0] < epsilon, random_actions, greedy)
+            with phase("env"):
+                result = self.env.step(actions.to(self.env.device))
+            next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result)
+            steps.append((obs, actions, reward, final_obs, terminated, terminated | truncated))
+            obs = next_obs
+        self.obs = obs
+        columns = (torch.stack(column) for column in zip(*steps, strict=True))
+        return TransitionSegment(*columns, restarted=self.take_restarted())

@@ -1,0 +1,39 @@
+"""DQN's collected steps, ``[steps, envs, ...]``, before they go into the replay buffer: what a
+rank's own envs or its env workers hand the learner (workers' parts joined along the env axis)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+
+@dataclass
+class TransitionSegment:
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_obs: torch.Tensor
+    """The observation each step led to, also where the episode ended (the env's final one)."""
+    terminated: torch.Tensor
+    ended: torch.Tensor
+    """Terminated or truncated: the episode is over either way."""
+    restarted: torch.Tensor
+    """``[envs]`` bool: the env was reset before this segment, cutting its running episode (the
+    first segment; an env worker rebuilt after a failure)."""
+
+    @property
+    def steps(self) -> int:
+        return self.obs.shape[0]
+
+    @classmethod
+    def join(cls, parts: list[TransitionSegment], device: torch.device) -> TransitionSegment:
+        """Segments of the same steps over consecutive envs as one, on ``device``."""
+        return cls(
+            **{
+                f.name: torch.cat(
+                    [getattr(p, f.name) for p in parts], dim=0 if f.name == "restarted" else 1
+                ).to(device)
+                for f in fields(cls)
+            }
+        )
