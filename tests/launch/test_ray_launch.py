@@ -139,7 +139,7 @@ def test_a_job_larger_than_the_cluster_is_one_line(ray_head: str, tmp_path: Path
     [
         (
             ClusterConfig(num_nodes=2),
-            WorkersConfig(),
+            WorkersConfig(policy=2),  # a learner on each node
             "cluster.num_nodes=2: the Ray cluster has 1 alive node",
         ),
         (
@@ -156,7 +156,7 @@ def test_a_job_larger_than_the_cluster_is_one_line(ray_head: str, tmp_path: Path
         (
             ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=1.5),
             WorkersConfig(env=2, cpus_per_env=0.75),  # node 0: the learner and an env worker
-            "node 0 of the job needs 1.75 CPU: more than cluster.cpus_per_node = 1.5",
+            "node 0 of the job needs 1.75 CPU on one Ray node .*: more than cluster.cpus_per_node = 1.5",
         ),
     ],
     ids=["nodes", "cpu-budget", "gpu-budget", "gpus", "one-node"],
@@ -165,14 +165,22 @@ def test_fit_check_names_what_does_not_fit(
     cluster: ClusterConfig, workers: WorkersConfig, message: str
 ) -> None:
     with pytest.raises(UserError, match=message):
-        check_fits(cluster, workers, {"CPU": 4.0}, nodes=1)
+        check_fits(cluster, workers, [{"CPU": 4.0}])
 
 
 def test_packed_nodes_may_outnumber_the_ray_nodes() -> None:
     # Node 0 holds 2 of the 3 learners (2 CPU), node 1 the third, both on the one Ray node.
     check_fits(
-        ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=2), WorkersConfig(policy=3), {"CPU": 4.0}, 1
+        ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=2), WorkersConfig(policy=3), [{"CPU": 4.0}]
     )
+
+
+def test_a_node_larger_than_any_ray_node_is_one_line() -> None:
+    # 3 CPUs in all fit the cluster's 4, but not on one of its 2-CPU nodes.
+    with pytest.raises(
+        UserError, match="node 0 of the job needs 3 CPU on one Ray node .*: the largest Ray node has 2"
+    ):
+        check_fits(ClusterConfig(), WorkersConfig(cpus_per_policy=3), [{"CPU": 2.0}, {"CPU": 2.0}])
 
 
 @pytest.mark.parametrize("shape", ["small", "medium", "large"])
@@ -182,12 +190,12 @@ def test_shipped_gpu_configs_fit_their_cluster_shape_and_need_all_of_it(shape: s
         cfg.cluster.num_nodes,
         {"CPU": cfg.cluster.cpus_per_node, "GPU": cfg.cluster.gpus_per_node},
     )
-    check_fits(cfg.cluster, cfg.workers, {k: v * nodes for k, v in per_node.items()}, nodes)
+    check_fits(cfg.cluster, cfg.workers, [per_node] * nodes)
     assert cfg.workers.policy == nodes * cfg.cluster.gpus_per_node  # one learner per GPU
     # The job needs every GPU of the shape.
-    short = {"CPU": per_node["CPU"] * nodes, "GPU": per_node["GPU"] * nodes - 1}
+    short = [*[per_node] * (nodes - 1), {"CPU": per_node["CPU"], "GPU": per_node["GPU"] - 1}]
     with pytest.raises(UserError, match="GPU in all; the Ray cluster has"):
-        check_fits(cfg.cluster, cfg.workers, short, nodes)
+        check_fits(cfg.cluster, cfg.workers, short)
 
 
 def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_path: Path) -> None:

@@ -5,9 +5,9 @@ import torch
 from distrl.storage.replay import ReplayBuffer
 
 
-def fill(buffer: ReplayBuffer, rewards: list[float], ends: list[tuple[bool, bool]]) -> None:
+def fill(buffer: ReplayBuffer, rewards: list[float], ends: list[tuple[bool, bool]], start: int = 0) -> None:
     """Step t has obs [t], reward rewards[t], next obs [t + 1]; ends[t] = (terminated, truncated)."""
-    for t, (reward, (terminated, truncated)) in enumerate(zip(rewards, ends, strict=True)):
+    for t, (reward, (terminated, truncated)) in enumerate(zip(rewards, ends, strict=True), start):
         buffer.add(
             torch.tensor([[float(t)]]),
             torch.tensor([t % 2]),
@@ -47,3 +47,19 @@ def test_ring_buffer_keeps_the_newest_rows() -> None:
     fill(buffer, [1.0] * 10, [(0, 0)] * 10)
     batch = buffer.sample(100, n_step=1, gamma=0.9, generator=torch.Generator().manual_seed(1))
     assert set(batch.obs[:, 0].tolist()) == {6.0, 7.0, 8.0, 9.0}
+
+
+def test_a_cut_episode_ends_its_n_step_returns_at_the_cut() -> None:
+    buffer = ReplayBuffer(capacity=8, num_envs=1, obs_dim=1, device=torch.device("cpu"))
+    fill(buffer, [1.0, 2.0], [(0, 0), (0, 0)])
+    buffer.cut(torch.tensor([True]))  # the env was rebuilt: its episode ends after step 1
+    fill(buffer, [4.0, 8.0, 16.0], [(0, 0), (0, 0), (0, 0)], start=2)
+    batch = buffer.sample(64, n_step=3, gamma=0.5, generator=torch.Generator().manual_seed(0))
+    returns = {
+        float(batch.obs[i, 0]): (float(batch.returns[i]), int(batch.steps[i])) for i in range(len(batch))
+    }
+    assert returns[0.0] == (1 + 0.5 * 2, 2)  # stops at the cut, not running into the next episode
+    assert returns[1.0] == (2.0, 1)
+    assert returns[2.0] == (4 + 0.5 * 8 + 0.25 * 16, 3)  # the fresh episode runs on
+    cut = [i for i in range(len(batch)) if float(batch.obs[i, 0]) == 1.0]
+    assert not batch.terminated[cut].any()  # bootstraps from its own next observation

@@ -39,13 +39,15 @@ from distrl.storage.transitions import TransitionSegment
 
 
 class EnvWorker(WorkerActor):
-    """The actor: a part of one learner's envs, stepped with a CPU copy of its policy."""
+    """The actor: a part of one learner's envs, stepped with a CPU copy of what acts for it."""
 
     work_unit = "env steps"
 
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         super().__init__(profile_calls, profile_path)
         self.collector: RolloutCollector | TransitionCollector | None = None
+        self.modules: dict[str, torch.nn.Module] = {}
+        """What each rollout's weights are loaded into, by name."""
 
     def start(
         self,
@@ -80,7 +82,6 @@ class EnvWorker(WorkerActor):
             self.modules = acting_modules(policy, obs_rms, return_rms)
             noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
             self.collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
-        """What each rollout's weights are loaded into, by name."""
         return env.observation_space, env.action_space
 
     def reset(self) -> torch.Tensor:

@@ -17,6 +17,7 @@ and starts the group again, resuming from the newest checkpoint as a restarted t
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -34,7 +35,7 @@ from typing import Any, TextIO
 
 from distrl.config import ClusterConfig, RunConfig, WorkersConfig
 from distrl.errors import UserError
-from distrl.launch.ray_placement import VirtualCluster, alive_nodes, job_bundles, node_bundles, place
+from distrl.launch.ray_placement import VirtualCluster, alive_nodes, job_bundles, needs, node_bundles, place
 from distrl.launch.ray_status import UsageLog, job_actors, print_report, remote_class, sample
 from distrl.launch.ray_workers import failure_cause, workers_env
 
@@ -67,7 +68,7 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
             log_to_driver=True,
         )
     try:
-        check_fits(cfg.cluster, cfg.workers, ray.cluster_resources(), len(alive_nodes(ray)))
+        check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
         job = f"distrl-{secrets.token_hex(4)}"
         cluster = place(ray, cfg.cluster, cfg.workers, _groups(cfg.workers), job)
         profile = (cfg.log.profile_updates, run_dir / "profile")
@@ -204,20 +205,20 @@ def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
         )
 
 
-def check_fits(
-    cluster: ClusterConfig, workers: WorkersConfig, resources: dict[str, float], nodes: int
-) -> None:
-    """One line naming what does not fit, before anything starts."""
-    if cluster.strategy == "SPREAD" and cluster.num_nodes > nodes:
+def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[str, float]]) -> None:
+    """One line naming what does not fit, before anything starts; ``nodes``: each alive Ray
+    node's resources."""
+    nodes_need = [
+        needs(bundles)
+        for bundles in node_bundles(cluster.num_nodes, job_bundles(workers, _groups(workers)))[0]
+    ]
+    used = sum(1 for need in nodes_need if need["CPU"] or need["GPU"])
+    if cluster.strategy == "SPREAD" and used > len(nodes):
         raise UserError(
-            f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {nodes} alive node(s) "
+            f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {len(nodes)} alive node(s) "
             "(cluster.strategy=SPREAD puts each node's workers on a Ray node of their own; "
             "PACK lets them share)"
         )
-    nodes_need = [
-        {resource: sum(bundle.get(resource, 0.0) for bundle in bundles) for resource in ("CPU", "GPU")}
-        for bundles in node_bundles(cluster.num_nodes, job_bundles(workers, _groups(workers)))[0]
-    ]
     budget = {"CPU": cluster.cpus_per_node, "GPU": float(cluster.gpus_per_node)}
     for resource, limit in budget.items():
         need = sum(node[resource] for node in nodes_need)
@@ -226,18 +227,20 @@ def check_fits(
                 f"{_job(workers)} need {need:g} {resource} in all: more than "
                 f"cluster.{resource.lower()}s_per_node x num_nodes = {limit * cluster.num_nodes:g}"
             )
-        if need > resources.get(resource, 0.0):
-            raise UserError(
-                f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has "
-                f"{resources.get(resource, 0.0):g}"
+        have = sum(node.get(resource, 0.0) for node in nodes)
+        if need > have:
+            raise UserError(f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has {have:g}")
+        largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
+        for index, node_need in enumerate(nodes_need):
+            where = (
+                f"node {index} of the job needs {node_need[resource]:g} {resource} on one Ray node"
+                f" (each group's workers are split evenly over cluster.num_nodes={cluster.num_nodes}, "
+                "learners first)"
             )
-        for node, needs in enumerate(nodes_need):
-            if limit is not None and needs[resource] > limit:
-                raise UserError(
-                    f"node {node} of the job needs {needs[resource]:g} {resource}: more than "
-                    f"cluster.{resource.lower()}s_per_node = {limit:g} (each group's workers are split "
-                    f"evenly over cluster.num_nodes={cluster.num_nodes}, learners first)"
-                )
+            if limit is not None and node_need[resource] > limit:
+                raise UserError(f"{where}: more than cluster.{resource.lower()}s_per_node = {limit:g}")
+            if node_need[resource] > largest:
+                raise UserError(f"{where}: the largest Ray node has {largest:g}")
 
 
 def _job(workers: WorkersConfig) -> str:
@@ -422,22 +425,21 @@ def _start_worker_groups(
     learner (env and data workers shared out over the learners, eval workers all rank 0's), and
     their handles, which the driver holds for the job's length (Ray ends an actor, named or not,
     once no handle to it is left)."""
-    from distrl.launch.ray_data_workers import DataWorker
-    from distrl.launch.ray_env_workers import EnvWorker
-    from distrl.launch.ray_eval_workers import EvalWorker
     from distrl.sharding import even_split
 
-    classes = {"env": EnvWorker, "eval": EvalWorker, "data": DataWorker}
+    classes = _worker_classes(workers)
     names: dict[str, list[list[str]]] = {}
     handles = {}
     for name, (count, cpus) in _groups(workers).items():
+        names[name] = [[] for _ in range(workers.policy)]
+        if not count:
+            continue
         actor = remote_class(ray, classes[name])
-        names[name] = []
         for rank in range(workers.policy):
             shared_out = name != "eval"
             first, mine = even_split(count, rank, workers.policy) if shared_out else (0, count * (rank == 0))
-            names[name].append([f"{job}-{name}-{rank}-{i}" for i in range(mine)])
-            for i, actor_name in enumerate(names[name][-1]):
+            names[name][rank] = [f"{job}-{name}-{rank}-{i}" for i in range(mine)]
+            for i, actor_name in enumerate(names[name][rank]):
                 handle = actor.options(
                     name=actor_name,
                     namespace=namespace,
@@ -447,6 +449,25 @@ def _start_worker_groups(
                 ).remote(profile[0], str(profile[1] / f"{actor_name}.json"))
                 handles[actor_name] = handle
     return names, handles
+
+
+WORKER_CLASSES = {
+    "env": ("distrl.launch.ray_env_workers", "EnvWorker"),
+    "eval": ("distrl.launch.ray_eval_workers", "EvalWorker"),
+    "data": ("distrl.launch.ray_data_workers", "DataWorker"),
+}
+"""Each worker group's actor class (module, name)."""
+
+
+def _worker_classes(workers: WorkersConfig) -> dict[str, type]:
+    """The actor classes of the groups the job has (their modules import torch: a job of
+    learners alone spares the driver that). Imported in a thread during ``ray.init`` they took
+    the GIL from it and slowed it by as much as they saved."""
+    return {
+        group: getattr(importlib.import_module(WORKER_CLASSES[group][0]), WORKER_CLASSES[group][1])
+        for group, (count, _) in _groups(workers).items()
+        if count
+    }
 
 
 def _ready(ray: Any, refs: Any, timeout_s: float) -> Any:

@@ -31,9 +31,6 @@ class VirtualCluster:
     slots: dict[str, list[tuple[int, int]]]
     """Per worker group (``policy``, ``env``, ``eval``, ``data``), each worker's (node, bundle)."""
 
-    def node_of(self, group: str, index: int) -> int:
-        return self.slots[group][index][0]
-
     def scheduling(self, group: str, index: int) -> Any:
         """Where worker ``index`` of ``group`` runs: its bundle of its node's placement group."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -74,8 +71,9 @@ def node_bundles(
 def place(
     ray: Any, cluster: ClusterConfig, workers: WorkersConfig, groups: dict[str, tuple[int, float]], job: str
 ) -> VirtualCluster:
-    """The job's placement groups, placed (``groups``: the worker groups beside the learners, with
-    their counts and CPUs per worker)."""
+    """The job's placement groups, placed one after the other (``groups``: the worker groups
+    beside the learners, with their counts and CPUs per worker). SPREAD places greedily: on
+    uneven Ray nodes an early node may take a Ray node a later, larger one needed."""
     from ray.exceptions import GetTimeoutError
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
@@ -88,7 +86,8 @@ def place(
             placed.append(None)
             continue
         selector = None
-        if cluster.strategy == "SPREAD" and taken:
+        spread = cluster.strategy == "SPREAD"
+        if spread and taken:
             selector = [{NODE_ID_LABEL: f"!in({','.join(taken)})"}] * len(mine)
         group = placement_group(
             mine, strategy="STRICT_PACK", name=f"{job}-node-{node}", bundle_label_selector=selector
@@ -100,7 +99,8 @@ def place(
             for each in filter(None, placed):
                 remove_placement_group(each)
             raise UserError(_not_placed(ray, cluster, node, mine, len(taken))) from None
-        taken.append(placement_group_table(group)["bundles_to_node_id"][0])
+        if spread:
+            taken.append(placement_group_table(group)["bundles_to_node_id"][0])
     return VirtualCluster(placed, slots)
 
 
@@ -108,10 +108,15 @@ def alive_nodes(ray: Any) -> list[dict[str, Any]]:
     return [node for node in ray.nodes() if node.get("Alive")]
 
 
+def needs(bundles: list[dict[str, float]]) -> dict[str, float]:
+    """The CPUs and GPUs a node's bundles ask for."""
+    return {resource: sum(bundle.get(resource, 0.0) for bundle in bundles) for resource in ("CPU", "GPU")}
+
+
 def _not_placed(
     ray: Any, cluster: ClusterConfig, node: int, bundles: list[dict[str, float]], others: int
 ) -> str:
-    need = {resource: sum(b.get(resource, 0.0) for b in bundles) for resource in ("CPU", "GPU")}
+    need = needs(bundles)
     available = ray.available_resources()
     apart = f", on a Ray node apart from the {others} the job's other nodes took" if others else ""
     spread = f" (cluster.strategy={cluster.strategy}{apart})" if cluster.num_nodes > 1 else ""

@@ -117,10 +117,9 @@ class OffPolicyRunner(QLearningRunner):
         super().__init__(ctx, observation_space, action_space)
         self.collection: TransitionSource
         if ctx.workers.env is None:
-            rows = slice(None)
-            self.collection = TransitionCollector(
-                cfg, env, self.q_network, exploration_noise(noise, self.envs.count, rows, device), device
-            )
+            every_env = slice(None)
+            exploration = exploration_noise(noise, self.envs.count, every_env, device)
+            self.collection = TransitionCollector(cfg, env, self.q_network, exploration, device)
         else:
             self.collection = ctx.workers.env.transitions(self.q_network, device)
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.
@@ -164,6 +163,7 @@ class OffPolicyRunner(QLearningRunner):
         """``rollout_steps`` epsilon-greedy steps of every env into the replay buffer."""
         segment = self.collection.collect(epsilon)
         self.episodes.add_rollout(segment.rewards, segment.ended, segment.restarted)
+        self.replay.cut(segment.restarted)
         for t in range(segment.steps):
             self.replay.add(
                 segment.obs[t],

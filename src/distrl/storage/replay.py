@@ -72,6 +72,13 @@ class ReplayBuffer:
         self.position = (row + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
+    def cut(self, envs: torch.Tensor) -> None:
+        """The running episodes of ``envs`` (``[num_envs]`` bool) were cut (an env worker rebuilt
+        its envs): the newest row ends them, so no n-step return runs on into the fresh episodes.
+        The row still bootstraps from its own next observation (ended, not terminated)."""
+        if self.size:
+            self.ended[(self.position - 1) % self.capacity] |= envs
+
     def sample(
         self, batch_size: int, n_step: int, gamma: float, generator: torch.Generator | None = None
     ) -> TransitionBatch:
