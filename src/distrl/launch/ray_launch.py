@@ -35,7 +35,15 @@ from typing import Any, TextIO
 
 from distrl.config import ClusterConfig, RunConfig, WorkersConfig
 from distrl.errors import UserError
-from distrl.launch.ray_placement import VirtualCluster, alive_nodes, job_bundles, needs, node_bundles, place
+from distrl.launch.ray_placement import (
+    VirtualCluster,
+    alive_nodes,
+    job_bundles,
+    needs,
+    node_bundles,
+    place,
+    worker_groups,
+)
 from distrl.launch.ray_status import UsageLog, job_actors, print_report, remote_class, sample
 from distrl.launch.ray_workers import failure_cause, workers_env
 
@@ -70,7 +78,7 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
     try:
         check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
         job = f"distrl-{secrets.token_hex(4)}"
-        cluster = place(ray, cfg.cluster, cfg.workers, _groups(cfg.workers), job)
+        cluster = place(ray, cfg.cluster, cfg.workers, job)
         profile = (cfg.log.profile_updates, run_dir / "profile")
         timeout_s = cfg.cluster.placement_timeout_s
         names, actors = _start_worker_groups(ray, cluster, cfg.workers, namespace, job, profile)
@@ -208,10 +216,7 @@ def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
 def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[str, float]]) -> None:
     """One line naming what does not fit, before anything starts; ``nodes``: each alive Ray
     node's resources."""
-    nodes_need = [
-        needs(bundles)
-        for bundles in node_bundles(cluster.num_nodes, job_bundles(workers, _groups(workers)))[0]
-    ]
+    nodes_need = [needs(bundles) for bundles in node_bundles(cluster.num_nodes, job_bundles(workers))[0]]
     used = sum(1 for need in nodes_need if need["CPU"] or need["GPU"])
     if cluster.strategy == "SPREAD" and used > len(nodes):
         raise UserError(
@@ -244,17 +249,8 @@ def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[
 
 
 def _job(workers: WorkersConfig) -> str:
-    groups = [f"workers.{group}={count}" for group, (count, _) in _groups(workers).items() if count]
+    groups = [f"workers.{group}={count}" for group, (count, _) in worker_groups(workers).items() if count]
     return " and ".join([f"workers.policy={workers.policy}", *groups])
-
-
-def _groups(workers: WorkersConfig) -> dict[str, tuple[int, float]]:
-    """The worker groups beside the learners: (workers, CPUs per worker), in bundle order."""
-    return {
-        "env": (workers.env, workers.cpus_per_env),
-        "eval": (workers.eval, workers.cpus_per_eval),
-        "data": (workers.data, workers.cpus_per_data),
-    }
 
 
 class _Learner:
@@ -430,7 +426,7 @@ def _start_worker_groups(
     classes = _worker_classes(workers)
     names: dict[str, list[list[str]]] = {}
     handles = {}
-    for name, (count, cpus) in _groups(workers).items():
+    for name, (count, cpus) in worker_groups(workers).items():
         names[name] = [[] for _ in range(workers.policy)]
         if not count:
             continue
@@ -465,7 +461,7 @@ def _worker_classes(workers: WorkersConfig) -> dict[str, type]:
     the GIL from it and slowed it by as much as they saved."""
     return {
         group: getattr(importlib.import_module(WORKER_CLASSES[group][0]), WORKER_CLASSES[group][1])
-        for group, (count, _) in _groups(workers).items()
+        for group, (count, _) in worker_groups(workers).items()
         if count
     }
 

@@ -39,16 +39,22 @@ class VirtualCluster:
         return PlacementGroupSchedulingStrategy(self.groups[node], placement_group_bundle_index=bundle)
 
 
-def job_bundles(
-    workers: WorkersConfig, groups: dict[str, tuple[int, float]]
-) -> dict[str, tuple[int, dict[str, float]]]:
-    """Per worker group, learners first: (workers in all, one worker's bundle); ``groups``: the
-    groups beside the learners with their counts and CPUs per worker."""
+def worker_groups(workers: WorkersConfig) -> dict[str, tuple[int, float]]:
+    """The worker groups beside the learners: (workers, CPUs per worker), in bundle order."""
+    return {
+        "env": (workers.env, workers.cpus_per_env),
+        "eval": (workers.eval, workers.cpus_per_eval),
+        "data": (workers.data, workers.cpus_per_data),
+    }
+
+
+def job_bundles(workers: WorkersConfig) -> dict[str, tuple[int, dict[str, float]]]:
+    """Per worker group, learners first: (workers in all, one worker's bundle)."""
     learner = {"CPU": workers.cpus_per_policy}
     if workers.gpus_per_policy:
         learner["GPU"] = workers.gpus_per_policy
     return {"policy": (workers.policy, learner)} | {
-        group: (count, {"CPU": cpus}) for group, (count, cpus) in groups.items()
+        group: (count, {"CPU": cpus}) for group, (count, cpus) in worker_groups(workers).items()
     }
 
 
@@ -68,16 +74,13 @@ def node_bundles(
     return bundles, slots
 
 
-def place(
-    ray: Any, cluster: ClusterConfig, workers: WorkersConfig, groups: dict[str, tuple[int, float]], job: str
-) -> VirtualCluster:
-    """The job's placement groups, placed one after the other (``groups``: the worker groups
-    beside the learners, with their counts and CPUs per worker). SPREAD places greedily: on
+def place(ray: Any, cluster: ClusterConfig, workers: WorkersConfig, job: str) -> VirtualCluster:
+    """The job's placement groups, placed one after the other. SPREAD places greedily: on
     uneven Ray nodes an early node may take a Ray node a later, larger one needed."""
     from ray.exceptions import GetTimeoutError
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-    bundles, slots = node_bundles(cluster.num_nodes, job_bundles(workers, groups))
+    bundles, slots = node_bundles(cluster.num_nodes, job_bundles(workers))
     placed: list[Any] = []
     taken: list[str] = []
     deadline = time.monotonic() + cluster.placement_timeout_s

@@ -9,6 +9,7 @@ collector's part, so splitting a rank's envs over workers changes no env's actio
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import gymnasium as gym
@@ -16,9 +17,11 @@ import numpy as np
 import torch
 
 from distrl.config import RunConfig
-from distrl.envs import VecEnv
+from distrl.envs import VecEnv, make_vec_env
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.normalizer import RunningMeanStd
+from distrl.runners.base import RunContext, rank_env_seeds
+from distrl.sharding import EnvShard
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
 from distrl.storage.transitions import TransitionSegment
 from distrl.timing import phase
@@ -114,6 +117,30 @@ class EnvWorkers(Protocol):
     def transitions(self, q_network: torch.nn.Module, device: torch.device) -> TransitionSource:
         """DQN's epsilon-greedy steps from the workers, acting with the current Q-network."""
         ...
+
+
+@dataclass
+class RankEnvs:
+    """A rank's envs where they are stepped: here (``env``) or by its env workers (``env`` None,
+    the workers started)."""
+
+    shard: EnvShard
+    noise_seed: list[int]
+    """The rank's action-noise seed (``noise_seed``), which the workers were given too."""
+    env: VecEnv | None
+    observation_space: gym.spaces.Space
+    action_space: gym.spaces.Space
+
+
+def start_rank_envs(ctx: RunContext) -> RankEnvs:
+    """Seed the rank and build its envs, or have its env workers build them."""
+    cfg = ctx.cfg
+    shard, seeds = rank_env_seeds(ctx)
+    noise = noise_seed(cfg.train.seed, ctx.comm.rank, ctx.launch_index)
+    if ctx.workers.env is not None:
+        return RankEnvs(shard, noise, None, *ctx.workers.env.start(cfg, seeds, noise))
+    env = make_vec_env(cfg.env, seeds, ctx.device)
+    return RankEnvs(shard, noise, env, env.observation_space, env.action_space)
 
 
 class EnvCollector:

@@ -16,13 +16,12 @@ from torch import nn
 
 from distrl.algos.dqn import DQN
 from distrl.config import RunConfig
-from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
 from distrl.models.q_network import GreedyPolicy, QNetwork
-from distrl.runners.base import IterationResult, RunContext, Runner, rank_env_seeds, scheduled_learning_rate
-from distrl.runners.collector import TransitionSource, noise_seed
+from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate
+from distrl.runners.collector import TransitionSource, start_rank_envs
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.transition_collector import TransitionCollector, exploration_noise
 from distrl.sharding import even_split
@@ -105,21 +104,16 @@ def greedy_policy(q_network: nn.Module) -> nn.Module:
 class OffPolicyRunner(QLearningRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, device = ctx.cfg, ctx.device
-        self.envs, seeds = rank_env_seeds(ctx)
-        noise = noise_seed(cfg.train.seed, ctx.comm.rank, ctx.launch_index)
-        if ctx.workers.env is None:
-            env = make_vec_env(cfg.env, seeds, device)
-            observation_space, action_space = env.observation_space, env.action_space
-        else:
-            observation_space, action_space = ctx.workers.env.start(cfg, seeds, noise)
+        rank_envs = start_rank_envs(ctx)
+        self.envs = rank_envs.shard
+        observation_space, action_space = rank_envs.observation_space, rank_envs.action_space
         if not isinstance(action_space, gym.spaces.Discrete):
             raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {action_space}")
         super().__init__(ctx, observation_space, action_space)
         self.collection: TransitionSource
-        if ctx.workers.env is None:
-            every_env = slice(None)
-            exploration = exploration_noise(noise, self.envs.count, every_env, device)
-            self.collection = TransitionCollector(cfg, env, self.q_network, exploration, device)
+        if rank_envs.env is not None:
+            exploration = exploration_noise(rank_envs.noise_seed, self.envs.count, slice(None), device)
+            self.collection = TransitionCollector(cfg, rank_envs.env, self.q_network, exploration, device)
         else:
             self.collection = ctx.workers.env.transitions(self.q_network, device)
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.

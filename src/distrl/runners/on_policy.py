@@ -17,14 +17,13 @@ from torch import nn
 
 from distrl.algos.ppo import PPO, minibatches_per_epoch
 from distrl.config import RunConfig
-from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
 from distrl.models.actor_critic import ActorCritic, DeterministicActor
 from distrl.models.normalizer import RunningMeanStd, batch_moments
-from distrl.runners.base import IterationResult, RunContext, Runner, rank_env_seeds, scheduled_learning_rate
-from distrl.runners.collector import ActionNoise, Collection, RolloutCollector, finite, noise_seed
+from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate
+from distrl.runners.collector import ActionNoise, Collection, RolloutCollector, finite, start_rank_envs
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
 from distrl.sharding import EnvShard
@@ -114,15 +113,11 @@ class OnPolicyRunner(Runner):
         self.cfg = cfg
         self.comm = comm
         self.device = device
-        self.envs, seeds = rank_env_seeds(ctx)
+        rank_envs = start_rank_envs(ctx)
+        self.envs = rank_envs.shard
         self.num_envs = self.envs.count
         self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
-        noise = noise_seed(cfg.train.seed, comm.rank, ctx.launch_index)
-        if ctx.workers.env is None:
-            env = make_vec_env(cfg.env, seeds, device)
-            self.observation_space, self.action_space = env.observation_space, env.action_space
-        else:
-            self.observation_space, self.action_space = ctx.workers.env.start(cfg, seeds, noise)
+        self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
         obs_dim = self.observation_space.shape[0]
         self.policy = ActorCritic(obs_dim, self.action_space, cfg.model).to(device)
         comm.broadcast_parameters_(self.policy)
@@ -137,10 +132,12 @@ class OnPolicyRunner(Runner):
             gradient_sync=comm.sum_gradients_,
         )
         self.collection: Collection
-        if ctx.workers.env is None:
-            action_noise = ActionNoise.for_policy(self.policy, noise, self.num_envs, slice(None), device)
+        if rank_envs.env is not None:
+            noise = ActionNoise.for_policy(
+                self.policy, rank_envs.noise_seed, self.num_envs, slice(None), device
+            )
             self.collection = RolloutCollector(
-                cfg, env, self.policy, self.obs_rms, self.return_rms, action_noise, device
+                cfg, rank_envs.env, self.policy, self.obs_rms, self.return_rms, noise, device
             )
         else:
             self.collection = ctx.workers.env.collection(self.policy, self.obs_rms, self.return_rms, device)

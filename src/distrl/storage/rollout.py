@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from distrl.storage.segments import join_along_envs
+
 
 @dataclass
 class RolloutBatch:
@@ -107,13 +109,9 @@ class RolloutSegment:
     @classmethod
     def join(cls, parts: list[RolloutSegment], device: torch.device) -> RolloutSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
-        tensors = {
-            f.name: torch.cat([getattr(p, f.name) for p in parts], dim=0 if f.name in PER_ENV else 1)
-            for f in fields(cls)
-            if f.name != "nonfinite_final_obs"
-        }
+        names = [f.name for f in fields(cls) if f.name != "nonfinite_final_obs"]
         return cls(
-            **{name: t.to(device) for name, t in tensors.items()},
+            **join_along_envs(parts, names, PER_ENV, device),
             nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts),
         )
 

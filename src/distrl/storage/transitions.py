@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from distrl.storage.segments import join_along_envs
+
 
 @dataclass
 class TransitionSegment:
@@ -29,11 +31,4 @@ class TransitionSegment:
     @classmethod
     def join(cls, parts: list[TransitionSegment], device: torch.device) -> TransitionSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
-        return cls(
-            **{
-                f.name: torch.cat(
-                    [getattr(p, f.name) for p in parts], dim=0 if f.name == "restarted" else 1
-                ).to(device)
-                for f in fields(cls)
-            }
-        )
+        return cls(**join_along_envs(parts, [f.name for f in fields(cls)], ("restarted",), device))
