@@ -15,7 +15,9 @@ reported, every process on one CPU thread:
 2. ``loop``: env steps per second of the whole training loop (collect + returns + update +
    logging + the configs' checkpoints), ``python -m distrl.train`` (torchrun for 2 ranks) with a
    fixed number of updates, no early stop (``train.stop_return=null``), ``OMP_NUM_THREADS=1`` and
-   ``train.torch_threads=1``, TensorBoard off, for every backend x config x {1, 2 ranks}:
+   ``train.torch_threads=1``, TensorBoard off, for every backend (and the torch backend once more
+   with ``train.compile=true``: ``torch+compile``, its compilation in the first update, from
+   torch's on-disk cache after the first run) x config x {1, 2 ranks}:
    ``configs/cartpole_ppo.yaml`` as shipped (32 envs summed over the ranks: 2 ranks share the
    same global batch) and ``configs/cartpole_ppo_4096.yaml`` (4096 envs on every rank: 2 ranks
    collect twice the batch). Figures from rank 0's ``metrics.jsonl``: ``sps`` of the last row is
@@ -62,6 +64,10 @@ from distrl.timing import PHASES
 
 ENV_ID = "CartPole-v1"
 BACKENDS = ("gymnasium", "envpool", "torch")
+COMPILED = "+compile"
+LOOP_BACKENDS = (*BACKENDS, "torch" + COMPILED)
+"""The loop's contenders: every backend, and the torch backend again with ``train.compile=true``
+(PPO's loss through ``torch.compile``; its one-time compilation falls in the first update)."""
 RAW_NUM_ENVS = (32, 4096)
 WARMUP_STEPS = 5
 ACTION_BATCHES = 16
@@ -69,10 +75,12 @@ ACTION_BATCHES = 16
 
 LARGE_CONFIG = SHIPPED_CONFIG.parent / "cartpole_ppo_4096.yaml"
 RANKS = (1, 2)
-LOOP_UPDATES = {SHIPPED_CONFIG: 200, LARGE_CONFIG: 8}
+LOOP_UPDATES = {SHIPPED_CONFIG: 200, LARGE_CONFIG: 24}
 """Updates per loop run: 200 x 512 env steps for the shipped config (~7 s of loop at 1 rank here);
-8 x 65,536 per rank at 4096 envs (the gymnasium backend, ~40k env steps/s in the loop here, takes
-~13 s of loop and ~20 s of process). Start-up is then a few percent of ``sps`` at most."""
+24 x 65,536 per rank at 4096 envs (the gymnasium backend, ~40k env steps/s in the loop here, takes
+~40 s of loop). Start-up is then a few percent of ``sps`` at most, and ``torch+compile``'s
+compilation (2-10 s in its first update) is spread over a run a sixth as long as Isaac Lab's
+150 updates, not hidden."""
 QUICK_LOOP_UPDATES = {SHIPPED_CONFIG: 20, LARGE_CONFIG: 2}
 QUICK_SECONDS = 0.3
 MIN_PHASE_SHARE = 0.0005
@@ -236,9 +244,11 @@ def steps_per_update(config: Path, ranks: int) -> int:
 
 
 def loop_run(run_dir: Path, config: Path, backend: str, ranks: int, updates: int, device: str) -> LoopRun:
+    """``backend``: one of ``LOOP_BACKENDS``."""
     args = [
         "--total-steps", str(updates * steps_per_update(config, ranks)),
-        f"env.backend={backend}",
+        f"env.backend={backend.removesuffix(COMPILED)}",
+        f"train.compile={str(backend.endswith(COMPILED)).lower()}",
         "train.stop_return=null",
         f"train.device={device}",
         "train.torch_threads=1",
@@ -266,7 +276,7 @@ def loop_throughput(
     for _ in range(repeats):
         for config, count in updates.items():
             for ranks in RANKS:
-                for backend in BACKENDS:
+                for backend in LOOP_BACKENDS:
                     run_dir = tmp / f"{config.stem}-{backend}-{ranks}"
                     run = loop_run(run_dir, config, backend, ranks, count, device)
                     results.setdefault((config, backend, ranks), []).append(run)
@@ -308,7 +318,7 @@ def print_loop(results: dict[LoopKey, list[LoopRun]], repeats: int, updates: dic
     )
     rows = []
     for config in updates:
-        for backend in BACKENDS:
+        for backend in LOOP_BACKENDS:
             for ranks in RANKS:
                 run = runs[config, backend, ranks]
                 gym_run = runs[config, "gymnasium", ranks]
@@ -324,12 +334,14 @@ def print_loop(results: dict[LoopKey, list[LoopRun]], repeats: int, updates: dic
     )  # fmt: skip
     print()
     if LARGE_CONFIG in updates and SHIPPED_CONFIG in updates:
-        for ranks in RANKS:
-            ratio = runs[LARGE_CONFIG, "torch", ranks].sps / runs[SHIPPED_CONFIG, "gymnasium", ranks].sps
-            print(
-                f"- {ranks} rank{'s' if ranks > 1 else ''}: torch backend at {config_label(LARGE_CONFIG)} "
-                f"/ gymnasium backend at {config_label(SHIPPED_CONFIG)}: **{ratio:.1f}x**"
-            )
+        for backend in LOOP_BACKENDS[2:]:
+            for ranks in RANKS:
+                ratio = runs[LARGE_CONFIG, backend, ranks].sps / runs[SHIPPED_CONFIG, "gymnasium", ranks].sps
+                print(
+                    f"- {ranks} rank{'s' if ranks > 1 else ''}: {backend} backend at "
+                    f"{config_label(LARGE_CONFIG)} / gymnasium backend at {config_label(SHIPPED_CONFIG)}: "
+                    f"**{ratio:.1f}x**"
+                )
     for config in updates:
         print_phases(config, {key: run for key, run in runs.items() if key[0] == config})
 

@@ -108,6 +108,10 @@ class TrainConfig(Section):
     """Recent training episodes per rank averaged into the logged ``episode_return_mean``."""
     torch_threads: PositiveInt = 1
     """Intra-op threads per rank on CPU; one per rank keeps ranks from fighting over cores."""
+    compile: bool = False
+    """Run PPO's loss and its backward pass through ``torch.compile`` (torch learners): fused
+    kernels for large minibatches, after a one-time compilation of some seconds per process
+    (cached across runs in torch's on-disk cache)."""
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""

@@ -130,6 +130,7 @@ class OnPolicyRunner(Runner):
             cfg.algo,
             num_minibatches=minibatches_per_rank(cfg, self.envs, comm.world_size),
             gradient_sync=comm.sum_gradients_,
+            compile_loss=cfg.train.compile,
         )
         self.collection: Collection
         if rank_envs.env is not None:
