@@ -49,7 +49,10 @@ after 148 updates). Not equal, and printed with the results (``DIFFERENCES``): w
 initialisation, how the gradient norm is clipped, how minibatches are drawn, the Adam kernel and
 the bookkeeping around the loop.
 
-Usage: python benchmarks/rsl_rl_bench.py [--repeats 3] [--quick]
+Usage: python benchmarks/rsl_rl_bench.py [--repeats 3] [--quick] [--only solve throughput] [--compile]
+(``--compile``: both trainers through ``torch.compile``, each by its own switch: distrl's
+``train.compile`` compiles its PPO loss with the backward pass, rsl_rl's ``torch_compile_mode:
+default`` its actor and critic; the compilation falls inside both timed loops.)
 (``--quick``: one repeat and a few updates per throughput run, a smoke run of a couple of minutes.)
 """
 
@@ -195,6 +198,8 @@ def rsl_rl_train_cfg(cfg: RunConfig, num_envs: int) -> dict[str, Any]:
             "max_grad_norm": algo.max_grad_norm,
             "normalize_advantage_per_mini_batch": False,  # over the whole rollout, as distrl
         },
+        # distrl compiles its PPO loss, rsl_rl its actor and critic: each library's own switch.
+        "torch_compile_mode": "default" if cfg.train.compile else None,
     }
 
 
@@ -299,11 +304,22 @@ def rsl_rl_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- running both
+PARTS = ("solve", "throughput")
+
+
 def ensure_rsl_rl() -> Path:
     """The rsl_rl venv's Python: torch first (the local CPU wheel), then rsl_rl, then distrl itself
-    (the env class imports distrl's torch CartPole), with torch checked to have stayed as it was."""
-    python = ensure_venv(RSLRL_VENV, [f"rsl-rl-lib=={RSL_RL_VERSION}"], ["-e", str(REPO)])
-    probe = [str(python), "-c", "import rsl_rl.runners, tensordict, torch; print(torch.__version__)"]
+    (the env class imports distrl's torch CartPole), with torch checked to have stayed as it was.
+    distrl's editable install is refreshed when its dependencies grew since the venv was made."""
+    distrl = ["-e", str(REPO)]
+    python = ensure_venv(RSLRL_VENV, [f"rsl-rl-lib=={RSL_RL_VERSION}"], distrl)
+    probe = [
+        str(python),
+        "-c",
+        "import rsl_rl.runners, tensordict, torch, distrl.runners; print(torch.__version__)",
+    ]
+    if subprocess.run(probe, check=False, capture_output=True).returncode:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *distrl], check=True)
     version = subprocess.run(probe, check=True, capture_output=True, text=True).stdout.strip()
     if not version.startswith(TORCH_VERSION):
         sys.exit(f"{RSLRL_VENV}: torch {version}, expected {TORCH_VERSION} (delete the venv and rerun)")
@@ -337,13 +353,14 @@ def run_distrl(run_dir: Path, *args: str) -> tuple[float, dict[str, Any]]:
 
 
 def throughput(
-    tmp: Path, python: Path, cfg: RunConfig, repeats: int, updates: dict[int, int]
+    tmp: Path, python: Path, cfg: RunConfig, repeats: int, updates: dict[int, int], extra: list[str]
 ) -> dict[str, list[dict]]:
-    """Per (trainer, num_envs): one dict per repeat with loop env steps/s and process wall s."""
+    """Per (trainer, num_envs): one dict per repeat with loop env steps/s and process wall s;
+    ``extra``: overrides for both trainers (``--compile``)."""
     runs: dict[str, list[dict]] = {}
     for _ in range(repeats):
         for num_envs, count in updates.items():
-            overrides = size_overrides(cfg, num_envs)
+            overrides = [*size_overrides(cfg, num_envs), *extra]
             total_steps = count * num_envs * cfg.algo.rollout_steps
             run_dir = tmp / f"sps-{num_envs}"
             wall, last = run_distrl(
@@ -419,7 +436,8 @@ def print_setup(cfg: RunConfig) -> None:
         f"entropy {algo.entropy_coef:g}, max grad norm {algo.max_grad_norm:g}, initial action std "
         f"{math.exp(model.init_log_std):g}, {model.hidden_sizes} {model.activation}, observation "
         f"normalisation {'on' if cfg.normalize.observations else 'off'}, advantages normalised per "
-        f"rollout, Adam eps {algo.adam_eps:g}."
+        f"rollout, Adam eps {algo.adam_eps:g}"
+        f"{', both through torch.compile' if cfg.train.compile else ''}."
     )
 
 
@@ -490,6 +508,12 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: one repeat, a few updates per throughput run"
     )
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="both trainers through torch.compile (distrl train.compile, rsl_rl torch_compile_mode)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.repeats = 1
@@ -497,18 +521,24 @@ def main() -> None:
     updates = QUICK_THROUGHPUT_UPDATES if args.quick else THROUGHPUT_UPDATES
     cfg = load_distrl_config()
     steps_per_update = cfg.env.num_envs * cfg.algo.rollout_steps
-    solve_overrides = [f"train.total_steps={QUICK_SOLVE_UPDATES * steps_per_update}"] if args.quick else []
+    extra = ["train.compile=true"] if args.compile else []
+    solve_overrides = [
+        *extra,
+        *([f"train.total_steps={QUICK_SOLVE_UPDATES * steps_per_update}"] if args.quick else []),
+    ]
     python = ensure_rsl_rl()
+    print_setup(load_distrl_config(extra))
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         try:
-            solve = time_to_solve(tmp, python, cfg, args.seeds, solve_overrides)
-            tput = throughput(tmp, python, cfg, args.repeats, updates)
+            if "solve" in args.only:
+                solve = time_to_solve(tmp, python, cfg, args.seeds, solve_overrides)
+                print_time_to_solve(cfg, args.seeds, solve, args.quick)
+            if "throughput" in args.only:
+                tput = throughput(tmp, python, cfg, args.repeats, updates, extra)
+                print_throughput(args.repeats, updates, tput)
         except CommandFailed as exc:
             sys.exit(str(exc))
-    print_setup(cfg)
-    print_time_to_solve(cfg, args.seeds, solve, args.quick)
-    print_throughput(args.repeats, updates, tput)
     print_differences()
 
 
