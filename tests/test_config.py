@@ -28,6 +28,12 @@ def test_overrides_are_typed_and_dotted(tmp_path: Path) -> None:
         (["env.num_envs=0"], "env.num_envs: Input should be greater than 0"),
         (["algo.anneal_lr=maybe"], "algo.anneal_lr: Input should be a valid boolean"),
         (["noequals"], "expected dotted.key=value"),
+        # Compilation where it would be silently ignored: the whole config names the keys.
+        (
+            ["algo.name=dqn", "train.compile=true"],
+            r"^config: train.compile=true is not supported by algo.name=dqn",
+        ),
+        (["ml_framework=jax", "train.compile=true"], r"^config: train.compile=true is for torch learners"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(overrides: list[str], message: str) -> None:

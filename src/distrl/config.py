@@ -322,6 +322,17 @@ class RunConfig(Section):
             return {**data, "algo": {**data["algo"], "name": "ppo"}}
         return data
 
+    @model_validator(mode="after")
+    def _compile_where_honoured(self) -> RunConfig:
+        # Said rather than silently ignored: a user who asks for compilation expects it to happen.
+        if self.train.compile and self.ml_framework == "jax":
+            raise ValueError("train.compile=true is for torch learners; JAX learners are always compiled")
+        if self.train.compile and not self.algo.compiles_loss:
+            raise ValueError(
+                f"train.compile=true is not supported by algo.name={self.algo.name}; set it to false"
+            )
+        return self
+
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
     """Read a YAML config (or defaults when ``path`` is None) and apply ``a.b=value`` overrides."""
@@ -349,10 +360,11 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
         loc = list(err["loc"])
         if loc[:1] == ["algo"] and len(loc) > 1 and loc[1] in ALGORITHM_CONFIGS:
             del loc[1]  # pydantic names the union member: the user wrote algo.<key>
-        key = ".".join(str(p) for p in loc)
+        # A whole-config validator has no location: its message names the keys.
+        where = ": ".join([source, *([".".join(str(p) for p in loc)] if loc else [])])
         if err["type"] == "value_error":  # our own validators' messages say it all
-            raise UserError(f"{source}: {key}: {err['msg'].removeprefix('Value error, ')}") from None
-        raise UserError(f"{source}: {key}: {err['msg']} (got {err.get('input')!r})") from None
+            raise UserError(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None
+        raise UserError(f"{where}: {err['msg']} (got {err.get('input')!r})") from None
     return cfg
 
 

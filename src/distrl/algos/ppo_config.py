@@ -22,6 +22,8 @@ class PPOConfig(Section):
         "normalize.rewards",
     )
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
+    compiles_loss: ClassVar[bool] = True
+    """Its torch learner honours ``train.compile``."""
 
     name: Literal["ppo"] = "ppo"
     rollout_steps: PositiveInt = 128

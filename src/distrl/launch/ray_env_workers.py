@@ -18,7 +18,7 @@ or counted twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -28,14 +28,16 @@ from distrl.config import RunConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.launch.ray_workers import RestartableWorkers, WorkerActor
-from distrl.models.actor_critic import ActorCritic
-from distrl.runners.collector import ActionNoise, RolloutCollector
-from distrl.runners.off_policy import make_q_network
-from distrl.runners.on_policy import acting_modules, ppo_normalizers
-from distrl.runners.transition_collector import TransitionCollector, exploration_noise
+from distrl.runners import runner_class
+from distrl.runners.collector import EnvCollector, RolloutCollector
+from distrl.runners.on_policy import acting_modules
+from distrl.runners.transition_collector import TransitionCollector
 from distrl.sharding import even_split
 from distrl.storage.rollout import RolloutSegment
 from distrl.storage.transitions import TransitionSegment
+
+Collector = TypeVar("Collector", bound=EnvCollector)
+Segment = TypeVar("Segment", RolloutSegment, TransitionSegment)
 
 
 class EnvWorker(WorkerActor):
@@ -45,7 +47,7 @@ class EnvWorker(WorkerActor):
 
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         super().__init__(profile_calls, profile_path)
-        self.collector: RolloutCollector | TransitionCollector | None = None
+        self.collector: EnvCollector | None = None
         self.modules: dict[str, torch.nn.Module] = {}
         """What each rollout's weights are loaded into, by name."""
 
@@ -67,49 +69,37 @@ class EnvWorker(WorkerActor):
             seeds = [int(np.random.SeedSequence([s, generation]).generate_state(1)[0]) for s in seeds]
             noise_seed = [*noise_seed, generation]
         torch.set_num_threads(1)
-        cpu = torch.device("cpu")
-        env = make_vec_env(cfg.env, seeds, cpu)
+        env = make_vec_env(cfg.env, seeds, torch.device("cpu"))
         part = slice(first, first + len(seeds))
-        if cfg.algo.name == "dqn":
-            q_network = make_q_network(cfg, env.observation_space, env.action_space)
-            self.modules = {"q_network": q_network}
-            noise = exploration_noise(noise_seed, noise_rows, part, cpu)
-            self.collector = TransitionCollector(cfg, env, q_network, noise, cpu)
-        else:
-            obs_dim = env.observation_space.shape[0]
-            policy = ActorCritic(obs_dim, env.action_space, cfg.model)
-            obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
-            self.modules = acting_modules(policy, obs_rms, return_rms)
-            noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
-            self.collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
+        runner = runner_class(cfg.algo.name)
+        self.modules, self.collector = runner.env_worker_collector(cfg, env, noise_seed, noise_rows, part)
         return env.observation_space, env.action_space
 
     def reset(self) -> torch.Tensor:
-        return self._collector().reset()
+        return self._live_collector().reset()
 
     def rollout(self, weights: dict[str, dict[str, torch.Tensor]]) -> RolloutSegment:
-        collector = self._collector(weights)
-        assert isinstance(collector, RolloutCollector)
-        segment = collector.rollout()
-        self.did(segment.steps * segment.obs.shape[1])
-        return segment
+        return self._counted(self._collector(weights, RolloutCollector).rollout())
 
     def transitions(self, weights: dict[str, dict[str, torch.Tensor]], epsilon: float) -> TransitionSegment:
-        collector = self._collector(weights)
-        assert isinstance(collector, TransitionCollector)
-        segment = collector.collect(epsilon)
-        self.did(segment.steps * segment.obs.shape[1])
-        return segment
+        return self._counted(self._collector(weights, TransitionCollector).collect(epsilon))
 
-    def _collector(
-        self, weights: dict[str, dict[str, torch.Tensor]] | None = None
-    ) -> RolloutCollector | TransitionCollector:
-        """The collector, acting with ``weights`` (by module name) when given."""
+    def _collector(self, weights: dict[str, dict[str, torch.Tensor]], kind: type[Collector]) -> Collector:
+        """The collector, of ``kind``, acting with ``weights`` (by module name)."""
+        collector = self._live_collector()
+        assert isinstance(collector, kind)
+        for name, module in self.modules.items():
+            module.load_state_dict(weights[name])
+        return collector
+
+    def _live_collector(self) -> EnvCollector:
         if self.collector is None:  # Ray restarted this actor between two of the learner's calls
             raise RuntimeError("restarted by Ray (killed or out of memory), it lost its envs")
-        for name, module in self.modules.items() if weights is not None else ():
-            module.load_state_dict(weights[name])
         return self.collector
+
+    def _counted(self, segment: Segment) -> Segment:
+        self.did(segment.steps * segment.obs.shape[1])
+        return segment
 
 
 class RayEnvWorkers(RestartableWorkers):

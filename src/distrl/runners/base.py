@@ -22,7 +22,7 @@ from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
 
 if TYPE_CHECKING:  # the runners' own modules import this one
-    from distrl.runners.collector import EnvWorkers
+    from distrl.runners.collector import EnvCollector, EnvWorkers
     from distrl.runners.offline import DataWorkers
 
 
@@ -114,6 +114,16 @@ class Runner(ABC):
     @abstractmethod
     def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
         """The deterministic policy of a saved checkpoint, built without an env."""
+
+    @classmethod
+    def env_worker_collector(
+        cls, cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
+    ) -> tuple[dict[str, nn.Module], EnvCollector]:
+        """For an env worker (Ray mode): a CPU copy of what acts, by checkpoint name (each
+        rollout's weights are loaded into it), and a collector of ``env`` acting with it.
+        ``part``: the worker's envs among its learner's ``noise_rows``, so it draws the same
+        action noise those envs would get in one process."""
+        raise NotImplementedError(f"{cls.__name__} does not collect on env workers")
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's own JSON state worth saving (a buffer position, a data cursor)."""

@@ -12,10 +12,12 @@ import math
 import time
 
 import gymnasium as gym
+import torch
 from torch import nn
 
 from distrl.algos.dqn import DQN
 from distrl.config import RunConfig
+from distrl.envs import VecEnv
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
@@ -121,6 +123,15 @@ class OffPolicyRunner(QLearningRunner):
         self.replay = ReplayBuffer(capacity, self.envs.count, observation_space.shape[0], device)
         self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
         self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window, device)
+
+    @classmethod
+    def env_worker_collector(
+        cls, cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
+    ) -> tuple[dict[str, nn.Module], TransitionCollector]:
+        cpu = torch.device("cpu")
+        q_network = make_q_network(cfg, env.observation_space, env.action_space)
+        exploration = exploration_noise(noise_seed, noise_rows, part, cpu)
+        return {"q_network": q_network}, TransitionCollector(cfg, env, q_network, exploration, cpu)
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:

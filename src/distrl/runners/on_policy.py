@@ -17,6 +17,7 @@ from torch import nn
 
 from distrl.algos.ppo import PPO, minibatches_per_epoch
 from distrl.config import RunConfig
+from distrl.envs import VecEnv
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
@@ -151,6 +152,18 @@ class OnPolicyRunner(Runner):
         )
         self.rollouts = 0
         """Rollouts collected in this launch: names each one's straggler count in the store."""
+
+    @classmethod
+    def env_worker_collector(
+        cls, cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
+    ) -> tuple[dict[str, nn.Module], RolloutCollector]:
+        cpu = torch.device("cpu")
+        obs_dim = env.observation_space.shape[0]
+        policy = ActorCritic(obs_dim, env.action_space, cfg.model)
+        obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
+        noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
+        collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
+        return acting_modules(policy, obs_rms, return_rms), collector
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
