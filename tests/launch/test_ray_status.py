@@ -10,8 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import CARTPOLE, clean_env, distrl
+from distrl.launch.ray_status import LEARNER_KEY
+from tests.helpers import CARTPOLE, clean_env, distrl, run_python
 from tests.ray_cluster import BUDGET, HEAD_CPUS, metrics_rows
+
+LIST_LEARNER_ENTRIES = f"""
+import ray, sys
+from ray.experimental.internal_kv import _internal_kv_list
+ray.init(address=sys.argv[1], namespace="distrl", log_to_driver=False)
+print(_internal_kv_list("{LEARNER_KEY}", namespace="distrl"))
+"""
 
 
 def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
@@ -38,6 +46,9 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     finally:
         job.kill()
     assert job.returncode == 0, stderr[-3000:]
+    # The finished job's learner entries are gone from Ray's key-value store.
+    listed = run_python("-c", LIST_LEARNER_ENTRIES, ray_head)
+    assert listed.returncode == 0 and listed.stdout.strip() == "[]", listed.stderr[-3000:]
     report = json.loads(shown.stdout)
     assert report["nodes"] == 1 and report["resources"]["CPU"][1] == HEAD_CPUS
     workers = {worker["group"]: [] for worker in report["workers"]}
@@ -46,10 +57,13 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     assert sorted(workers) == ["env", "eval", "policy"]
     assert len(workers["env"]) == 2 and len(workers["policy"]) == 1
     assert all(w["state"] == "ALIVE" and w["restarts"] == 0 for group in workers.values() for w in group)
-    assert workers["policy"][0]["pid"] > 0 and "rss_mb" not in workers["policy"][0]  # not asked: training
     for env_worker in workers["env"]:  # they answered while the job ran
         assert env_worker["work_unit"] == "env steps" and env_worker["work_done"] > 0
         assert env_worker["rss_mb"] > 0 and env_worker["pid"] > 0
+    # The learner, busy training, published its own: by then 3+ updates of 32 envs x 16 steps.
+    (learner,) = workers["policy"]
+    assert learner["work_unit"] == "samples" and learner["work_done"] >= 3 * 512
+    assert learner["rss_mb"] > 100 and learner["cpu_percent"] > 0 and learner["pid"] > 0
     # The driver's samples of every worker, and the learner's own usage in the metrics.
     samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
     assert {sample["worker"].split("-")[2] for sample in samples} == {"env", "eval"}

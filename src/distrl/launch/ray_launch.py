@@ -44,7 +44,15 @@ from distrl.launch.ray_placement import (
     place,
     worker_groups,
 )
-from distrl.launch.ray_status import UsageLog, job_actors, print_report, remote_class, sample
+from distrl.launch.ray_status import (
+    UsageLog,
+    forget_learners,
+    job_actors,
+    learner_usage,
+    print_report,
+    remote_class,
+    sample,
+)
 from distrl.launch.ray_workers import failure_cause, workers_env
 
 RAY_EXTRA = "--launcher ray needs Ray: pip install 'distrl[ray]'"
@@ -144,7 +152,8 @@ class _LearnerGroup:
         """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
         of a learner that died, which ends the launch: the others are killed at once rather
         than left waiting in a collective until ``comm.timeout_s``)."""
-        learners = _start_learners(ray, self.cluster, self.workers, self.namespace, f"{self.name}-{attempt}")
+        launch_name = f"{self.name}-{attempt}"
+        learners = _start_learners(ray, self.cluster, self.workers, self.namespace, launch_name)
         # The learners start while the other workers do (every actor imports torch: seconds each).
         workers_ready = [actor.__ray_ready__.remote() for actor in self.actors.values()]
         (master_addr, master_port), *_ = _ready(
@@ -165,6 +174,7 @@ class _LearnerGroup:
         status, died = _wait(
             ray, runs, self.usage_every_s, lambda: self.usage.write(sample(ray, self.actors))
         )
+        forget_learners([f"{launch_name}-{rank}" for rank in range(len(learners))], self.namespace)
         if status:  # none left waiting in a collective until comm.timeout_s
             for learner in learners:
                 ray.kill(learner)
@@ -355,9 +365,11 @@ def status(address: str, namespace: str, as_json: bool) -> int:
     try:
         total, available = ray.cluster_resources(), ray.available_resources()
         workers = job_actors(ray, namespace)
-        # Learners are not asked (``ray_workers.WorkerActor``): their usage is in the metrics.
-        alive = [w["name"] for w in workers if w["state"] == "ALIVE" and w["group"] != "policy"]
-        usage = sample(ray, _handles(ray, alive, namespace))
+        alive = {w["name"]: w["group"] for w in workers if w["state"] == "ALIVE"}
+        # Learners cannot answer while they train (``ray_status``): they publish their usage.
+        learners = [name for name, group in alive.items() if group == "policy"]
+        asked = [name for name, group in alive.items() if group != "policy"]
+        usage = {**sample(ray, _handles(ray, asked, namespace)), **learner_usage(learners, namespace)}
         for worker in workers:
             worker.update(usage.get(worker["name"], {}))
         report = {

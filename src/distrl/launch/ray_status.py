@@ -1,10 +1,13 @@
-"""What Ray mode's workers are doing: each env, eval and data worker's CPU, memory, GPU memory
-and work done, read live by ``distrl status`` and sampled by the driver into the run dir's
-``workers.jsonl`` (the learners' own are in the run's metrics, ``usage/rank<r>/*``).
+"""What Ray mode's workers are doing: each learner's, env, eval and data worker's CPU, memory,
+GPU memory and work done, read live by ``distrl status``; the driver samples the env, eval and
+data workers' into the run dir's ``workers.jsonl`` (the learners' own are in the run's metrics,
+``usage/rank<r>/*``).
 
-Every such worker answers ``usage()`` in a concurrency group of its own, so it answers while it
-steps envs, reads or evaluates. Actor states and restart counts come from Ray's actor table
-(GCS), which needs no dashboard: distrl's local clusters run without one.
+Every env, eval and data worker answers ``usage()`` in a concurrency group of its own, so it
+answers while it steps envs, reads or evaluates. A learner trains on its actor's main thread and
+cannot answer calls: it publishes its usage once per update (at most once a second) in Ray's
+key-value store instead. That store, the actor states and the restart counts all live in Ray's
+GCS, which needs no dashboard: distrl's local clusters run without one.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distrl.launch.ray_workers import worker_failures
+from distrl.launch.ray_workers import usage_report, worker_failures
 
 USAGE_GROUP = {"usage": 1}
 """The concurrency group ``usage()`` runs in, beside the worker's own calls."""
@@ -41,6 +44,52 @@ def sample(ray: Any, actors: dict[str, Any]) -> dict[str, dict[str, Any]]:
         except (*worker_failures(), GetTimeoutError):
             continue
     return answers
+
+
+LEARNER_KEY = "distrl-learner/"
+"""A learner's entry in Ray's key-value store: this prefix and its actor name."""
+PUBLISH_EVERY_S = 1.0
+"""A learner publishes its usage at most this often: one GCS write, not one per fast update."""
+
+
+class LearnerStatus:
+    """A learner's ``runners.base.StatusBoard``: its usage in Ray's key-value store."""
+
+    def __init__(self, namespace: str) -> None:
+        import ray
+
+        self.key = LEARNER_KEY + ray.get_runtime_context().get_actor_name()
+        self.namespace = namespace
+        self._last = -PUBLISH_EVERY_S
+
+    def publish(self, usage: dict[str, float], samples: int) -> None:
+        from ray.experimental.internal_kv import _internal_kv_put
+
+        now = time.monotonic()
+        if now - self._last < PUBLISH_EVERY_S:
+            return
+        self._last = now
+        report = usage_report(usage, samples, "samples")
+        _internal_kv_put(self.key, json.dumps(report), namespace=self.namespace)
+
+
+def learner_usage(names: list[str], namespace: str) -> dict[str, dict[str, Any]]:
+    """The newest usage each named learner published, by name (none before its first update)."""
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    answers = {}
+    for name in names:
+        if (report := _internal_kv_get(LEARNER_KEY + name, namespace=namespace)) is not None:
+            answers[name] = json.loads(report)
+    return answers
+
+
+def forget_learners(names: list[str], namespace: str) -> None:
+    """Remove a finished job's learner entries (a long-lived cluster would gather them)."""
+    from ray.experimental.internal_kv import _internal_kv_del
+
+    for name in names:
+        _internal_kv_del(LEARNER_KEY + name, namespace=namespace)
 
 
 class UsageLog:
@@ -118,10 +167,10 @@ def print_report(report: dict[str, Any]) -> None:
         for column in columns:
             table.add_column(column)
         for w in (worker for worker in report["workers"] if worker["job"] == job):
-            # Learners are never asked (``ray_workers.WorkerActor``): only a worker can fail to answer.
             answered = "rss_mb" in w
-            silent = w["state"] == "ALIVE" and not answered and w["group"] != "policy"
-            state = "ALIVE (not answering)" if silent else w["state"]
+            state = w["state"]
+            if state == "ALIVE" and not answered:  # a learner publishes nothing before its first update
+                state += " (starting)" if w["group"] == "policy" else " (not answering)"
             if w["death_cause"]:
                 state += f": {w['death_cause']}"
             table.add_row(

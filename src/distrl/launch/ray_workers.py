@@ -30,10 +30,9 @@ WORKERS_VAR = "DISTRL_RAY_WORKERS"
 
 
 def workers_env(namespace: str, max_restarts: int, backoff_s: float, **groups: list[str]) -> dict[str, str]:
-    """The environment a learner gets: its groups' actor names (groups with none are left out)."""
+    """The environment a learner gets: its namespace, and its groups' actor names (groups with
+    none are left out)."""
     groups = {group: names for group, names in groups.items() if names}
-    if not groups:
-        return {}
     spec = {"namespace": namespace, "max_restarts": max_restarts, "backoff_s": backoff_s, **groups}
     return {WORKERS_VAR: json.dumps(spec)}
 
@@ -50,6 +49,7 @@ def from_launcher() -> RemoteWorkers:
     from distrl.launch.ray_data_workers import RayDataWorkers
     from distrl.launch.ray_env_workers import RayEnvWorkers
     from distrl.launch.ray_eval_workers import RayEvalWorkers
+    from distrl.launch.ray_status import LearnerStatus
 
     named = json.loads(spec)
 
@@ -62,6 +62,7 @@ def from_launcher() -> RemoteWorkers:
         env=RayEnvWorkers(env, *retries) if env else None,
         eval=RayEvalWorkers(evaluation, *retries) if evaluation else None,
         data=RayDataWorkers(data, *retries) if data else None,
+        status=LearnerStatus(named["namespace"]),
     )
 
 
@@ -217,15 +218,22 @@ class WorkerActor:
         self.profiler.step()
 
     def usage(self) -> dict[str, Any]:
-        """This process's node address, pid, CPU share since the last call, resident and GPU
-        memory, uptime and the work done so far."""
-        import ray
+        """``usage_report`` of this worker, its CPU share since the last call."""
+        return usage_report(self.meter.read(), self.work_done, self.work_unit)
 
-        return {
-            "node": ray.util.get_node_ip_address(),
-            "pid": self.meter.process.pid,
-            **self.meter.read(),
-            "uptime_s": time.time() - self.meter.process.create_time(),
-            "work_done": self.work_done,
-            "work_unit": self.work_unit,
-        }
+
+def usage_report(usage: dict[str, float], work_done: int, work_unit: str) -> dict[str, Any]:
+    """What ``distrl status`` shows of a Ray process: its node address, pid, ``usage``
+    (``usage.ProcessUsage.read``), uptime and the work done so far."""
+    import psutil
+    import ray
+
+    process = psutil.Process()
+    return {
+        "node": ray.util.get_node_ip_address(),
+        "pid": process.pid,
+        **usage,
+        "uptime_s": time.time() - process.create_time(),
+        "work_done": work_done,
+        "work_unit": work_unit,
+    }

@@ -37,6 +37,14 @@ class EvalWorkers(Protocol):
         """Metrics of the evaluations finished since the last call, and failure counts; never waits."""
 
 
+class StatusBoard(Protocol):
+    """Where a rank shows how it is doing to the launcher's live status (``distrl status``)."""
+
+    def publish(self, usage: dict[str, float], samples: int) -> None:
+        """This rank's resource usage (``usage.ProcessUsage``) and the samples (env steps or
+        logged rows) it has collected so far; never waits."""
+
+
 @dataclass
 class RemoteWorkers:
     """A rank's worker processes, by job; None: the rank does that job itself (or not at all)."""
@@ -47,6 +55,8 @@ class RemoteWorkers:
     """Evaluate the newest weights asynchronously (rank 0's)."""
     data: DataWorkers | None = None
     """Read this rank's part of a logged dataset."""
+    status: StatusBoard | None = None
+    """Where the rank's own usage goes for the launcher's live status (Ray mode's learners)."""
 
 
 @dataclass

@@ -72,6 +72,9 @@ class TrainingLoop:
         self.preemption = PreemptionFlag()
         self.usage = ProcessUsage()
         """This rank's CPU share, memory and GPU memory, read once per update (``usage/rank<r>/*``)."""
+        self.status = ctx.workers.status
+        self.samples_collected = 0
+        """This rank's env steps (logged rows) in this launch, for the launcher's live status."""
         self.eval_workers = ctx.workers.eval if ctx.comm.is_main else None
         """Rank 0's evaluation workers: the newest weights evaluated while training goes on."""
         self.checkpoint_writer: ckpt.BackgroundWriter | None = None
@@ -166,6 +169,9 @@ class TrainingLoop:
         # Every rank's own collection speed and resource usage, in its own slots of the same sum.
         collect_s = my_phases["env"] + my_phases["inference"] + my_phases["data"]
         usage = self.usage.read()
+        self.samples_collected += result.local_steps
+        if self.status is not None:
+            self.status.publish(usage, self.samples_collected)
         per_rank = len(usage) + 1
         mine = [result.local_steps / collect_s if collect_s > 0 else 0.0, *usage.values()]
         slots = [0.0] * (per_rank * self.comm.world_size)
