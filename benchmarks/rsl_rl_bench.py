@@ -50,6 +50,7 @@ initialisation, how the gradient norm is clipped, how minibatches are drawn, the
 the bookkeeping around the loop.
 
 Usage: python benchmarks/rsl_rl_bench.py [--repeats 3] [--quick] [--only solve throughput] [--compile]
+[--solve-envs N] [--solve-updates U]
 (``--compile``: both trainers through ``torch.compile``, each by its own switch: distrl's
 ``train.compile`` compiles its PPO loss with the backward pass, rsl_rl's ``torch_compile_mode:
 default`` its actor and critic; the compilation falls inside both timed loops.)
@@ -444,8 +445,10 @@ def print_setup(cfg: RunConfig) -> None:
 def print_time_to_solve(cfg: RunConfig, seeds: list[int], solve: dict[str, list[dict]], quick: bool) -> None:
     train, evaluation = cfg.train, cfg.eval
     capped = f" (--quick: capped at {QUICK_SOLVE_UPDATES} updates; checks the code, not learning)"
+    budget = train.total_steps // (cfg.env.num_envs * cfg.algo.rollout_steps)
     print(
-        f"\n### Time to solve ({cfg.env.num_envs} envs): whole process, start to saved policy; stop "
+        f"\n### Time to solve ({cfg.env.num_envs} envs, {budget} updates at most): whole process, "
+        "start to saved policy; stop "
         f"once {evaluation.episodes} deterministic episodes every {train.stop_check_every} updates, "
         f"confirmed on {train.stop_confirm_episodes} more, average >= {train.stop_return:g}; then "
         f"{evaluation.episodes} deterministic episodes from seed {evaluation.seed} (not timed)"
@@ -510,6 +513,14 @@ def main() -> None:
     )
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run")
     parser.add_argument(
+        "--solve-envs",
+        type=int,
+        help="envs for time to solve, both trainers (default: the config's); the minibatch count stays",
+    )
+    parser.add_argument(
+        "--solve-updates", type=int, help="update budget for time to solve (default: the config's, 150)"
+    )
+    parser.add_argument(
         "--compile",
         action="store_true",
         help="both trainers through torch.compile (distrl train.compile, rsl_rl torch_compile_mode)",
@@ -520,20 +531,25 @@ def main() -> None:
     args.seeds = list(range(1, args.repeats + 1))
     updates = QUICK_THROUGHPUT_UPDATES if args.quick else THROUGHPUT_UPDATES
     cfg = load_distrl_config()
-    steps_per_update = cfg.env.num_envs * cfg.algo.rollout_steps
     extra = ["train.compile=true"] if args.compile else []
+    solve_envs = args.solve_envs or cfg.env.num_envs
+    solve_updates = args.solve_updates or cfg.train.total_steps // (cfg.env.num_envs * cfg.algo.rollout_steps)
+    if args.quick:
+        solve_updates = QUICK_SOLVE_UPDATES
     solve_overrides = [
         *extra,
-        *([f"train.total_steps={QUICK_SOLVE_UPDATES * steps_per_update}"] if args.quick else []),
+        *size_overrides(cfg, solve_envs),
+        f"train.total_steps={solve_updates * solve_envs * cfg.algo.rollout_steps}",
     ]
+    solve_cfg = load_distrl_config(solve_overrides)
     python = ensure_rsl_rl()
     print_setup(load_distrl_config(extra))
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         try:
             if "solve" in args.only:
-                solve = time_to_solve(tmp, python, cfg, args.seeds, solve_overrides)
-                print_time_to_solve(cfg, args.seeds, solve, args.quick)
+                solve = time_to_solve(tmp, python, solve_cfg, args.seeds, solve_overrides)
+                print_time_to_solve(solve_cfg, args.seeds, solve, args.quick)
             if "throughput" in args.only:
                 tput = throughput(tmp, python, cfg, args.repeats, updates, extra)
                 print_throughput(args.repeats, updates, tput)
