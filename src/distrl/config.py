@@ -109,9 +109,10 @@ class TrainConfig(Section):
     torch_threads: PositiveInt = 1
     """Intra-op threads per rank on CPU; one per rank keeps ranks from fighting over cores."""
     compile: bool = False
-    """Run PPO's loss and its backward pass through ``torch.compile`` (torch learners): fused
-    kernels for large minibatches, after a one-time compilation of some seconds per process
-    (cached across runs in torch's on-disk cache)."""
+    """Run PPO's loss with its backward pass, and the policy's acting during collection, through
+    ``torch.compile`` (PPO with a torch learner; refused elsewhere): fused kernels for large
+    batches, after a one-time compilation of some seconds per process (cached across runs in
+    torch's on-disk cache)."""
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""

@@ -15,7 +15,7 @@ import torch
 
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.ppo_config import PPOConfig
-from distrl.errors import UserError
+from distrl.compile import compiled_if
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
 from distrl.timing import phase
@@ -30,20 +30,6 @@ def minibatches_per_epoch(cfg: PPOConfig, global_batch: int) -> int:
     if cfg.num_minibatches is not None:
         return cfg.num_minibatches
     return max(1, (global_batch + cfg.minibatch_size // 2) // cfg.minibatch_size)
-
-
-def require_cpp_compiler() -> None:
-    """``torch.compile`` on the CPU builds C++: fail with one line, before training, without one."""
-    from torch._inductor.cpp_builder import get_cpp_compiler
-    from torch._inductor.exc import InvalidCxxCompiler
-
-    try:
-        get_cpp_compiler()
-    except InvalidCxxCompiler:
-        raise UserError(
-            "train.compile=true: torch.compile on the CPU needs a C++ compiler (g++, or the one "
-            "the CXX environment variable names); install one or set train.compile=false"
-        ) from None
 
 
 class PPO:
@@ -67,9 +53,7 @@ class PPO:
         self.grads = FlatGradients(self.params)
         # The fused kernel is several times faster than the per-tensor loop for small networks.
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
-        if compile_loss and self.params[0].device.type == "cpu":
-            require_cpp_compiler()
-        self.loss_terms = torch.compile(self.loss) if compile_loss else self.loss
+        self.loss_terms = compiled_if(compile_loss, self.loss, self.params[0].device)
 
     def set_learning_rate(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

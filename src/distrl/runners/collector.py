@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from distrl.compile import compiled_if
 from distrl.config import RunConfig
 from distrl.envs import VecEnv, make_vec_env
 from distrl.models.actor_critic import ActorCritic
@@ -189,6 +190,8 @@ class RolloutCollector(EnvCollector):
         self.obs_rms = obs_rms
         self.return_rms = return_rms
         self.noise = noise
+        # train.compile: acting fused too, as rsl_rl's torch_compile_mode compiles its actor and critic.
+        self.act = compiled_if(cfg.train.compile, policy.act, device)
         continuous = policy.continuous
         self.storage = RolloutStorage(
             cfg.algo.rollout_steps,
@@ -213,7 +216,7 @@ class RolloutCollector(EnvCollector):
             store.raw_obs[t] = obs  # as the env gave it: the update skips a rollout with non-finite ones
             obs_t = self.normalize_obs(finite(obs))
             with phase("inference"):
-                actions, log_probs, values = self.policy.act(obs_t, self.noise.draw())
+                actions, log_probs, values = self.act(obs_t, self.noise.draw())
             with phase("env"):
                 result = self.env.step(self._to_env_actions(actions))
             reward, terminated, truncated = (x.to(self.device) for x in result[1:4])
