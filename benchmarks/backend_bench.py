@@ -29,7 +29,9 @@ reported, every process on one CPU thread:
    shares of the update's whole pass (``time/update``); ``other`` is what no phase covers.
 
 Usage: python benchmarks/backend_bench.py [--only raw loop] [--repeats 3] [--quick]
-       [--seconds 2] [--device cpu]
+       [--seconds 2] [--device cpu] [--backends ...] [--ranks 1 2] [--large-updates N]
+(``--backends``, ``--ranks``: a subset of the loop's contenders, gymnasium always among them;
+``--large-updates``: that many updates at 4096 envs for all but gymnasium, e.g. Isaac Lab's 150.)
 (``--quick``: one repeat, short raw measurements and a few updates per loop run, to check the code.)
 The loop runs reuse ``cartpole_bench``'s commands and metrics reader.
 """
@@ -268,16 +270,34 @@ def loop_run(run_dir: Path, config: Path, backend: str, ranks: int, updates: int
     return LoopRun(last["sps"], steady_sps, wall_s, update_s, shares)
 
 
-def loop_throughput(
-    tmp: Path, repeats: int, updates: dict[Path, int], device: str
-) -> dict[LoopKey, list[LoopRun]]:
+@dataclass(frozen=True)
+class LoopPlan:
+    """What the loop part runs: ``backends`` (``LOOP_BACKENDS``, gymnasium always: the baseline)
+    x the configs of ``updates`` x ``ranks``."""
+
+    backends: tuple[str, ...]
+    ranks: tuple[int, ...]
+    updates: dict[Path, int]
+    """Updates per run, by config."""
+    large_updates: int | None = None
+    """Instead, at ``LARGE_CONFIG``, for every backend but gymnasium's (whose rate is the same
+    from its first update: nothing to compile)."""
+
+    def budget(self, config: Path, backend: str) -> int:
+        if config == LARGE_CONFIG and backend != "gymnasium" and self.large_updates:
+            return self.large_updates
+        return self.updates[config]
+
+
+def loop_throughput(tmp: Path, repeats: int, plan: LoopPlan, device: str) -> dict[LoopKey, list[LoopRun]]:
     """Every backend x config x ranks once per repeat, the backends innermost (compared closest in time)."""
     results: dict[LoopKey, list[LoopRun]] = {}
     for _ in range(repeats):
-        for config, count in updates.items():
-            for ranks in RANKS:
-                for backend in LOOP_BACKENDS:
+        for config in plan.updates:
+            for ranks in plan.ranks:
+                for backend in plan.backends:
                     run_dir = tmp / f"{config.stem}-{backend}-{ranks}"
+                    count = plan.budget(config, backend)
                     run = loop_run(run_dir, config, backend, ranks, count, device)
                     results.setdefault((config, backend, ranks), []).append(run)
     return results
@@ -302,13 +322,15 @@ def config_label(config: Path) -> str:
     return f"`{config.name}` ({env.num_envs_per_rank} envs per rank)"
 
 
-def print_loop(results: dict[LoopKey, list[LoopRun]], repeats: int, updates: dict[Path, int]) -> None:
+def print_loop(results: dict[LoopKey, list[LoopRun]], repeats: int, plan: LoopPlan) -> None:
     runs = {key: median_run(r) for key, r in results.items()}
+    updates = plan.updates
     budgets = "; ".join(
-        f"`{c.name}`: {n} updates, {n * steps_per_update(c, 1):,} env steps on 1 rank and "
-        f"{n * steps_per_update(c, 2):,} on 2"
+        f"`{c.name}`: {n} updates, {n * steps_per_update(c, 1):,} env steps per rank"
         for c, n in updates.items()
     )
+    if plan.large_updates:
+        budgets += f" ({plan.large_updates} updates at `{LARGE_CONFIG.name}` for all but gymnasium)"
     print(
         f"\n## Whole training loop, env steps/s, median of {repeats} interleaved runs\n\n"
         f"{budgets}; no early stop, one torch thread per process, TensorBoard off. env steps/s: the "
@@ -318,11 +340,12 @@ def print_loop(results: dict[LoopKey, list[LoopRun]], repeats: int, updates: dic
     )
     rows = []
     for config in updates:
-        for backend in LOOP_BACKENDS:
-            for ranks in RANKS:
+        for backend in plan.backends:
+            for ranks in plan.ranks:
                 run = runs[config, backend, ranks]
                 gym_run = runs[config, "gymnasium", ranks]
-                scaling = f"{run.sps / runs[config, backend, 1].sps:.2f}x" if ranks > 1 else ""
+                single = runs.get((config, backend, 1))
+                scaling = f"{run.sps / single.sps:.2f}x" if ranks > 1 and single else ""
                 rows.append([
                     config_label(config), backend, str(ranks), f"{run.sps:,.0f}", f"{run.steady_sps:,.0f}",
                     f"{run.sps / gym_run.sps:.2f}x", scaling, f"{run.wall_s:.1f}",
@@ -334,8 +357,8 @@ def print_loop(results: dict[LoopKey, list[LoopRun]], repeats: int, updates: dic
     )  # fmt: skip
     print()
     if LARGE_CONFIG in updates and SHIPPED_CONFIG in updates:
-        for backend in LOOP_BACKENDS[2:]:
-            for ranks in RANKS:
+        for backend in (b for b in plan.backends if b.startswith("torch")):
+            for ranks in plan.ranks:
                 ratio = runs[LARGE_CONFIG, backend, ranks].sps / runs[SHIPPED_CONFIG, "gymnasium", ranks].sps
                 print(
                     f"- {ranks} rank{'s' if ranks > 1 else ''}: {backend} backend at "
@@ -378,9 +401,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per raw measurement")
     parser.add_argument("--device", default="cpu", help="torch envs (raw) and train.device (loop)")
     parser.add_argument("--quick", action="store_true", help="one repeat, tiny budgets: checks the code")
+    parser.add_argument(
+        "--backends", nargs="+", choices=LOOP_BACKENDS, default=list(LOOP_BACKENDS), help="loop contenders"
+    )
+    parser.add_argument("--ranks", nargs="+", type=int, choices=RANKS, default=list(RANKS), help="loop ranks")
+    parser.add_argument(
+        "--large-updates", type=int, help="loop updates at 4096 envs for all but gymnasium (default 24)"
+    )
     args = parser.parse_args()
     repeats, seconds = (1, QUICK_SECONDS) if args.quick else (args.repeats, args.seconds)
     updates = QUICK_LOOP_UPDATES if args.quick else LOOP_UPDATES
+    backends = ("gymnasium", *(b for b in args.backends if b != "gymnasium"))  # the baseline first
+    plan = LoopPlan(backends, tuple(args.ranks), updates, None if args.quick else args.large_updates)
     torch.set_num_threads(1)
     # EnvPool builds float32 Boxes from float64 bounds, and Gymnasium warns about it on every access.
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
@@ -394,8 +426,8 @@ def main() -> None:
         print_raw(raw_throughput(repeats, seconds, device), repeats, seconds, device)
     if "loop" in args.only:
         with tempfile.TemporaryDirectory() as tmp:
-            results = loop_throughput(Path(tmp), repeats, updates, args.device)
-        print_loop(results, repeats, updates)
+            results = loop_throughput(Path(tmp), repeats, plan, args.device)
+        print_loop(results, repeats, plan)
 
 
 if __name__ == "__main__":
