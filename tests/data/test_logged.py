@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distrl.data.logged import LoggedDataset, ShuffledStream, ranks_sharing_a_copy
+from distrl.data.logged import LoggedDataset, ShuffledStream, node_shares, ranks_sharing_a_copy
 from distrl.data.recommendation import write_dataset
 from distrl.errors import UserError
 from tests.helpers import collect
@@ -178,3 +178,10 @@ def test_every_row_once_per_epoch_under_both_layouts(dataset: Path, tmp_path: Pa
     distinct = node_data[:1] if layout == "copy" else node_data
     expected = [r for data in distinct for r in all_row_ids(data)]
     assert sorted(seen) == sorted(expected) and len(expected) == (2000 if layout == "copy" else 2900)
+
+
+def test_data_workers_on_a_node_divide_its_part_over_every_rank() -> None:
+    """``data.layout=split`` with data workers: rank 0's workers run on nodes a, b; rank 1's on b, a, b."""
+    nodes = [["a", "b"], ["b", "a", "b"]]
+    assert node_shares(nodes, 0) == [(0, 2), (0, 3)]
+    assert node_shares(nodes, 1) == [(1, 3), (1, 2), (2, 3)]

@@ -12,6 +12,7 @@ unless distrl picks the veth interface by itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -21,14 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import CARTPOLE, clean_env
+from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect
 
 ADDRESSES = ("10.123.0.1", "10.123.0.2")
 HOSTNAMES = ("node01", "node02")
@@ -258,10 +259,10 @@ def test_jax_launcher_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None
     assert_trained_and_saved_on_host0(tmp_path, steps=2048)
 
 
-def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Hosts, tmp_path: Path) -> None:
-    """A Ray head on one host and a worker node on the other (token authentication on): the job's
-    two nodes (``cluster.strategy`` SPREAD: one Ray node each) hold the learner with 2 env workers
-    and the third env worker, so each host steps envs."""
+@contextlib.contextmanager
+def ray_cluster(hosts: Hosts, tmp_path: Path, wrap_worker: Sequence[str] = ()) -> Iterator[tuple[str, dict]]:
+    """A Ray head on host 0 and a worker node on host 1 (token authentication on), the worker's
+    ``ray start`` run through ``wrap_worker``; (the head's address, the environment to join it)."""
     pytest.importorskip("ray", reason="the ray extra is installed by make test")
     token = tmp_path / "auth_token"
     token.write_text(secrets.token_hex(32))
@@ -272,30 +273,78 @@ def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Ho
     temps = [Path(tempfile.mkdtemp(prefix=f"distrl-ray-h{i}-")) for i in range(2)]  # short: sockets
     starts = [
         [*ray, "--head", "--port=6379", "--include-dashboard=false"],
-        [*ray, f"--address={head}"],
+        [*wrap_worker, *ray, f"--address={head}"],
     ]
     nodes = []
-    run_dir = tmp_path / "run"
     try:
         for i, start in enumerate(starts):  # one after the other, as Ray needs
             where = [f"--node-ip-address={ADDRESSES[i]}", f"--temp-dir={temps[i]}"]
             nodes.append(hosts.start(i, [*start, *where], cluster_names=False, env=env))
             _wait_for_ray_nodes(hosts, head, i + 1, env)
-        train = [
-            sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--total-steps", "16384",
-            "train.stop_return=null", "--launcher", "ray", "--ray-address", head, "--run-dir", str(run_dir),
-            "log.progress=false", "cluster.num_nodes=2", "workers.env=3", "workers.cpus_per_env=0.5",
-            "cluster.usage_every_s=0.5",
-        ]  # fmt: skip
-        wait_ok([hosts.start(0, train, cluster_names=False, env=env)])
+        yield head, env
     finally:
         kill_all(nodes)
         for temp in temps:
             shutil.rmtree(temp, ignore_errors=True)
+
+
+def ray_train(hosts: Hosts, head: str, env: dict, run_dir: Path, *args: str) -> None:
+    """``distrl train --launcher ray`` from host 0 on the two hosts' cluster, to its end."""
+    train = [
+        sys.executable, "-m", "distrl", "train", *args, "--launcher", "ray", "--ray-address", head,
+        "--run-dir", str(run_dir), "log.progress=false", "cluster.num_nodes=2", "cluster.usage_every_s=0.5",
+    ]  # fmt: skip
+    wait_ok([hosts.start(0, train, cluster_names=False, env=env)])
+
+
+def sampled_nodes(run_dir: Path, group: str) -> set[str]:
+    """The hosts the driver found ``group``'s workers on (``workers.jsonl``)."""
+    samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
+    return {sample["node"] for sample in samples if sample["worker"].split("-")[2] == group}
+
+
+def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Hosts, tmp_path: Path) -> None:
+    """The job's two nodes (``cluster.strategy`` SPREAD: one Ray node each) hold the learner with
+    2 env workers and the third env worker, so each host steps envs."""
+    run_dir = tmp_path / "run"
+    with ray_cluster(hosts, tmp_path) as (head, env):
+        ray_train(
+            hosts, head, env, run_dir, "--config", str(CARTPOLE), "--total-steps", "16384",
+            "train.stop_return=null", "workers.env=3", "workers.cpus_per_env=0.5",
+        )  # fmt: skip
     state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
     assert state["global_step"] == 16384
-    samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
-    assert {sample["node"] for sample in samples} == set(ADDRESSES)  # env workers on both hosts
+    assert sampled_nodes(run_dir, "env") == set(ADDRESSES)  # env workers on both hosts
+
+
+def test_ray_mode_reads_each_hosts_own_part_under_split_layout(hosts: Hosts, tmp_path: Path) -> None:
+    """``data.layout=split``: host 0 holds 1500 logged rows at ``data.path``, host 1 another 1000
+    at the same path (its Ray node runs in a mount namespace of its own with its part mounted
+    there). Either way each part is read once an epoch of 2500 rows at 64 rows per step:
+    - one learner fed by a data worker on each host: ceil(1500 / 64) + ceil(1000 / 64) = 40 steps
+      (had both workers read one part: 48 or 32 steps);
+    - a learner on each host reading its host's part, 32 rows per step each: ceil(1500 / 32) = 47
+      steps (had they divided one part, fewer rows)."""
+    data, part1 = tmp_path / "data", tmp_path / "part1"
+    collect(data, 1500, 750, seed=0)
+    collect(part1, 1000, 1000, seed=1)
+    mount = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    mount_part1 = ["unshare", "--mount", "sh", "-c", mount, str(part1), str(data)]
+    runs = {
+        "data-workers": ["workers.data_per_node=1", "algo.gradient_steps=40"],
+        "learners": ["workers.policy_per_node=1", "algo.gradient_steps=47"],
+    }
+    with ray_cluster(hosts, tmp_path, wrap_worker=mount_part1) as (head, env):
+        for name, overrides in runs.items():
+            ray_train(
+                hosts, head, env, tmp_path / name, "--config", str(OFFLINE), f"data.path={data}",
+                "data.layout=split", "algo.batch_size=64", "train.total_steps=5000",
+                "train.stop_return=null", "eval.cpe_every=0", "checkpoint.interval_steps=5000", *overrides,
+            )  # fmt: skip
+    for name in runs:
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        assert [(row["global_step"], row["epoch"]) for row in rows] == [(2500, 0), (5000, 1)], name
+    assert sampled_nodes(tmp_path / "data-workers", "data") == set(ADDRESSES)
 
 
 def _wait_for_ray_nodes(hosts: Hosts, address: str, count: int, env: dict[str, str]) -> None:

@@ -266,6 +266,18 @@ def ranks_sharing_a_copy(layout: str, node_of_rank: list[int], rank: int) -> lis
     return [r for r, node in enumerate(node_of_rank) if node == node_of_rank[rank]]
 
 
+def node_shares(nodes_per_rank: list[list[str]], rank: int) -> list[tuple[int, int]]:
+    """``data.layout=split`` read by data workers: the node each rank's workers run on, by rank
+    and worker; for each of ``rank``'s workers, (its index, the count) among the workers of every
+    rank on its node, which divide that node's part."""
+    readers = [(r, w) for r, nodes in enumerate(nodes_per_rank) for w in range(len(nodes))]
+    shares = []
+    for w, node in enumerate(nodes_per_rank[rank]):
+        on_node = [(r, i) for r, i in readers if nodes_per_rank[r][i] == node]
+        shares.append((on_node.index((rank, w)), len(on_node)))
+    return shares
+
+
 class ShuffledStream:
     """One rank's rows, epoch after epoch: units in a fresh order each epoch, read a row group at
     a time into a buffer of ``buffer_rows`` rows (one batch, if that is more); each batch is a

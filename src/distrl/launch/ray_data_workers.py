@@ -1,7 +1,9 @@
 """Ray mode's data workers: actors that read, validate and shuffle the logged Parquet (or Minari)
 dataset of offline DQN and feed a learner batches, so the learner never reads a file.
 
-A learner's part of the dataset is split over its data workers (units round-robin); each runs the
+With ``data.layout=copy`` a learner's part of the dataset is split over its data workers (units
+round-robin); with ``split`` each worker reads the part on its own node, which the workers of
+every learner on that node divide (``data.logged.node_shares``). Each worker runs the
 same ``ShuffledStream`` a rank runs over its own part (seeded ``seed + worker``, so one worker is
 exactly the rank reading for itself) and sends ``DATA_CHUNK_BATCHES`` batches per call, the
 next chunk requested while the learner trains on the last. A chunk is named by (epoch, first
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream
+from distrl.errors import UserError
 from distrl.launch.ray_workers import RestartableWorkers, WorkerActor
 from distrl.ope.dqn import LoggedSteps
 
@@ -40,12 +43,16 @@ class DataWorker(WorkerActor):
 
     def open(self, path: str, on_bad_row: str) -> dict[str, Any]:
         """Open the dataset; what the learner needs to know of it (``RemoteDataset``)."""
+        import ray
+
         from distrl.data.reader import open_dataset
 
         self.dataset = open_dataset(Path(path), on_bad_row)
         self.opened = (Path(path), on_bad_row)
         return {key: getattr(self.dataset, key) for key in RemoteDataset.DESCRIBED} | {
-            "files": self.dataset.summary()
+            "files": self.dataset.summary(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "address": ray.util.get_node_ip_address(),
         }
 
     def shard(self, rank: int, world_size: int) -> list[Any]:
@@ -115,16 +122,40 @@ class RayDataWorkers(RestartableWorkers):
         self._open_args: tuple[str, str] = ("", "")
         self._start_args: list[tuple[Any, ...]] = []
         self.skipped_rows = [0] * len(handles)
+        self.nodes: list[str] = []
+        """The Ray node each worker runs on (``open``)."""
 
     def open(self, path: Path, on_bad_row: str) -> RemoteDataset:
+        """The dataset as every worker opened it on its node; their rows must have one shape."""
         self._open_args = (str(path), on_bad_row)
-        return RemoteDataset(self, self.call_all("open", *self._open_args)[0])
+        described = self.call_all("open", *self._open_args)
+
+        def shape(worker: dict[str, Any]) -> dict[str, Any]:
+            return {key: worker[key] for key in RemoteDataset.DESCRIBED}
+
+        first = described[0]
+        for theirs in described[1:]:
+            if shape(theirs) != shape(first):
+                raise UserError(
+                    f"data.path: the rows on node {theirs['address']} ({path}) have {shape(theirs)}, "
+                    f"those on node {first['address']} {shape(first)}"
+                )
+        self.nodes = [worker["node"] for worker in described]
+        return RemoteDataset(self, first)
 
     def stream(self, units: list[Any], buffer_rows: int, seed: int) -> RayDataStream:
         """``units`` shared out round-robin, worker w's stream seeded ``seed + w``."""
         workers = len(self.handles)
-        self._start_args = [(units[w::workers], buffer_rows, seed + w) for w in range(workers)]
-        return RayDataStream(self, self.call_each("start", self._start_args))
+        return self._start([(units[w::workers], buffer_rows, seed + w) for w in range(workers)])
+
+    def stream_node_parts(self, shares: list[tuple[int, int]], buffer_rows: int, seed: int) -> RayDataStream:
+        """Worker w streams part ``shares[w]`` of the dataset on its own node, seeded ``seed + w``."""
+        units = [self.call(w, "shard", *share) for w, share in enumerate(shares)]
+        return self._start([(units[w], buffer_rows, seed + w) for w in range(len(self.handles))])
+
+    def _start(self, start_args: list[tuple[Any, ...]]) -> RayDataStream:
+        self._start_args = start_args
+        return RayDataStream(self, self.call_each("start", start_args))
 
     def cpe_steps(self, max_rows: int) -> LoggedSteps:
         return self.call(0, "cpe_steps", max_rows)

@@ -166,6 +166,9 @@ class _LearnerGroup:
                 argv,
                 {
                     **_rank_env(rank, len(learners), master_addr, master_port, attempt),
+                    # Its virtual node is its torchrun node: under data.layout=split the learners of
+                    # a node divide that node's part.
+                    "GROUP_RANK": str(self.cluster.slots["policy"][rank][0]),
                     **self.workers_env[rank],
                 },
             )
@@ -205,11 +208,6 @@ def _check_data_workers(cfg: RunConfig) -> None:
     if cfg.data.path is None or cfg.ml_framework != "torch":
         raise UserError(
             "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
-        )
-    if cfg.data.layout == "split":
-        raise UserError(
-            "data.layout=split: Ray mode's data workers read one copy of the data (data.layout=copy): "
-            "the learners of a Ray job have no node of their own data to read"
         )
     _one_per_learner_at_least("data", workers.data, workers.policy)
 

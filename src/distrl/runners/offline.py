@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from distrl.data.logged import LoggedDataset, Rows, ShuffledStream, ranks_sharing_a_copy
+from distrl.data.logged import LoggedDataset, Rows, ShuffledStream, node_shares, ranks_sharing_a_copy
 from distrl.data.reader import open_dataset
 from distrl.errors import UserError
 from distrl.ope.dqn import LoggedSteps, OfflineEvaluator, cpe_steps
@@ -47,6 +47,14 @@ class DataWorkers(Protocol):
 
     def stream(self, units: list[Any], buffer_rows: int, seed: int) -> Any:
         """``ShuffledStream``'s batches of ``units``, read by the workers."""
+
+    @property
+    def nodes(self) -> list[str]:
+        """The node each worker runs on (known once the dataset is open)."""
+
+    def stream_node_parts(self, shares: list[tuple[int, int]], buffer_rows: int, seed: int) -> Any:
+        """``stream`` where worker w reads part ``shares[w]`` = (index, count) of the dataset on
+        its own node (``data.layout=split``)."""
 
     def cpe_steps(self, max_rows: int) -> LoggedSteps:
         """``ope.dqn.cpe_steps`` of the dataset."""
@@ -77,11 +85,16 @@ class OfflineRunner(QLearningRunner):
         self.comm = comm
         peers = self._ranks_sharing_my_copy(ctx.node_rank)
         units = self.dataset.shard(peers.index(comm.rank), len(peers))
-        seed = rank_seed(cfg.train.seed, comm.rank)
+        seed, buffer_rows = rank_seed(cfg.train.seed, comm.rank), cfg.data.shuffle_buffer
         if self.data_workers is None:
-            self.stream = ShuffledStream(self.dataset, units, cfg.data.shuffle_buffer, seed)
+            self.stream = ShuffledStream(self.dataset, units, buffer_rows, seed)
+        elif cfg.data.layout == "split":
+            # Each data worker reads the part on its own node, shared with every rank's workers there.
+            mine = json.dumps(self.data_workers.nodes).encode()
+            shares = node_shares([json.loads(b) for b in comm.all_gather_bytes(mine)], comm.rank)
+            self.stream = self.data_workers.stream_node_parts(shares, buffer_rows, seed)
         else:
-            self.stream = self.data_workers.stream(units, cfg.data.shuffle_buffer, seed)
+            self.stream = self.data_workers.stream(units, buffer_rows, seed)
         # Every rank learns every rank's batches per epoch, so all agree on the steps of an epoch.
         mine = self.stream.batches_per_epoch(self.batch_share)
         self.steps_per_epoch = int(
