@@ -411,7 +411,7 @@ def main() -> None:
     args = parser.parse_args()
     repeats, seconds = (1, QUICK_SECONDS) if args.quick else (args.repeats, args.seconds)
     updates = QUICK_LOOP_UPDATES if args.quick else LOOP_UPDATES
-    backends = ("gymnasium", *(b for b in args.backends if b != "gymnasium"))  # the baseline first
+    backends = tuple(dict.fromkeys(["gymnasium", *args.backends]))  # the baseline first, once each
     plan = LoopPlan(backends, tuple(args.ranks), updates, None if args.quick else args.large_updates)
     torch.set_num_threads(1)
     # EnvPool builds float32 Boxes from float64 bounds, and Gymnasium warns about it on every access.

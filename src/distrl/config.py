@@ -323,17 +323,6 @@ class RunConfig(Section):
             return {**data, "algo": {**data["algo"], "name": "ppo"}}
         return data
 
-    @model_validator(mode="after")
-    def _compile_where_honoured(self) -> RunConfig:
-        # Said rather than silently ignored: a user who asks for compilation expects it to happen.
-        if self.train.compile and self.ml_framework == "jax":
-            raise ValueError("train.compile=true is for torch learners; JAX learners are always compiled")
-        if self.train.compile and not self.algo.compiles_loss:
-            raise ValueError(
-                f"train.compile=true is not supported by algo.name={self.algo.name}; set it to false"
-            )
-        return self
-
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
     """Read a YAML config (or defaults when ``path`` is None) and apply ``a.b=value`` overrides."""
@@ -343,7 +332,23 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     for override in overrides:
         key, value = _parse_override(override)
         _set_dotted(data, key, value)
-    return config_from_dict(data, source=str(path) if path else "config")
+    source = str(path) if path else "config"
+    cfg = config_from_dict(data, source)
+    _check_compile_honoured(cfg, source)
+    return cfg
+
+
+def _check_compile_honoured(cfg: RunConfig, source: str) -> None:
+    """Said rather than silently ignored: a user who asks for compilation expects it to happen.
+    Checked on what the user gives, not on configs saved in checkpoints before this rule."""
+    if cfg.train.compile and cfg.ml_framework == "jax":
+        raise UserError(
+            f"{source}: train.compile=true is for torch learners; JAX learners are always compiled"
+        )
+    if cfg.train.compile and not cfg.algo.honours_compile:
+        raise UserError(
+            f"{source}: train.compile=true is not supported by algo.name={cfg.algo.name}; set it to false"
+        )
 
 
 MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_interface", "sync_spin_ms")}
@@ -361,11 +366,10 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
         loc = list(err["loc"])
         if loc[:1] == ["algo"] and len(loc) > 1 and loc[1] in ALGORITHM_CONFIGS:
             del loc[1]  # pydantic names the union member: the user wrote algo.<key>
-        # A whole-config validator has no location: its message names the keys.
-        where = ": ".join([source, *([".".join(str(p) for p in loc)] if loc else [])])
+        key = ".".join(str(p) for p in loc)
         if err["type"] == "value_error":  # our own validators' messages say it all
-            raise UserError(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None
-        raise UserError(f"{where}: {err['msg']} (got {err.get('input')!r})") from None
+            raise UserError(f"{source}: {key}: {err['msg'].removeprefix('Value error, ')}") from None
+        raise UserError(f"{source}: {key}: {err['msg']} (got {err.get('input')!r})") from None
     return cfg
 
 

@@ -29,7 +29,8 @@ def test_compiled_acting_collects_the_eager_rollout(env_id: str) -> None:
     for compiled in (False, True):
         cfg = load_config(None, [*overrides, f"train.compile={str(compiled).lower()}"])
         env = make_vec_env(cfg.env, list(range(64)), CPU)
-        policy = policy or ActorCritic(env.observation_space.shape[0], env.action_space, cfg.model)
+        if policy is None:
+            policy = ActorCritic(env.observation_space.shape[0], env.action_space, cfg.model)
         acting = copy.deepcopy(policy)
         noise = ActionNoise.for_policy(acting, [7], 64, slice(None), CPU)
         collector = RolloutCollector(cfg, env, acting, None, None, noise, CPU)

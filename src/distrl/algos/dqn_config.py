@@ -15,7 +15,7 @@ class DQNConfig(Section):
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.hidden_sizes", "model.activation")
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
-    compiles_loss: ClassVar[bool] = False
+    honours_compile: ClassVar[bool] = False
     """``train.compile`` is refused: DQN's small-batch steps are not compiled."""
 
     name: Literal["dqn"]

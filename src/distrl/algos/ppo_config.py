@@ -22,7 +22,7 @@ class PPOConfig(Section):
         "normalize.rewards",
     )
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
-    compiles_loss: ClassVar[bool] = True
+    honours_compile: ClassVar[bool] = True
     """Its torch learner honours ``train.compile``."""
 
     name: Literal["ppo"] = "ppo"

@@ -124,6 +124,8 @@ class RayDataWorkers(RestartableWorkers):
         self.skipped_rows = [0] * len(handles)
         self.nodes: list[str] = []
         """The Ray node each worker runs on (``open``)."""
+        self.node_bound = False
+        """Each worker reads the part on its node (``stream_node_parts``): it must stay there."""
 
     def open(self, path: Path, on_bad_row: str) -> RemoteDataset:
         """The dataset as every worker opened it on its node; their rows must have one shape."""
@@ -150,6 +152,7 @@ class RayDataWorkers(RestartableWorkers):
 
     def stream_node_parts(self, shares: list[tuple[int, int]], buffer_rows: int, seed: int) -> RayDataStream:
         """Worker w streams part ``shares[w]`` of the dataset on its own node, seeded ``seed + w``."""
+        self.node_bound = True
         units = [self.call(w, "shard", *share) for w, share in enumerate(shares)]
         return self._start([(units[w], buffer_rows, seed + w) for w in range(len(self.handles))])
 
@@ -165,7 +168,12 @@ class RayDataWorkers(RestartableWorkers):
         import ray
 
         handle = self.handles[index]
-        ray.get(handle.open.remote(*self._open_args))
+        opened = ray.get(handle.open.remote(*self._open_args))
+        if self.node_bound and opened["node"] != self.nodes[index]:
+            raise UserError(
+                f"data worker {index} came back on another Ray node ({opened['address']}): under "
+                "data.layout=split its part of the data is on the node it left"
+            )
         if self._start_args:
             ray.get(handle.start.remote(*self._start_args[index]))
 

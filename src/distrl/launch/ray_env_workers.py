@@ -5,7 +5,8 @@ refreshed once per rollout from one object in Ray's object store (never per step
 collector a rank runs over its own envs (``RolloutCollector``, ``TransitionCollector``), and
 returns its segment; the learner joins its workers' segments along the env axis. Actions come
 from the rank's ``ActionNoise`` cut to the worker's envs, so one learner with N env workers
-collects exactly what one process with the same envs collects.
+collects exactly what one process with the same envs collects (with ``train.compile``, to the
+last bits of compiled acting: ~1e-5).
 
 A worker that dies (killed, out of memory) is restarted by Ray; one whose env raised is kept (a
 ``UserError``, bad input, stops the run with its one line instead). Either way the learner logs

@@ -83,9 +83,9 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
             _temp_dir=str(temp_dir),
             log_to_driver=True,
         )
+    job = f"distrl-{secrets.token_hex(4)}"
     try:
         check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
-        job = f"distrl-{secrets.token_hex(4)}"
         cluster = place(ray, cfg.cluster, cfg.workers, job)
         profile = (cfg.log.profile_updates, run_dir / "profile")
         timeout_s = cfg.cluster.placement_timeout_s
@@ -124,7 +124,10 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
         )
         return 1
     finally:
-        ray.shutdown()
+        try:
+            forget_learners(job, namespace)
+        finally:
+            ray.shutdown()
 
 
 @dataclass
@@ -152,23 +155,25 @@ class _LearnerGroup:
         """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
         of a learner that died, which ends the launch: the others are killed at once rather
         than left waiting in a collective until ``comm.timeout_s``)."""
-        launch_name = f"{self.name}-{attempt}"
-        learners = _start_learners(ray, self.cluster, self.workers, self.namespace, launch_name)
+        learners = _start_learners(ray, self.cluster, self.workers, self.namespace, f"{self.name}-{attempt}")
         # The learners start while the other workers do (every actor imports torch: seconds each).
         workers_ready = [actor.__ray_ready__.remote() for actor in self.actors.values()]
-        (master_addr, master_port), *_ = _ready(
-            ray, [learners[0].free_address.remote(), *workers_ready], self.placement_timeout_s
+        where = [learner.node_id.remote() for learner in learners]
+        (master_addr, master_port), *ready = _ready(
+            ray, [learners[0].free_address.remote(), *where, *workers_ready], self.placement_timeout_s
         )
+        # Learners on one Ray node are one torchrun node: under data.layout=split they divide its part.
+        node_ids = ready[: len(learners)]
+        node_ranks = {node: index for index, node in enumerate(dict.fromkeys(node_ids))}
         # A restarted group must never wipe the checkpoints it resumes from.
         argv = [arg for arg in self.argv if arg != "--overwrite"] if attempt else self.argv
         runs = [
             learner.train.remote(
                 argv,
                 {
-                    **_rank_env(rank, len(learners), master_addr, master_port, attempt),
-                    # Its virtual node is its torchrun node: under data.layout=split the learners of
-                    # a node divide that node's part.
-                    "GROUP_RANK": str(self.cluster.slots["policy"][rank][0]),
+                    **_rank_env(
+                        rank, len(learners), node_ranks[node_ids[rank]], master_addr, master_port, attempt
+                    ),
                     **self.workers_env[rank],
                 },
             )
@@ -177,7 +182,6 @@ class _LearnerGroup:
         status, died = _wait(
             ray, runs, self.usage_every_s, lambda: self.usage.write(sample(ray, self.actors))
         )
-        forget_learners([f"{launch_name}-{rank}" for rank in range(len(learners))], self.namespace)
         if status:  # none left waiting in a collective until comm.timeout_s
             for learner in learners:
                 ray.kill(learner)
@@ -271,6 +275,11 @@ class _Learner:
 
         import distrl.launch.process_group  # noqa: F401
         import distrl.runners  # noqa: F401
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def free_address(self) -> tuple[str, int]:
         """This node's address and a port free on it, for the group's TCP store."""
@@ -492,12 +501,15 @@ def _ready(ray: Any, refs: Any, timeout_s: float) -> Any:
         raise UserError(f"an actor of the job could not start: {failure_cause(exc)}") from None
 
 
-def _rank_env(rank: int, world_size: int, master_addr: str, master_port: int, attempt: int) -> dict[str, str]:
+def _rank_env(
+    rank: int, world_size: int, node_rank: int, master_addr: str, master_port: int, attempt: int
+) -> dict[str, str]:
     """torchrun's variables: to the training process a learner is a torchrun rank (of restart
-    ``attempt``). Ray gives each actor only its own GPUs, so every learner is local rank 0 of
-    its own view."""
+    ``attempt``) on node ``node_rank``. Ray gives each actor only its own GPUs, so every learner
+    is local rank 0 of its own view."""
     return {
         "RANK": str(rank),
+        "GROUP_RANK": str(node_rank),
         "LOCAL_RANK": "0",
         "WORLD_SIZE": str(world_size),
         "LOCAL_WORLD_SIZE": "1",

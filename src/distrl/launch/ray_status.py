@@ -13,6 +13,7 @@ GCS, which needs no dashboard: distrl's local clusters run without one.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ class LearnerStatus:
         self.key = LEARNER_KEY + ray.get_runtime_context().get_actor_name()
         self.namespace = namespace
         self._last = -PUBLISH_EVERY_S
+        self.failed = False
+        """A publish failed (said once)."""
 
     def publish(self, usage: dict[str, float], samples: int) -> None:
         from ray.experimental.internal_kv import _internal_kv_put
@@ -70,7 +73,12 @@ class LearnerStatus:
             return
         self._last = now
         report = usage_report(usage, samples, "samples")
-        _internal_kv_put(self.key, json.dumps(report), namespace=self.namespace)
+        try:
+            _internal_kv_put(self.key, json.dumps(report), namespace=self.namespace)
+        except Exception as exc:  # whatever the GCS raises: live status must never stop training
+            if not self.failed:
+                print(f"distrl: live status not published ({exc}); training goes on", file=sys.stderr)
+            self.failed = True
 
 
 def learner_usage(names: list[str], namespace: str) -> dict[str, dict[str, Any]]:
@@ -84,12 +92,13 @@ def learner_usage(names: list[str], namespace: str) -> dict[str, dict[str, Any]]
     return answers
 
 
-def forget_learners(names: list[str], namespace: str) -> None:
-    """Remove a finished job's learner entries (a long-lived cluster would gather them)."""
-    from ray.experimental.internal_kv import _internal_kv_del
+def forget_learners(job: str, namespace: str) -> None:
+    """Remove every entry of ``job``'s learners, of every launch (a long-lived cluster would
+    gather them)."""
+    from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_list
 
-    for name in names:
-        _internal_kv_del(LEARNER_KEY + name, namespace=namespace)
+    for key in _internal_kv_list(LEARNER_KEY + job, namespace=namespace):
+        _internal_kv_del(key, namespace=namespace)
 
 
 class UsageLog:

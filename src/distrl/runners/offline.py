@@ -84,17 +84,18 @@ class OfflineRunner(QLearningRunner):
         super().__init__(ctx, obs_space, self.dataset.action_space())
         self.comm = comm
         peers = self._ranks_sharing_my_copy(ctx.node_rank)
-        units = self.dataset.shard(peers.index(comm.rank), len(peers))
         seed, buffer_rows = rank_seed(cfg.train.seed, comm.rank), cfg.data.shuffle_buffer
-        if self.data_workers is None:
-            self.stream = ShuffledStream(self.dataset, units, buffer_rows, seed)
-        elif cfg.data.layout == "split":
+        if self.data_workers is not None and cfg.data.layout == "split":
             # Each data worker reads the part on its own node, shared with every rank's workers there.
             mine = json.dumps(self.data_workers.nodes).encode()
             shares = node_shares([json.loads(b) for b in comm.all_gather_bytes(mine)], comm.rank)
             self.stream = self.data_workers.stream_node_parts(shares, buffer_rows, seed)
         else:
-            self.stream = self.data_workers.stream(units, buffer_rows, seed)
+            units = self.dataset.shard(peers.index(comm.rank), len(peers))
+            if self.data_workers is None:
+                self.stream = ShuffledStream(self.dataset, units, buffer_rows, seed)
+            else:
+                self.stream = self.data_workers.stream(units, buffer_rows, seed)
         # Every rank learns every rank's batches per epoch, so all agree on the steps of an epoch.
         mine = self.stream.batches_per_epoch(self.batch_share)
         self.steps_per_epoch = int(
