@@ -140,6 +140,11 @@ def minibatch_count(cfg: RunConfig, num_envs: int) -> int:
     return minibatches_per_epoch(cfg.algo, cfg.algo.rollout_steps * num_envs)
 
 
+def update_budget(cfg: RunConfig) -> int:
+    """The updates ``train.total_steps`` allows at the config's envs."""
+    return cfg.train.total_steps // (cfg.env.num_envs * cfg.algo.rollout_steps)
+
+
 def size_overrides(cfg: RunConfig, num_envs: int) -> list[str]:
     """distrl overrides for ``num_envs`` envs with the config's minibatch count (its minibatch_size
     is a global sample count, so it shrinks with the envs)."""
@@ -445,7 +450,7 @@ def print_setup(cfg: RunConfig) -> None:
 def print_time_to_solve(cfg: RunConfig, seeds: list[int], solve: dict[str, list[dict]], quick: bool) -> None:
     train, evaluation = cfg.train, cfg.eval
     capped = f" (--quick: capped at {QUICK_SOLVE_UPDATES} updates; checks the code, not learning)"
-    budget = train.total_steps // (cfg.env.num_envs * cfg.algo.rollout_steps)
+    budget = update_budget(cfg)
     print(
         f"\n### Time to solve ({cfg.env.num_envs} envs, {budget} updates at most): whole process, "
         "start to saved policy; stop "
@@ -533,7 +538,7 @@ def main() -> None:
     cfg = load_distrl_config()
     extra = ["train.compile=true"] if args.compile else []
     solve_envs = args.solve_envs or cfg.env.num_envs
-    solve_updates = args.solve_updates or cfg.train.total_steps // (cfg.env.num_envs * cfg.algo.rollout_steps)
+    solve_updates = args.solve_updates or update_budget(cfg)
     if args.quick:
         solve_updates = QUICK_SOLVE_UPDATES
     solve_overrides = [

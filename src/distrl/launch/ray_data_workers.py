@@ -153,7 +153,7 @@ class RayDataWorkers(RestartableWorkers):
     def stream_node_parts(self, shares: list[tuple[int, int]], buffer_rows: int, seed: int) -> RayDataStream:
         """Worker w streams part ``shares[w]`` of the dataset on its own node, seeded ``seed + w``."""
         self.node_bound = True
-        units = [self.call(w, "shard", *share) for w, share in enumerate(shares)]
+        units = self.call_each("shard", shares)
         return self._start([(units[w], buffer_rows, seed + w) for w in range(len(self.handles))])
 
     def _start(self, start_args: list[tuple[Any, ...]]) -> RayDataStream:
