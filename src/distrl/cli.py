@@ -145,6 +145,7 @@ def command_launch_node(args: argparse.Namespace) -> int:
 def command_train_process(args: argparse.Namespace) -> int:
     import torch
 
+    from distrl.allocator import keep_freed_memory
     from distrl.config import load_config
     from distrl.envs import check_env
     from distrl.io import checkpoint as ckpt
@@ -165,6 +166,7 @@ def command_train_process(args: argparse.Namespace) -> int:
     topology = discover_topology(require_launcher=args.distributed)
     device = resolve_device(cfg.train.device, topology)
     torch.set_num_threads(cfg.train.torch_threads)
+    keep_freed_memory()
     # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
     torch.set_flush_denormal(True)
     if args.dry_run:

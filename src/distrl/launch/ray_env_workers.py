@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from distrl.allocator import keep_freed_memory
 from distrl.config import RunConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
@@ -70,6 +71,7 @@ class EnvWorker(WorkerActor):
             seeds = [int(np.random.SeedSequence([s, generation]).generate_state(1)[0]) for s in seeds]
             noise_seed = [*noise_seed, generation]
         torch.set_num_threads(1)
+        keep_freed_memory()
         env = make_vec_env(cfg.env, seeds, torch.device("cpu"))
         part = slice(first, first + len(seeds))
         runner = runner_class(cfg.algo.name)

@@ -9,6 +9,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.models.linear import Linear
 from distrl.models.normalizer import RunningMeanStd
 
 if TYPE_CHECKING:  # distrl.config imports the algorithms, which import this module
@@ -19,7 +20,7 @@ _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:
     """Orthogonal weights, zero bias: the initialisation PPO's reference results rely on."""
-    layer = nn.Linear(n_in, n_out)
+    layer = Linear(n_in, n_out)
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer

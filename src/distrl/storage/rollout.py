@@ -24,7 +24,7 @@ class RolloutBatch:
         return self.obs.shape[0]
 
     def index(self, idx: torch.Tensor) -> RolloutBatch:
-        return RolloutBatch(*(t[idx] for t in self._fields()))
+        return RolloutBatch(*(t.index_select(0, idx) for t in self._fields()))
 
     def _fields(self) -> tuple[torch.Tensor, ...]:
         return (self.obs, self.actions, self.log_probs, self.values, self.advantages, self.returns)

@@ -1,0 +1,37 @@
+"""Keep freed memory in the process instead of handing it back to the kernel at once.
+
+glibc's malloc serves blocks above its mmap threshold (128 KiB at first) with fresh ``mmap`` calls
+and unmaps them on free, and it returns the heap's free top past its trim threshold. A training
+step allocates the same large activation and gradient buffers every minibatch, so each of them
+page-faults again on first touch: on a CPU at 4096 envs that was a quarter of a compiled PPO
+update and a third of an eager one, some 40,000 faults per update. Raising both thresholds lets freed buffers be reused
+as they are; the heap then holds at most the largest working set it has had. PyTorch's CPU
+tuning guide gets the same from jemalloc or tcmalloc, which need a system package; ``mallopt``
+needs nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 << 20
+"""Blocks up to this size come from the heap: glibc's ceiling on 64-bit (its ``HEAP_MAX_SIZE / 2``)."""
+TRIM_THRESHOLD = 256 << 20
+"""Free memory at the heap's top beyond this goes back to the kernel."""
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds for this process; False where the C library is not
+    glibc (nothing changes there)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    thresholds = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return all(mallopt(option, value) == 1 for option, value in thresholds)
