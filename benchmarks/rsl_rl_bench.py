@@ -46,8 +46,8 @@ The values are Isaac Lab's CartPole settings with a fixed lr and without value-l
 returns near 100 and no normalisation, clipping each value step to 0.2 stalls the critic (in a
 trial rsl_rl's deterministic return peaked near 400, fell back to about 100 and reached 495 only
 after 148 updates). Not equal, and printed with the results (``DIFFERENCES``): weight
-initialisation, how the gradient norm is clipped, how minibatches are drawn, the Adam kernel and
-the bookkeeping around the loop.
+initialisation, how the gradient norm is clipped, how minibatches are drawn, the Adam kernel, the
+memory allocator's settings and the bookkeeping around the loop.
 
 Usage: python benchmarks/rsl_rl_bench.py [--repeats 3] [--quick] [--only solve throughput] [--compile]
 [--solve-envs N] [--solve-updates U]
@@ -115,6 +115,11 @@ DIFFERENCES = [
         "one random split, reused by every epoch",
     ),
     ("Adam", "fused kernel", "PyTorch's default on the CPU (a loop over tensors); same lr, betas, eps"),
+    (
+        "memory allocator",
+        "glibc's mmap and trim thresholds raised in the process (distrl.allocator): freed buffers reused",
+        "glibc's defaults: large freed buffers go back to the kernel and fault in again",
+    ),
     (
         "bookkeeping in the loop",
         "a metrics.jsonl row per update (losses, episode returns, timings); final checkpoint",
