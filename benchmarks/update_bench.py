@@ -69,7 +69,9 @@ def time_updates(compiled: bool, updates: int) -> dict[str, float]:
 def run_child(src: Path, mode: str, updates: int) -> dict[str, float]:
     command = [sys.executable, __file__, "--child", mode, "--updates", str(updates)]
     env = {**os.environ, "PYTHONPATH": str(src)}
-    result = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    result = subprocess.run(command, env=env, check=False, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"update_bench: the {mode} run on {src} failed:\n{result.stderr}")
     return json.loads(result.stdout.splitlines()[-1])
 
 

@@ -1,6 +1,14 @@
 import json
+import os
+import platform
 import subprocess
 import sys
+
+import pytest
+
+from distrl.allocator import USER_SETTINGS, keep_freed_memory
+
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's thresholds are glibc's")
 
 PPO_UPDATES = """
 import json, resource, sys, torch, gymnasium as gym
@@ -32,12 +40,14 @@ print(json.dumps({"faults_per_update": (faults() - start) / 5, "rss_growth_mib":
 
 
 def _run(mode: str) -> dict[str, float]:
-    result = subprocess.run(
-        [sys.executable, "-c", PPO_UPDATES, mode], capture_output=True, text=True, check=True
-    )
+    # glibc's own defaults in both: no user malloc settings, no preloaded allocator.
+    env = {k: v for k, v in os.environ.items() if k not in (*USER_SETTINGS, "LD_PRELOAD")}
+    command = [sys.executable, "-c", PPO_UPDATES, mode]
+    result = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     return json.loads(result.stdout)
 
 
+@glibc_only
 def test_ppo_updates_reuse_freed_buffers_without_page_faults_or_growth() -> None:
     # By default glibc unmaps (or trims) an update's large freed buffers, and the next minibatch
     # faults their pages in again: tens of thousands of faults per update.
@@ -46,3 +56,9 @@ def test_ppo_updates_reuse_freed_buffers_without_page_faults_or_growth() -> None
     assert kept["faults_per_update"] < default["faults_per_update"] / 20, (default, kept)
     # Kept for reuse, not leaked: 5 updates that each held on to a 2 MiB buffer would add 40 MiB.
     assert kept["rss_growth_mib"] < 16, kept
+
+
+@pytest.mark.parametrize("name", USER_SETTINGS)
+def test_a_users_own_malloc_settings_are_left_alone(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, "glibc.malloc.trim_threshold=1" if name == "GLIBC_TUNABLES" else "1")
+    assert not keep_freed_memory()

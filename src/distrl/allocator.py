@@ -3,16 +3,18 @@
 glibc's malloc serves blocks above its mmap threshold (128 KiB at first) with fresh ``mmap`` calls
 and unmaps them on free, and it returns the heap's free top past its trim threshold. A training
 step allocates the same large activation and gradient buffers every minibatch, so each of them
-page-faults again on first touch: on a CPU at 4096 envs that was a quarter of a compiled PPO
-update and a third of an eager one, some 40,000 faults per update. Raising both thresholds lets freed buffers be reused
-as they are; the heap then holds at most the largest working set it has had. PyTorch's CPU
-tuning guide gets the same from jemalloc or tcmalloc, which need a system package; ``mallopt``
-needs nothing.
+page-faults again on first touch: on a CPU at 4096 envs that was 30,000 to 60,000 faults and a
+third of a PPO update (``benchmarks/update_bench.py``). Raising both thresholds lets freed buffers
+be reused as they are. The price: memory freed inside the heap stays with the process, so resident
+memory follows the peak working set (fragmentation aside) rather than the current one.
+PyTorch's CPU tuning guide gets the same from jemalloc or tcmalloc, which need a system package;
+``mallopt`` needs nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -21,12 +23,14 @@ MMAP_THRESHOLD = 32 << 20
 """Blocks up to this size come from the heap: glibc's ceiling on 64-bit (its ``HEAP_MAX_SIZE / 2``)."""
 TRIM_THRESHOLD = 256 << 20
 """Free memory at the heap's top beyond this goes back to the kernel."""
+USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+"""Environment variables through which a user tunes glibc's malloc: when one is set, theirs win."""
 
 
 def keep_freed_memory() -> bool:
-    """Raise glibc's mmap and trim thresholds for this process; False where the C library is not
-    glibc (nothing changes there)."""
-    if not sys.platform.startswith("linux"):
+    """Raise glibc's mmap and trim thresholds for this process; False where nothing changed: the C
+    library is not glibc, or the user set malloc's thresholds themselves."""
+    if not sys.platform.startswith("linux") or any(name in os.environ for name in USER_SETTINGS):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from distrl.storage.rollout import RolloutStorage, compute_gae
+from distrl.storage.rollout import RolloutBatch, RolloutStorage, compute_gae
 
 
 def test_gae_matches_values_worked_out_by_hand() -> None:
@@ -44,3 +45,23 @@ def test_a_rollout_cut_short_yields_only_its_steps_bootstrapped_from_where_it_st
     # Returns bootstrap from V = 2 after step 3: 1 + 0.5 * (1 + 0.5 * (1 + 0.5 * 2)).
     torch.testing.assert_close(batch.returns[:2], torch.tensor([2.0, 2.0]))
     assert storage.step == 0
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+        ),
+    ],
+)
+def test_a_minibatch_is_the_indexed_rows_with_indices_from_the_cpu(device: str) -> None:
+    rows = torch.arange(10.0, device=device)
+    batch = RolloutBatch(rows.unsqueeze(-1).expand(10, 3), *(rows + k for k in range(5)))
+    idx = torch.tensor([7, 2, 2, 9])  # the samplers draw on the CPU whatever the device
+    minibatch = batch.index(idx)
+    expected = torch.tensor([7.0, 2.0, 2.0, 9.0], device=device)
+    torch.testing.assert_close(minibatch.obs, expected.unsqueeze(-1).expand(4, 3))
+    for k, field in enumerate(minibatch._fields()[1:]):
+        torch.testing.assert_close(field, expected + k)

@@ -24,6 +24,7 @@ class RolloutBatch:
         return self.obs.shape[0]
 
     def index(self, idx: torch.Tensor) -> RolloutBatch:
+        idx = idx.to(self.obs.device)  # index_select, unlike t[idx], wants the index on t's device
         return RolloutBatch(*(t.index_select(0, idx) for t in self._fields()))
 
     def _fields(self) -> tuple[torch.Tensor, ...]:
