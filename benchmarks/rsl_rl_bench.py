@@ -50,7 +50,7 @@ initialisation, how the gradient norm is clipped, how minibatches are drawn, the
 memory allocator's settings and the bookkeeping around the loop.
 
 Usage: python benchmarks/rsl_rl_bench.py [--repeats 3] [--quick] [--only solve throughput] [--compile]
-[--solve-envs N] [--solve-updates U]
+[--solve-envs N] [--solve-updates U] [--first-seed S]
 (``--compile``: both trainers through ``torch.compile``, each by its own switch: distrl's
 ``train.compile`` compiles its PPO loss with the backward pass, rsl_rl's ``torch_compile_mode:
 default`` its actor and critic; the compilation falls inside both timed loops.)
@@ -518,6 +518,7 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=3, help="interleaved repeats (seeds 1..N for time to solve)"
     )
+    parser.add_argument("--first-seed", type=int, default=1, help="time to solve: seeds FIRST..FIRST+N-1")
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: one repeat, a few updates per throughput run"
     )
@@ -538,7 +539,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.repeats = 1
-    args.seeds = list(range(1, args.repeats + 1))
+    args.seeds = list(range(args.first_seed, args.first_seed + args.repeats))
     updates = QUICK_THROUGHPUT_UPDATES if args.quick else THROUGHPUT_UPDATES
     cfg = load_distrl_config()
     extra = ["train.compile=true"] if args.compile else []
