@@ -516,7 +516,7 @@ def print_differences() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--repeats", type=int, default=3, help="interleaved repeats (seeds 1..N for time to solve)"
+        "--repeats", type=int, default=3, help="interleaved repeats (N seeds for time to solve)"
     )
     parser.add_argument("--first-seed", type=int, default=1, help="time to solve: seeds FIRST..FIRST+N-1")
     parser.add_argument(

@@ -49,6 +49,7 @@ class EnvWorker(WorkerActor):
 
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         super().__init__(profile_calls, profile_path)
+        keep_freed_memory()  # once per actor process: a rebuild after a failure needs it no more
         self.collector: EnvCollector | None = None
         self.modules: dict[str, torch.nn.Module] = {}
         """What each rollout's weights are loaded into, by name."""
@@ -71,7 +72,6 @@ class EnvWorker(WorkerActor):
             seeds = [int(np.random.SeedSequence([s, generation]).generate_state(1)[0]) for s in seeds]
             noise_seed = [*noise_seed, generation]
         torch.set_num_threads(1)
-        keep_freed_memory()
         env = make_vec_env(cfg.env, seeds, torch.device("cpu"))
         part = slice(first, first + len(seeds))
         runner = runner_class(cfg.algo.name)
