@@ -91,7 +91,8 @@ import distrl.launch.ray_data_workers, distrl.launch.ray_env_workers, distrl.lau
 print("connected", flush=True)
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:
-    if metrics.exists() and len(metrics.read_text().splitlines()) >= rows:
+    written = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+    if written >= rows:
         named = [
             a for a in ray.util.list_named_actors(all_namespaces=True)
             if a["namespace"] == namespace and f"-{group}-" in a["name"]
@@ -99,7 +100,7 @@ while time.monotonic() < deadline:
         if named:
             actor = ray.get_actor(named[0]["name"], namespace=named[0]["namespace"])
             ray.kill(actor, no_restart=False)  # as an OOM kill would: Ray restarts it
-            print(named[0]["name"])
+            print(named[0]["name"], written)
             break
     time.sleep(0.02)
 """
@@ -110,7 +111,7 @@ def ray_train_killing(
 ) -> tuple[subprocess.CompletedProcess, str]:
     """``ray_train`` (in a namespace of its own) while another Ray driver ``ray.kill``s the run's
     first ``group`` worker once ``after_rows`` metrics rows are written; the run and the killed
-    actor's name ("" if the run ended first)."""
+    actor's name with the rows written when it was killed ("" if the run ended first)."""
     namespace = f"test-{secrets.token_hex(4)}"
     metrics = str(run_dir / "metrics.jsonl")
     killer = subprocess.Popen(

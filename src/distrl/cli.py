@@ -109,28 +109,42 @@ def command_train(args: argparse.Namespace) -> int:
     return command_train_process(args)
 
 
+def check_resume_flags(args: argparse.Namespace) -> None:
+    if args.resume and args.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+
+
 def command_launch_ray(args: argparse.Namespace) -> int:
     from distrl.config import load_config
     from distrl.launch.file_rendezvous import worker_argv
     from distrl.launch.ray_launch import launch
 
+    check_resume_flags(args)
     cfg = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
     # The driver and every learner agree on one absolute run dir, wherever Ray starts them.
     run_dir = (args.run_dir or default_run_dir(args, cfg.env.id)).resolve()
     argv = [*worker_argv(args.argv, {"--run-dir": True}), "--run-dir", str(run_dir)]
-    return launch(argv, cfg, args.ray_address, args.namespace, run_dir)
+    return launch(argv, cfg, args.ray_address, args.namespace, run_dir, args.overwrite)
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ray-address", default="auto", help="the Ray cluster (auto or HOST:PORT)")
+    parser.add_argument("--ray-address", help="the Ray cluster (auto, the default, or HOST:PORT)")
+    parser.add_argument(
+        "--run-dir", type=Path, help="the run dir of a job that started its own local Ray instance"
+    )
     parser.add_argument("--namespace", default="distrl", help="Ray namespace of the jobs' actors")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def command_status(args: argparse.Namespace) -> int:
-    from distrl.launch.ray_launch import status
+    from distrl.launch.ray_launch import local_job_cluster, status
 
-    return status(args.ray_address, args.namespace, args.json)
+    if args.run_dir is None:
+        return status(args.ray_address or "auto", args.namespace, args.json)
+    if args.ray_address is not None:
+        raise UserError("--run-dir and --ray-address exclude each other: give one")
+    address, namespace = local_job_cluster(args.run_dir)
+    return status(address, namespace, args.json)
 
 
 def command_launch_node(args: argparse.Namespace) -> int:
@@ -157,8 +171,7 @@ def command_train_process(args: argparse.Namespace) -> int:
     from distrl.runners import build_training
     from distrl.runners.loop import Preempted
 
-    if args.resume and args.overwrite:
-        raise UserError("--resume and --overwrite exclude each other")
+    check_resume_flags(args)
     for arg in args.overrides:
         if "=" not in arg:
             raise UserError(f"unexpected argument {arg!r}: overrides look like dotted.key=value")
@@ -190,7 +203,14 @@ def command_train_process(args: argparse.Namespace) -> int:
         )
         checkpoint = ckpt.unpack(payload) if payload else None
         loop = build_training(
-            cfg, comm, device, run_dir, checkpoint, topology.node_rank, workers_from_launcher()
+            cfg,
+            comm,
+            device,
+            run_dir,
+            checkpoint,
+            topology.node_rank,
+            workers_from_launcher(),
+            topology.restart_count,
         )
         try:
             row = loop.run()

@@ -218,13 +218,15 @@ class ClusterConfig(Section):
     """How the nodes' placement groups (one per node, its workers on one Ray node) share Ray's
     nodes: SPREAD gives each a Ray node of its own, PACK lets Ray put several on one node."""
     placement_timeout_s: PositiveFloat = 30.0
-    """A placement group not placed within this many seconds is an error naming what is missing."""
+    """A placement group not placed within this many seconds is an error naming what is missing;
+    the job's actors, once placed, get as long again to start."""
     usage_every_s: PositiveFloat = 10.0
     """How often the driver records every worker's CPU, memory, GPU memory and work done in the
     run dir's ``workers.jsonl`` (``distrl status`` shows the same, live)."""
     ray_temp_dir: str | None = None
-    """Where a local Ray instance keeps its sessions, logs and auth token; unset: a fresh
-    ``distrl-ray-*`` directory under the system's temp dir (Ray's sockets need a short path)."""
+    """Where a local Ray instance keeps its sessions, logs and auth token; unset: ``<run dir>/ray``
+    (reached through a short link in the system's temp dir when the path is too long for Ray's
+    Unix sockets)."""
 
 
 WORKER_GROUPS = ("policy", "env", "eval", "data")

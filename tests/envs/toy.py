@@ -61,22 +61,24 @@ class SlowOnRankEnv(CountingEnv):
 
 
 class CrashingEnv(CountingEnv):
-    """Like CountingEnv, but the process stepping it dies at its ``crash_at``-th step, once per
-    ``marker`` file (whichever env gets there first creates it): a worker killed mid-rollout."""
+    """Like CountingEnv, but the process stepping it dies at its ``crash_at``-th step, ``crashes``
+    times in all (whichever env gets there first creates the next of the marker files
+    ``marker``, ``marker.1``, ...): a worker killed mid-rollout, and again when its part is retried
+    if ``crash_at`` is within a rollout."""
 
-    def __init__(self, marker: str, crash_at: int = 20) -> None:
+    def __init__(self, marker: str, crash_at: int = 20, crashes: int = 1) -> None:
         super().__init__()
-        self.marker = marker
+        self.markers = [marker, *(f"{marker}.{k}" for k in range(1, crashes))]
         self.crash_at = crash_at
         self.steps = 0
 
     def step(self, action):
         self.steps += 1
         if self.steps == self.crash_at:
-            try:
-                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                pass
-            else:
+            for marker in self.markers:
+                try:
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    continue
                 os._exit(1)
         return super().step(action)

@@ -47,17 +47,22 @@ def test_one_learner_with_env_workers_trains_exactly_as_one_process(
 
 
 def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head: str, tmp_path: Path) -> None:
+    # The only worker's process dies at its envs' 10th step: in its first rollout, and again in the retry.
     marker = tmp_path / "crashed"
-    result = ray_train(ray_head, tmp_path / "run", *CRASHING, f"env.kwargs.marker={marker}")
+    crashes = [f"env.kwargs.marker={marker}", "env.kwargs.crash_at=10", "env.kwargs.crashes=2"]
+    result = ray_train(ray_head, tmp_path / "run", *CRASHING, *crashes, "workers.env=1")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert marker.exists()
+    assert marker.exists() and marker.with_name("crashed.1").exists()
     assert "env worker 0 failed" in result.stderr or "env worker 1 failed" in result.stderr
+    assert "its process died" in result.stderr  # the cause
+    # The backoff doubles for a second failure in a row.
     assert "restart 1 of at most 3, retrying its part in 0.1 s" in result.stderr
+    assert "restart 2 of at most 3, retrying its part in 0.2 s" in result.stderr
     assert "Traceback" not in result.stderr
     # Every update counted its 64 samples once: 10 updates, the budget exactly.
     final = final_row(tmp_path / "run")
     assert final["global_step"] == 640
-    assert final["env_worker_failures"] == 1
+    assert final["env_worker_failures"] == 2
 
 
 def test_ray_kill_of_an_env_worker_mid_run_does_not_stop_training(ray_head: str, tmp_path: Path) -> None:
@@ -68,7 +73,8 @@ def test_ray_kill_of_an_env_worker_mid_run_does_not_stop_training(ray_head: str,
     assert "Traceback" not in result.stderr
     final = final_row(tmp_path)
     assert final["global_step"] == 8192  # the killed worker's part was collected once, not lost
-    assert final["env_worker_failures"] >= 1
+    assert final["env_worker_failures"] == 1
+    assert "killed by ray.kill" in result.stderr  # the cause
 
 
 def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path) -> None:

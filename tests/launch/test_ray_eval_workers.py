@@ -33,5 +33,16 @@ def test_a_killed_eval_worker_never_stops_training(ray_head: str, tmp_path: Path
     for row in evaluated:
         assert math.isfinite(row["eval/return_mean"]) and row["eval/global_step"] <= row["global_step"]
     assert rows[-1]["eval_worker_failures"] == 1  # one kill, counted once
+    assert "killed by ray.kill" in result.stderr  # the cause
     # The restarted worker evaluated again after the failure.
     assert any(row["eval_worker_failures"] >= 1 for row in evaluated)
+    # Training went on while the worker was away (a new process importing torch: seconds): many
+    # updates ran without a result, from the failure (a call that failed) or from the last result
+    # before it (a restart noticed in the first result after it) to the first result after it.
+    # Had rank 0 waited for the worker, there would be one or two.
+    failed = next(i for i, row in enumerate(rows) if row["eval_worker_failures"] == 1)
+    after = next(i for i, row in enumerate(rows) if i >= failed and "eval/return_mean" in row)
+    away_from = failed
+    if after == failed:  # noticed in a result
+        away_from = max(i for i, row in enumerate(rows[:failed]) if "eval/return_mean" in row)
+    assert after - away_from >= 5, (away_from, failed, after)

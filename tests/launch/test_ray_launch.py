@@ -5,10 +5,8 @@ and a cluster or placement group that cannot hold them is one line, in seconds."
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -58,37 +56,76 @@ def test_a_killed_learner_is_replaced_and_the_group_resumes_from_its_newest_chec
     ray_head: str, tmp_path: Path
 ) -> None:
     overrides = ["workers.policy=2", *BUDGET, "train.total_steps=32768", "checkpoint.interval_steps=1024"]
-    result, killed = ray_train_killing(ray_head, tmp_path, "policy", 4, *overrides)  # checkpoints by then
+    result, killed = ray_train_killing(ray_head, tmp_path, "policy", 12, *overrides)  # checkpoints by then
     assert result.returncode == 0, result.stderr[-3000:]
     assert killed, "the run ended before the learner could be killed"
     assert (
         "the learners' group is rebuilt and resumes from the newest checkpoint (restart 1 of at most 3)"
         in (result.stderr)
     )
+    assert "died: killed by ray.kill" in result.stderr  # the cause
     assert "Traceback" not in result.stderr
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["global_step"] == 32768 and state["launch_index"] == 1  # finished by the second launch
     assert len({rank["param_sha256"] for rank in state["ranks"]}) == 1
+    # The second launch resumed from the newest checkpoint written before the kill: every update
+    # of 512 steps is one row and every second one a checkpoint, so at most one interval (the
+    # one the background writer may not have finished) lies between the kill and the resume.
+    rows_at_kill = int(killed.split()[1])
+    rows = metrics_rows(tmp_path)
+    resumed_at = next(row["global_step"] for row in rows if row["launcher_restarts"] == 1) - 512
+    assert resumed_at >= 512 * rows_at_kill - 2 * 1024, (resumed_at, rows_at_kill)
+    first_launch = resumed_at // 512
+    assert [row["launcher_restarts"] for row in rows] == [0] * first_launch + [1] * (64 - first_launch)
+
+
+_UNAUTHENTICATED = """
+import sys
+import ray
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+print("connected", flush=True)
+"""
 
 
 def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: Path) -> None:
-    pytest.importorskip("ray", reason="the ray extra is installed by make test")
-    temp = Path(tempfile.mkdtemp(prefix="distrl-ray-local-"))  # short: Ray's sockets live there
     env = {k: v for k, v in clean_env().items() if not k.startswith("RAY_")}  # nothing set for Ray
     env["HOME"] = str(tmp_path / "home")
+    config, run_dir = REPO / "configs" / "ray_small_cpu.yaml", tmp_path / "run"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "distrl", "train", "--config", str(config), "--launcher", "ray",
+         "--run-dir", str(run_dir), "log.progress=false", "train.stop_return=null",
+         "train.total_steps=102400"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        config, run_dir = REPO / "configs" / "ray_small_cpu.yaml", tmp_path / "run"
-        result = run_python(
-            "-m", "distrl", "train", "--config", str(config), "--launcher", "ray", "--run-dir", str(run_dir),
-            "log.progress=false", f"cluster.ray_temp_dir={temp}", *BUDGET, env=env,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-3000:]
-        token = temp / "auth_token"
-        assert token.stat().st_mode & 0o777 == 0o600  # the token in Ray's temp dir, owner-only
-        assert not (tmp_path / "home").exists()  # nothing in the user's home
-        assert final_row(run_dir)["global_step"] == 4096
+        deadline = time.monotonic() + 120
+        while not (run_dir / "metrics.jsonl").exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # While it runs: `distrl status --run-dir` finds the job's own Ray and its workers ...
+        status = run_python("-m", "distrl", "status", "--run-dir", str(run_dir), "--json", env=env)
+        assert status.returncode == 0, status.stderr[-3000:]
+        alive = {w["group"] for w in json.loads(status.stdout)["workers"] if w["state"] == "ALIVE"}
+        assert alive == {"policy", "env", "eval"}
+        # ... and a driver without the token is turned away.
+        address = json.loads((run_dir / "ray.json").read_text())["address"]
+        try:  # Ray's driver retries a refused connection for minutes
+            refused = run_python("-c", _UNAUTHENTICATED, address, env=env, timeout=15)
+            out, err = refused.stdout, refused.stderr
+        except subprocess.TimeoutExpired as exc:
+            out, err = (b.decode() if isinstance(b, bytes) else b or "" for b in (exc.stdout, exc.stderr))
+        assert "connected" not in out and "InvalidAuthToken" in err, (out, err[-3000:])
     finally:
-        shutil.rmtree(temp, ignore_errors=True)
+        _, stderr = job.communicate(timeout=600)
+    assert job.returncode == 0, stderr[-3000:]
+    assert final_row(run_dir)["global_step"] == 102400
+    # Ray's sessions, logs and token in the run dir (reached through a short link: this path is
+    # too long for Ray's sockets), the token owner-only, nothing in the user's home.
+    assert list((run_dir / "ray").glob("session_*/logs/raylet.out"))
+    assert (run_dir / "ray" / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert not (tmp_path / "home").exists()
+    assert not (run_dir / "ray.json").exists()  # gone with the Ray instance
+    assert "distrl status --run-dir" in stderr
 
 
 _HOLD_CPUS = """

@@ -59,11 +59,12 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     assert all(w["state"] == "ALIVE" and w["restarts"] == 0 for group in workers.values() for w in group)
     for env_worker in workers["env"]:  # they answered while the job ran
         assert env_worker["work_unit"] == "env steps" and env_worker["work_done"] > 0
+        assert 0 < env_worker["work_per_s"] <= env_worker["work_done"] / 0.1  # the recent rate
         assert env_worker["rss_mb"] > 0 and env_worker["pid"] > 0
     # The learner, busy training, published its own (at most once a second: at least one update
     # of 32 envs x 16 steps by then).
     (learner,) = workers["policy"]
-    assert learner["work_unit"] == "samples" and learner["work_done"] >= 512
+    assert learner["work_unit"] == "samples" and learner["work_done"] >= 512 and learner["work_per_s"] > 0
     assert learner["rss_mb"] > 100 and learner["cpu_percent"] > 0 and learner["pid"] > 0
     # The driver's samples of every worker, and the learner's own usage in the metrics.
     samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]

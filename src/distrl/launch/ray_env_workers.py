@@ -165,7 +165,7 @@ class _RemoteCollection:
 
         return ray.put({name: _cpu_state(m) for name, m in self.modules.items()})
 
-    def metrics(self) -> dict[str, float]:
+    def counts(self) -> dict[str, float]:
         return {"env_worker_failures": float(self.workers.failures)}
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ stops training: an evaluation out of retries is dropped with one line.
 
 from __future__ import annotations
 
-import secrets
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -20,10 +20,14 @@ from typing import Any
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState
 from distrl.launch.ray_workers import (
+    ActorProcess,
     WorkerActor,
+    actor_process,
+    failure_cause,
     raise_user_error,
     report_failure,
     retry_delay,
+    why_it_ended,
     worker_failures,
 )
 
@@ -33,13 +37,9 @@ class EvalWorker(WorkerActor):
 
     work_unit = "episodes"
 
-    def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
-        super().__init__(profile_calls, profile_path)
-        self.incarnation = secrets.token_hex(8)
-        """Changes when Ray restarts the actor: a restart between two calls is still noticed."""
-
-    def evaluate(self, policy: SavedState, episodes: int, seed: int) -> tuple[str, list[float]]:
-        """(this incarnation, the episodes' returns)."""
+    def evaluate(self, policy: SavedState, episodes: int, seed: int) -> tuple[ActorProcess, list[float]]:
+        """(this actor's process, which Ray replaces when it restarts the actor, the episodes' returns)."""
+        import ray
         import torch
 
         from distrl.evaluate import evaluate, policy_from_saved
@@ -48,7 +48,7 @@ class EvalWorker(WorkerActor):
         cfg, actor = policy_from_saved(policy, "an evaluation snapshot")
         returns = evaluate(cfg, actor, episodes, seed)
         self.did(episodes)
-        return self.incarnation, returns
+        return ActorProcess(os.getpid(), ray.get_runtime_context().get_node_id()), returns
 
 
 @dataclass
@@ -77,8 +77,9 @@ class RayEvalWorkers:
         self.queued: Evaluation | None = None
         self.failures = 0
         self.finished: list[tuple[Evaluation, list[float]]] = []
-        self.incarnations: dict[int, str] = {}
-        """Each worker's incarnation at its last evaluation."""
+        self.processes: dict[int, ActorProcess] = {}
+        """Each worker's process at its last evaluation: a restart between two calls is noticed,
+        and why that process ended is a failure's cause."""
         self.coming_back: dict[Any, int] = {}
         """A failed worker's readiness probe -> the worker: it gets no evaluation until Ray has it
         back, so one failure is one failed call, however long the restart takes."""
@@ -97,21 +98,24 @@ class RayEvalWorkers:
             for ref in done:
                 index, evaluation = self.running.pop(ref)
                 try:
-                    incarnation, returns = ray.get(ref)
+                    process, returns = ray.get(ref)
                 except worker_failures() as exc:
                     self._failed(index, evaluation, exc)
                     continue
-                self._check_incarnation(index, incarnation)
+                self._check_process(index, process)
                 self.finished.append((evaluation, returns))
         self._check_comebacks(ray)
         self._dispatch()
-        row = {"eval_worker_failures": float(self.failures)}
+        row = {}
         if self.finished:  # the newest finished evaluation; older ones were superseded meanwhile
             evaluation, returns = max(self.finished, key=lambda done: done[0].global_step)
             row["eval/return_mean"] = sum(returns) / len(returns)
             row["eval/global_step"] = float(evaluation.global_step)
             self.finished = []
         return row
+
+    def counts(self) -> dict[str, float]:
+        return {"eval_worker_failures": float(self.failures)}
 
     def _check_comebacks(self, ray: Any) -> None:
         if not self.coming_back:
@@ -124,17 +128,18 @@ class RayEvalWorkers:
             except worker_failures():  # still restarting: ask again at the next update
                 self.coming_back[self.handles[index].__ray_ready__.remote()] = index
 
-    def _check_incarnation(self, index: int, incarnation: str) -> None:
+    def _check_process(self, index: int, process: ActorProcess) -> None:
         """Count a restart that happened while the worker was idle (no call of ours failed)."""
-        if self.incarnations.setdefault(index, incarnation) != incarnation:
+        before = self.processes.setdefault(index, process)
+        if before != process:
             self.failures += 1
+            cause = why_it_ended(before) or "Ray's tables do not say why"
             print(
-                f"distrl: eval worker {index} was restarted by Ray between evaluations "
-                "(killed or out of memory: `ray logs` has the cause)",
+                f"distrl: eval worker {index} was restarted by Ray between evaluations ({cause})",
                 file=sys.stderr,
                 flush=True,
             )
-        self.incarnations[index] = incarnation
+        self.processes[index] = process
 
     def _failed(self, index: int, evaluation: Evaluation, exc: Exception) -> None:
         try:
@@ -144,24 +149,28 @@ class RayEvalWorkers:
             self.handles, self.queued = [], None
             return
         self.failures += 1
-        self.incarnations.pop(index, None)  # this failure is counted: the restart not again
+        # Counted here: the restart is not counted again. No waiting for Ray's tables: rank 0 trains.
+        cause = failure_cause(exc, self.processes.pop(index, None), wait_s=0.0)
         self.coming_back[self.handles[index].__ray_ready__.remote()] = index
         evaluation.failures += 1
         if evaluation.failures > self.max_restarts:
             print(
-                f"distrl: eval worker {index} failed; the evaluation of step {evaluation.global_step} "
-                f"failed {evaluation.failures} times in a row (workers.max_restarts={self.max_restarts}) "
-                f"and is dropped; training goes on",
+                f"distrl: eval worker {index} failed ({cause}); the evaluation of step "
+                f"{evaluation.global_step} failed {evaluation.failures} times in a row "
+                f"(workers.max_restarts={self.max_restarts}) and is dropped; training goes on",
                 file=sys.stderr,
                 flush=True,
             )
             return
-        delay = retry_delay(self.backoff_s, evaluation.failures)
-        then = f"retrying the evaluation of step {evaluation.global_step} in {delay:g} s"
-        report_failure("eval", index, exc, evaluation.failures, self.max_restarts, then)
-        evaluation.not_before = time.monotonic() + delay
-        if self.queued is None:  # a newer snapshot waiting supersedes the retry
+        if self.queued is not None:  # a newer snapshot waiting supersedes the retry
+            newer = self.queued.global_step
+            then = f"the evaluation of step {evaluation.global_step} gives way to step {newer}'s"
+        else:
+            delay = retry_delay(self.backoff_s, evaluation.failures)
+            then = f"retrying the evaluation of step {evaluation.global_step} in {delay:g} s"
+            evaluation.not_before = time.monotonic() + delay
             self.queued = evaluation
+        report_failure("eval", index, cause, evaluation.failures, self.max_restarts, then)
 
     def _dispatch(self) -> None:
         """The queued evaluation to a free worker that is up."""
@@ -172,5 +181,7 @@ class RayEvalWorkers:
         if free:
             evaluation, self.queued = self.queued, None
             worker = self.handles[free[0]]
+            if free[0] not in self.processes and (process := actor_process(worker)):
+                self.processes[free[0]] = process  # a first evaluation's failure has its cause too
             ref = worker.evaluate.remote(evaluation.policy, evaluation.episodes, evaluation.seed)
             self.running[ref] = (free[0], evaluation)

@@ -24,11 +24,12 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -53,36 +54,48 @@ from distrl.launch.ray_status import (
     remote_class,
     sample,
 )
-from distrl.launch.ray_workers import failure_cause, workers_env
+from distrl.launch.ray_workers import ActorProcess, actor_process, failure_cause, workers_env
 
 RAY_EXTRA = "--launcher ray needs Ray: pip install 'distrl[ray]'"
 STOP_GRACE_S = 30.0
 """How long the other learners may take to end by themselves once one has failed."""
 RAY_FLAGS = {"--launcher": True, "--ray-address": True, "--namespace": True}
 """The Ray launcher's own flags (all take a value); they are not passed to the learners."""
+RAY_JSON = "ray.json"
+"""In the run dir while a local Ray instance runs the job: its address, token and namespace."""
+RAY_TEMP_DIR_MAX_CHARS = 40
+"""The longest temp dir path Ray's Unix sockets fit under (``<dir>/session_<date>_<time>_<pid>/
+sockets/plasma_store``; a socket's path has at most 107 bytes)."""
 
 
-def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str, run_dir: Path) -> int:
+def launch(
+    argv: list[str], cfg: RunConfig, address: str | None, namespace: str, run_dir: Path, overwrite: bool
+) -> int:
     """Run the learners of ``distrl train`` ``argv`` on Ray; returns the job's exit status. Every
-    ``cluster.usage_every_s`` the driver records each worker's usage in ``run_dir/workers.jsonl``."""
+    ``cluster.usage_every_s`` the driver records each worker's usage in ``run_dir/workers.jsonl``.
+    ``overwrite``: ``--overwrite`` was given (and not ``--resume``)."""
     from distrl.launch.file_rendezvous import worker_argv
 
     check_workers(cfg)
-    temp_dir = None if address is not None else _local_cluster_auth(cfg.cluster)
-    ray = _import_ray()  # after the auth variables: Ray reads them when it is imported
-    if address is not None:
-        _join(ray, address, namespace, log_to_driver=True, runtime_env={"env_vars": _worker_path()})
-    else:
-        # The local Ray's processes inherit the driver's environment: setting it here spares every
-        # actor the per-job runtime env, which Ray starts fresh worker processes for (~0.3 s each).
-        os.environ.update(_worker_path())
-        ray.init(
-            namespace=namespace,
-            logging_level=logging.WARNING,
-            include_dashboard=False,
-            _temp_dir=str(temp_dir),
-            log_to_driver=True,
-        )
+    launcher_flags = dict(RAY_FLAGS)
+    with contextlib.ExitStack() as local:
+        if address is None:
+            # The driver overwrites, before the local Ray's temp dir goes in; the learners must not.
+            if overwrite and run_dir.exists():
+                shutil.rmtree(run_dir)
+            launcher_flags["--overwrite"] = False
+            ray = local.enter_context(_local_ray(cfg.cluster, run_dir, namespace))
+        else:
+            ray = _import_ray()
+            _join(ray, address, namespace, log_to_driver=True, runtime_env={"env_vars": _worker_path()})
+        learner_argv = [*worker_argv(argv, launcher_flags), "--distributed"]
+        return _run_job(ray, learner_argv, cfg, namespace, run_dir)
+
+
+def _run_job(ray: Any, learner_argv: list[str], cfg: RunConfig, namespace: str, run_dir: Path) -> int:
+    """Place the job's virtual cluster, start its workers and run its learners (``distrl train
+    learner_argv`` each), launched again from the newest checkpoint when one dies; Ray is shut
+    down at the end, whatever ends it."""
     job = f"distrl-{secrets.token_hex(4)}"
     try:
         check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
@@ -96,7 +109,7 @@ def launch(argv: list[str], cfg: RunConfig, address: str | None, namespace: str,
             cfg.workers,
             namespace,
             f"{job}-policy",
-            [*worker_argv(argv, RAY_FLAGS), "--distributed"],
+            learner_argv,
             [
                 workers_env(namespace, *retries, **{g: mine[rank] for g, mine in names.items()})
                 for rank in range(cfg.workers.policy)
@@ -159,11 +172,12 @@ class _LearnerGroup:
         # The learners start while the other workers do (every actor imports torch: seconds each).
         workers_ready = [actor.__ray_ready__.remote() for actor in self.actors.values()]
         where = [learner.node_id.remote() for learner in learners]
-        (master_addr, master_port), *ready = _ready(
-            ray, [learners[0].free_address.remote(), *where, *workers_ready], self.placement_timeout_s
-        )
+        node_ids = _ready(ray, [*where, *workers_ready], self.placement_timeout_s)[: len(learners)]
+        processes = [actor_process(learner) for learner in learners]  # ready: each has one
+        # Learners all on one node listen on the loopback interface only.
+        one_node = len(set(node_ids)) == 1
+        master_addr, master_port = ray.get(learners[0].free_address.remote(one_node))
         # Learners on one Ray node are one torchrun node: under data.layout=split they divide its part.
-        node_ids = ready[: len(learners)]
         node_ranks = {node: index for index, node in enumerate(dict.fromkeys(node_ids))}
         # A restarted group must never wipe the checkpoints it resumes from.
         argv = [arg for arg in self.argv if arg != "--overwrite"] if attempt else self.argv
@@ -172,7 +186,11 @@ class _LearnerGroup:
                 argv,
                 {
                     **_rank_env(
-                        rank, len(learners), node_ranks[node_ids[rank]], master_addr, master_port, attempt
+                        rank,
+                        len(learners),
+                        (node_ranks[node_ids[rank]], node_ids.count(node_ids[rank])),
+                        (master_addr, master_port),
+                        attempt,
                     ),
                     **self.workers_env[rank],
                 },
@@ -180,7 +198,11 @@ class _LearnerGroup:
             for rank, learner in enumerate(learners)
         ]
         status, died = _wait(
-            ray, runs, self.usage_every_s, lambda: self.usage.write(sample(ray, self.actors))
+            ray,
+            runs,
+            processes,
+            self.usage_every_s,
+            lambda: self.usage.write(sample(ray, self.actors, "driver")),
         )
         if status:  # none left waiting in a collective until comm.timeout_s
             for learner in learners:
@@ -281,11 +303,12 @@ class _Learner:
 
         return ray.get_runtime_context().get_node_id()
 
-    def free_address(self) -> tuple[str, int]:
-        """This node's address and a port free on it, for the group's TCP store."""
+    def free_address(self, loopback: bool) -> tuple[str, int]:
+        """This node's address (127.0.0.1 if ``loopback``) and a port free on it, for the group's
+        TCP store."""
         import ray
 
-        host = ray.util.get_node_ip_address()
+        host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
         with socket.socket() as probe:
             probe.bind((host, 0))
             return host, probe.getsockname()[1]
@@ -319,19 +342,81 @@ class _ErrorLines(io.TextIOBase):
         self.stream.flush()
 
 
-def _local_cluster_auth(cluster: ClusterConfig) -> Path:
+@contextlib.contextmanager
+def _local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterator[Any]:
+    """A local Ray instance for the job: dashboard and usage statistics off, token authentication
+    on, its sessions, logs and token in ``cluster.ray_temp_dir`` or else ``<run_dir>/ray``
+    (through a short link in the system's temp dir where that path is too long for Ray's Unix
+    sockets). While it runs, ``<run_dir>/ray.json`` says where it listens and where its token is
+    (``distrl status --run-dir``). Yields the ``ray`` module."""
+    temp_dir = Path(cluster.ray_temp_dir).resolve() if cluster.ray_temp_dir else run_dir / "ray"
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    token = _token_auth(temp_dir)
+    ray = _import_ray()  # after the auth variables: Ray reads them when it is imported
+    # The local Ray's processes inherit the driver's environment: setting it here spares every
+    # actor the per-job runtime env, which Ray starts fresh worker processes for (~0.3 s each).
+    os.environ.update(_worker_path())
+    with contextlib.ExitStack() as cleanup:
+        short = temp_dir
+        if len(str(temp_dir)) > RAY_TEMP_DIR_MAX_CHARS:
+            link_dir = Path(tempfile.mkdtemp(prefix="distrl-ray-"))
+            cleanup.callback(shutil.rmtree, link_dir, ignore_errors=True)
+            short = link_dir / "r"
+            short.symlink_to(temp_dir, target_is_directory=True)
+        ray.init(
+            namespace=namespace,
+            logging_level=logging.WARNING,
+            include_dashboard=False,
+            _temp_dir=str(short),
+            log_to_driver=True,
+        )
+        where = run_dir / RAY_JSON
+        where.write_text(
+            json.dumps(
+                {
+                    "address": ray.get_runtime_context().gcs_address,
+                    "token_path": str(token),
+                    "namespace": namespace,
+                }
+            )
+        )
+        cleanup.callback(where.unlink, missing_ok=True)
+        print(
+            f"distrl: started a local Ray instance (logs in {temp_dir}/session_latest/logs); "
+            f"`distrl status --run-dir {run_dir}` shows the job's workers",
+            file=sys.stderr,
+            flush=True,
+        )
+        yield ray
+
+
+def local_job_cluster(run_dir: Path) -> tuple[str, str]:
+    """The address and namespace of the local Ray instance a job in ``run_dir`` started, with its
+    token set for Ray to read (``distrl status --run-dir``)."""
+    where = run_dir / RAY_JSON
+    try:
+        cluster = json.loads(where.read_text())
+    except (OSError, ValueError):
+        raise UserError(
+            f"--run-dir {run_dir}: no job there runs its own local Ray instance ({RAY_JSON} is in the "
+            "run dir while `distrl train --launcher ray` without --ray-address runs)"
+        ) from None
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = cluster["token_path"]
+    return cluster["address"], cluster["namespace"]
+
+
+def _token_auth(temp_dir: Path) -> Path:
     """Token authentication for the local Ray instance about to start: the token in its temp dir
     (not the user's home), the mode and the token's path in the environment, which Ray reads
-    when imported and its processes inherit. Returns the temp dir."""
-    temp_dir = Path(cluster.ray_temp_dir or tempfile.mkdtemp(prefix="distrl-ray-"))
-    temp_dir.mkdir(parents=True, exist_ok=True)
+    when imported and its processes inherit. Returns the token's path."""
     token = temp_dir / "auth_token"
     if not token.exists():
         token.touch(mode=0o600)
         token.write_text(secrets.token_hex(32))
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-    return temp_dir
+    return token
 
 
 def _join(ray: Any, address: str, namespace: str, **options: Any) -> None:
@@ -376,7 +461,10 @@ def status(address: str, namespace: str, as_json: bool) -> int:
         # Learners cannot answer while they train (``ray_status``): they publish their usage.
         learners = [name for name, group in alive.items() if group == "policy"]
         asked = [name for name, group in alive.items() if group != "policy"]
-        usage = {**sample(ray, _handles(ray, asked, namespace)), **learner_usage(learners, namespace)}
+        usage = {
+            **sample(ray, _handles(ray, asked, namespace), "status"),
+            **learner_usage(learners, namespace),
+        }
         for worker in workers:
             worker.update(usage.get(worker["name"], {}))
         report = {
@@ -502,25 +590,32 @@ def _ready(ray: Any, refs: Any, timeout_s: float) -> Any:
 
 
 def _rank_env(
-    rank: int, world_size: int, node_rank: int, master_addr: str, master_port: int, attempt: int
+    rank: int, world_size: int, node: tuple[int, int], master: tuple[str, int], attempt: int
 ) -> dict[str, str]:
     """torchrun's variables: to the training process a learner is a torchrun rank (of restart
-    ``attempt``) on node ``node_rank``. Ray gives each actor only its own GPUs, so every learner
-    is local rank 0 of its own view."""
+    ``attempt``) on ``node`` (its rank, and the learners on it). Ray gives each actor only its own
+    GPUs, so every learner is local rank 0 of its own view."""
+    node_rank, learners_on_node = node
     return {
         "RANK": str(rank),
         "GROUP_RANK": str(node_rank),
         "LOCAL_RANK": "0",
         "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(master_port),
+        "LOCAL_WORLD_SIZE": str(learners_on_node),
+        "MASTER_ADDR": master[0],
+        "MASTER_PORT": str(master[1]),
         "TORCHELASTIC_RESTART_COUNT": str(attempt),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
 
 
-def _wait(ray: Any, runs: list[Any], every_s: float, meanwhile: Callable[[], None]) -> tuple[int, int | None]:
+def _wait(
+    ray: Any,
+    runs: list[Any],
+    processes: list[ActorProcess | None],
+    every_s: float,
+    meanwhile: Callable[[], None],
+) -> tuple[int, int | None]:
     """(the first non-zero exit status, else 0; the rank of a learner that died, which ends the
     wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. Once a
     learner has failed the others get ``STOP_GRACE_S`` to end by themselves (a preempted group
@@ -538,7 +633,8 @@ def _wait(ray: Any, runs: list[Any], every_s: float, meanwhile: Callable[[], Non
         try:
             code, error = ray.get(done[0])
         except RayActorError as exc:
-            print(f"distrl: policy worker {rank} died: {failure_cause(exc)}", file=sys.stderr, flush=True)
+            cause = failure_cause(exc, processes[rank])
+            print(f"distrl: policy worker {rank} died: {cause}", file=sys.stderr, flush=True)
             return 1, rank
         except RayTaskError as exc:
             code, error = 1, failure_cause(exc)

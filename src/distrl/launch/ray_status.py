@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distrl.launch.ray_workers import usage_report, worker_failures
+from distrl.launch.ray_workers import WorkRate, usage_report, worker_failures
 
 USAGE_GROUP = {"usage": 1}
 """The concurrency group ``usage()`` runs in, beside the worker's own calls."""
@@ -32,11 +32,11 @@ def remote_class(ray: Any, cls: type) -> Any:
     return ray.remote(concurrency_groups=USAGE_GROUP)(type(cls.__name__, (cls,), {"usage": method}))
 
 
-def sample(ray: Any, actors: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``usage()`` of every named actor that answers within ``ANSWER_WITHIN_S``, by name."""
+def sample(ray: Any, actors: dict[str, Any], reader: str) -> dict[str, dict[str, Any]]:
+    """``usage(reader)`` of every named actor that answers within ``ANSWER_WITHIN_S``, by name."""
     from ray.exceptions import GetTimeoutError
 
-    refs = {name: handle.usage.remote() for name, handle in actors.items()}
+    refs = {name: handle.usage.remote(reader) for name, handle in actors.items()}
     ray.wait(list(refs.values()), num_returns=len(refs), timeout=ANSWER_WITHIN_S)
     answers = {}
     for name, ref in refs.items():
@@ -62,17 +62,19 @@ class LearnerStatus:
         self.key = LEARNER_KEY + ray.get_runtime_context().get_actor_name()
         self.namespace = namespace
         self._last = -PUBLISH_EVERY_S
+        self.samples = WorkRate()
         self.failed = False
         """A publish failed (said once)."""
 
     def publish(self, usage: dict[str, float], samples: int) -> None:
         from ray.experimental.internal_kv import _internal_kv_put
 
+        self.samples.add(samples - self.samples.done)
         now = time.monotonic()
         if now - self._last < PUBLISH_EVERY_S:
             return
         self._last = now
-        report = usage_report(usage, samples, "samples")
+        report = usage_report(usage, self.samples, "samples")
         try:
             _internal_kv_put(self.key, json.dumps(report), namespace=self.namespace)
         except Exception as exc:  # whatever the GCS raises: live status must never stop training
@@ -192,6 +194,6 @@ def print_report(report: dict[str, Any]) -> None:
                 f"{w['rss_mb']:.0f}" if answered else "",
                 f"{w['gpu_mb']:.0f}" if answered else "",
                 f"{w['work_done']} {w['work_unit']}" if answered and w["work_unit"] else "",
-                f"{w['work_done'] / max(w['uptime_s'], 1e-6):.0f}" if answered and w["work_unit"] else "",
+                f"{w['work_per_s']:.0f}" if answered and w["work_unit"] else "",
             )
         console.print(table)

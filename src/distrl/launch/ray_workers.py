@@ -15,6 +15,8 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,13 +83,80 @@ def raise_user_error(exc: Exception) -> None:
         raise UserError(str(cause.args[0] if cause.args else cause)) from None
 
 
-def failure_cause(exc: Exception) -> str:
-    """One line on what Ray says killed the actor or failed the task."""
-    lines = [line.strip() for line in str(getattr(exc, "cause", None) or exc).splitlines() if line.strip()]
+@dataclass(frozen=True)
+class ActorProcess:
+    """The process of one incarnation of an actor: what Ray's tables say of it once it died is
+    why the actor failed."""
+
+    pid: int
+    node_id: str
+    """Ray's node id, hex."""
+
+
+def actor_process(handle: Any) -> ActorProcess | None:
+    """The process ``handle``'s actor runs in now (Ray's actor table); None while it has none."""
+    import ray
+
+    info = ray._private.state.actors(actor_id=handle._actor_id.hex())
+    if info.get("State") != "ALIVE" or not info.get("Pid"):
+        return None
+    return ActorProcess(int(info["Pid"]), info["Address"]["NodeID"])
+
+
+def failure_cause(exc: Exception, process: ActorProcess | None = None, wait_s: float = 1.0) -> str:
+    """One line on why a call to an actor failed: why ``process`` (the actor's process when the
+    call was made) ended — killed by ray.kill, out of memory, its node lost, or it died otherwise —
+    or the exception the actor raised, or, without either, what Ray's error says. A process that
+    just died may take Ray's tables up to ``wait_s`` to show."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    if process is not None:
+        died = why_it_ended(process, wait_s if isinstance(exc, RayActorError) else 0.0)
+        if died is not None:
+            return died
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, RayTaskError) and isinstance(cause, Exception):
+        message = str(cause).strip().splitlines()
+        return f"it raised {type(cause).__name__}" + (f": {message[0]}" if message else "")
+    lines = [line.strip() for line in str(cause or exc).splitlines() if line.strip()]
     for line in lines:
         if "memory" in line.lower() or "killed" in line.lower() or "exit" in line.lower():
             return line
     return lines[-1] if lines else type(exc).__name__
+
+
+def why_it_ended(process: ActorProcess, wait_s: float = 0.0) -> str | None:
+    """Why Ray's node and worker tables say ``process`` ended; None while they show it alive (or
+    not at all) after ``wait_s`` seconds."""
+    import ray
+    from ray.core.generated import common_pb2, gcs_pb2
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        if not any(node["NodeID"] == process.node_id and node["Alive"] for node in ray.nodes()):
+            return f"its node was lost (Ray node {process.node_id[:8]})"
+        for raw in ray._private.state.state._connect_and_get_accessor().get_worker_table():
+            worker = gcs_pb2.WorkerTableData.FromString(raw)
+            same = worker.pid == process.pid and worker.worker_address.node_id.hex() == process.node_id
+            if same and not worker.is_alive:
+                return _exit_cause(common_pb2.WorkerExitType.Name(worker.exit_type), worker.exit_detail)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+def _exit_cause(exit_type: str, detail: str) -> str:
+    """One line for the way Ray says a worker process ended."""
+    first = detail.split(". ")[0].strip().rstrip(".")
+    if exit_type == "NODE_OUT_OF_MEMORY":
+        return f"out of memory: Ray's memory monitor killed it ({first})"
+    if "ray.kill" in detail:
+        return "killed by ray.kill"
+    if exit_type == "SYSTEM_ERROR":
+        return (
+            f"its process died (killed by a signal, the kernel's OOM killer, or a crash; Ray says: {first})"
+        )
+    return f"its process ended ({exit_type}: {first})"
 
 
 def retry_delay(backoff_s: float, failures: int) -> float:
@@ -95,12 +164,10 @@ def retry_delay(backoff_s: float, failures: int) -> float:
     return backoff_s * 2 ** (failures - 1)
 
 
-def report_failure(
-    group: str, index: int, exc: Exception, failures: int, max_restarts: int, then: str
-) -> None:
+def report_failure(group: str, index: int, cause: str, failures: int, max_restarts: int, then: str) -> None:
     """The one line a worker's failure gets on the learner's stderr."""
     print(
-        f"distrl: {group} worker {index} failed ({failure_cause(exc)}); restart {failures} of at most "
+        f"distrl: {group} worker {index} failed ({cause}); restart {failures} of at most "
         f"{max_restarts}, {then}",
         file=sys.stderr,
         flush=True,
@@ -126,6 +193,8 @@ class RestartableWorkers(ABC):
         """Calls to a worker that failed (it died or raised) since the start."""
         self.rebuilds = 0
         """Times any worker was set up again (each rebuild of env workers gets fresh seeds)."""
+        self.processes: dict[int, ActorProcess] = {}
+        """Each worker's process as of its last call that worked: why it ended is a failure's cause."""
 
     @abstractmethod
     def set_up(self, index: int, rebuild: int) -> None:
@@ -155,25 +224,23 @@ class RestartableWorkers(ABC):
                 if failures:
                     self._rebuild(index)
                     ref = getattr(self.handles[index], method).remote(*args)
-                return ray.get(ref)
+                result = ray.get(ref)
+                if index not in self.processes and (process := actor_process(self.handles[index])):
+                    self.processes[index] = process
+                return result
             except worker_failures() as exc:
                 raise_user_error(exc)
                 failures += 1
                 self.failures += 1
+                cause = failure_cause(exc, self.processes.pop(index, None))
                 if failures > self.max_restarts:
                     raise UserError(
                         f"{self.group} worker {index} failed {failures} times in a row "
-                        f"(workers.max_restarts={self.max_restarts}); last cause: {failure_cause(exc)}"
+                        f"(workers.max_restarts={self.max_restarts}); last cause: {cause}"
                     ) from None
                 delay = retry_delay(self.backoff_s, failures)
-                report_failure(
-                    self.group,
-                    index,
-                    exc,
-                    failures,
-                    self.max_restarts,
-                    f"retrying {self.retried} in {delay:g} s",
-                )
+                then = f"retrying {self.retried} in {delay:g} s"
+                report_failure(self.group, index, cause, failures, self.max_restarts, then)
                 time.sleep(delay)
 
     def _rebuild(self, index: int) -> None:
@@ -193,6 +260,30 @@ class RestartableWorkers(ABC):
                 time.sleep(self.backoff_s)
 
 
+class WorkRate:
+    """Work done per second over the last ``RATE_WINDOW_S`` or so: what a worker does now, not
+    its average since it started."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self._marks: deque[tuple[float, int]] = deque([(time.monotonic(), 0)])
+        """(monotonic time, work done by then): the oldest at least the window ago once it can be."""
+
+    def add(self, work: int) -> None:
+        self.done += work
+        now = time.monotonic()
+        self._marks.append((now, self.done))
+        while len(self._marks) > 2 and now - self._marks[1][0] >= RATE_WINDOW_S:
+            self._marks.popleft()
+
+    def per_s(self) -> float:
+        since, done_then = self._marks[0]
+        return (self.done - done_then) / max(time.monotonic() - since, 1e-6)
+
+
+RATE_WINDOW_S = 10.0
+
+
 class WorkerActor:
     """What every env, eval and data worker actor class has: ``usage()`` (``distrl status``,
     the driver's ``workers.jsonl``), a count of the work it has done, and ``--profile``'s
@@ -206,26 +297,30 @@ class WorkerActor:
 
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         from distrl.io.profile import UpdateProfiler
-        from distrl.usage import ProcessUsage
 
-        self.work_done = 0
+        self.work = WorkRate()
         self.profiler = UpdateProfiler(profile_calls, Path(profile_path))
         """Writes its trace after ``profile_calls`` calls that did work, past the first."""
-        self.meter = ProcessUsage()
+        self.meters: dict[str, Any] = {}
+        """A CPU meter per reader (the driver's samples, ``distrl status``): one reader's reading
+        does not shorten another's window."""
 
     def did(self, work: int) -> None:
         """A call's work is done: counted, and the profiler's step ended."""
-        self.work_done += work
+        self.work.add(work)
         self.profiler.step()
 
-    def usage(self) -> dict[str, Any]:
-        """``usage_report`` of this worker, its CPU share since the last call."""
-        return usage_report(self.meter.read(), self.work_done, self.work_unit)
+    def usage(self, reader: str) -> dict[str, Any]:
+        """``usage_report`` of this worker, its CPU share since ``reader``'s last call."""
+        from distrl.usage import ProcessUsage
+
+        meter = self.meters.setdefault(reader, ProcessUsage())
+        return usage_report(meter.read(), self.work, self.work_unit)
 
 
-def usage_report(usage: dict[str, float], work_done: int, work_unit: str) -> dict[str, Any]:
+def usage_report(usage: dict[str, float], work: WorkRate, work_unit: str) -> dict[str, Any]:
     """What ``distrl status`` shows of a Ray process: its node address, pid, ``usage``
-    (``usage.ProcessUsage.read``), uptime and the work done so far."""
+    (``usage.ProcessUsage.read``), uptime, the work done so far and its recent rate."""
     import psutil
     import ray
 
@@ -235,6 +330,7 @@ def usage_report(usage: dict[str, float], work_done: int, work_unit: str) -> dic
         "pid": process.pid,
         **usage,
         "uptime_s": time.time() - process.create_time(),
-        "work_done": work_done,
+        "work_done": work.done,
+        "work_per_s": work.per_s(),
         "work_unit": work_unit,
     }

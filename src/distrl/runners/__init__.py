@@ -61,10 +61,14 @@ def build_training(
     checkpoint: ckpt.CheckpointFiles | None = None,
     node_rank: int = 0,
     workers: RemoteWorkers | None = None,
+    restart_count: int = 0,
 ) -> TrainingLoop:
     """The config's runner inside the shared loop, fresh or resumed from ``checkpoint``;
-    ``workers``: processes that do part of the rank's work (Ray mode's worker groups)."""
-    ctx = RunContext(cfg, comm, device, launch_index(checkpoint), node_rank, workers or RemoteWorkers())
+    ``workers``: processes that do part of the rank's work (Ray mode's worker groups);
+    ``restart_count``: the launcher's restarts of the group so far."""
+    ctx = RunContext(
+        cfg, comm, device, launch_index(checkpoint), node_rank, workers or RemoteWorkers(), restart_count
+    )
     runner = runner_class(
         cfg.algo.name,
         cfg.data.path is not None,

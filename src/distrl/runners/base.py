@@ -34,7 +34,10 @@ class EvalWorkers(Protocol):
         from ``seed``, as soon as a worker is free; never waits."""
 
     def results(self) -> dict[str, float]:
-        """Metrics of the evaluations finished since the last call, and failure counts; never waits."""
+        """Metrics of the evaluations finished since the last call; never waits."""
+
+    def counts(self) -> dict[str, float]:
+        """The workers' failures since the launch started (``IterationResult.counted``)."""
 
 
 class StatusBoard(Protocol):
@@ -71,6 +74,9 @@ class RunContext:
     """This process's node (from the launcher): which ranks share a node-local dataset part."""
     workers: RemoteWorkers = field(default_factory=RemoteWorkers)
     """Processes the launcher gives this rank for part of its work (Ray mode's worker groups)."""
+    restart_count: int = 0
+    """Times the launcher restarted the process group in this job (torchrun's elastic restarts,
+    a requeued SLURM job, Ray mode's rebuilt learners)."""
 
 
 @dataclass
@@ -92,6 +98,9 @@ class IterationResult:
     """Per-rank numbers the loop averages over ranks (losses, timing shares)."""
     replicated: dict[str, float] = field(default_factory=dict)
     """Numbers already equal on every rank (learning rate, share of the rollout collected)."""
+    counted: dict[str, float] = field(default_factory=dict)
+    """Events this rank counted since its launch started (worker failures): the loop sums them
+    over ranks and adds what the run's earlier launches counted (kept in checkpoints)."""
     episodes: EpisodeStats | None = None
     local_steps: int = 0
     """Env steps (logged rows, offline) this rank collected: with its collection time, the

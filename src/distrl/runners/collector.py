@@ -75,8 +75,8 @@ class Collection(Protocol):
         (fewer once ``should_stop(steps so far)``, where the collection can be cut)."""
         ...
 
-    def metrics(self) -> dict[str, float]:
-        """This rank's numbers about the collection itself, for the metrics (averaged over ranks)."""
+    def counts(self) -> dict[str, float]:
+        """Events of this rank's collection since the launch started (``IterationResult.counted``)."""
         ...
 
     def close(self) -> None: ...
@@ -92,7 +92,7 @@ class TransitionSource(Protocol):
         """``rollout_steps`` epsilon-greedy steps of all the rank's envs, on the rank's device."""
         ...
 
-    def metrics(self) -> dict[str, float]: ...
+    def counts(self) -> dict[str, float]: ...
 
     def close(self) -> None: ...
 
@@ -164,7 +164,7 @@ class EnvCollector:
         restarted, self.restarted = self.restarted, torch.zeros_like(self.restarted)
         return restarted
 
-    def metrics(self) -> dict[str, float]:
+    def counts(self) -> dict[str, float]:
         return {}
 
     def close(self) -> None:

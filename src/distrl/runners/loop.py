@@ -66,6 +66,11 @@ class TrainingLoop:
         self.runner = runner
         self.run_dir = run_dir
         self.launch_index = ctx.launch_index
+        self.restart_count = ctx.restart_count
+        self.counts_before: dict[str, float] = {}
+        """Event counts (worker failures) of the run's earlier launches, from the checkpoint."""
+        self.event_counts: dict[str, float] = {}
+        """The run's event counts as of the last metrics row, saved in checkpoints."""
         self.global_step = 0
         self.update_index = 0
         self.bad_updates_in_a_row = 0
@@ -161,9 +166,9 @@ class TrainingLoop:
         pass_s, self._last_row_time = now - self._last_row_time, now
         my_phases = phase.take()
         averaged = {**result.averaged, **{f"time/{k}": v for k, v in my_phases.items()}}
-        averaged_keys = sorted(averaged)
+        averaged_keys, counted_keys = sorted(averaged), sorted(result.counted)
         episodes = result.episodes
-        local = [averaged[k] for k in averaged_keys]
+        local = [*(averaged[k] for k in averaged_keys), *(result.counted[k] for k in counted_keys)]
         if episodes is not None:
             local += [episodes.return_sum, episodes.length_sum, episodes.count, episodes.finished]
         # Every rank's own collection speed and resource usage, in its own slots of the same sum.
@@ -184,14 +189,18 @@ class TrainingLoop:
             "update": self.update_index,
             "ranks": self.comm.world_size,
         }
+        sums, total = total[: len(averaged_keys)], total[len(averaged_keys) :]
+        counts, total = total[: len(counted_keys)], total[len(counted_keys) :]
+        row["launcher_restarts"] = self.restart_count
+        row.update(self._count_with_earlier_launches(dict(zip(counted_keys, counts, strict=True))))
         if episodes is not None:
-            return_sum, length_sum, count, finished = total[len(averaged_keys) :]
+            return_sum, length_sum, count, finished = total
             row["episode_return_mean"] = return_sum / count if count else math.nan
             row["episode_length_mean"] = length_sum / count if count else math.nan
             row["episodes"] = int(finished)
             row["recent_episodes"] = int(count)
         world_size = self.comm.world_size
-        means = {k: v / world_size for k, v in zip(averaged_keys, total, strict=False)}
+        means = {k: v / world_size for k, v in zip(averaged_keys, sums, strict=True)}
         # Phases no rank used are left out; what no phase covers is "other".
         phases = {k: v for k, v in means.items() if k.startswith("time/") and v > 0}
         row.update({k: v for k, v in means.items() if not k.startswith("time/")})
@@ -262,6 +271,14 @@ class TrainingLoop:
             snapshot = train_state.snapshot(self.runner.train_state(), meta)
             self.eval_workers.submit(snapshot, self.cfg.eval.episodes, self.cfg.eval.seed)
         row.update(self.eval_workers.results())
+        row.update(self._count_with_earlier_launches(self.eval_workers.counts()))
+
+    def _count_with_earlier_launches(self, counts: dict[str, float]) -> dict[str, float]:
+        """Event counts of this launch (over all ranks) plus the run's earlier launches' (as of the
+        checkpoint resumed from); remembered for the next checkpoint."""
+        totals = {key: count + self.counts_before.get(key, 0.0) for key, count in counts.items()}
+        self.event_counts.update(totals)
+        return totals
 
     def _evaluate_split(self, episodes: int, seed: int) -> float:
         """Sum of the returns of ``episodes`` deterministic episodes (episode i seeded ``seed + i``),
@@ -302,6 +319,7 @@ class TrainingLoop:
                 "global_step": self.global_step,
                 "update_index": self.update_index,
                 "launch_index": self.launch_index,
+                "event_counts": self.event_counts,
                 "world_size": self.comm.world_size,
                 "config": config_to_dict(self.cfg),
                 "ranks": ranks,
@@ -320,6 +338,8 @@ class TrainingLoop:
         meta = train_state.restore(self.runner.train_state(), files)
         self.global_step = meta["global_step"]
         self.update_index = meta["update_index"]
+        self.counts_before = meta.get("event_counts", {})
+        self.event_counts = dict(self.counts_before)
         ranks = meta["ranks"]
         if self.comm.rank < len(ranks):
             mine = ranks[self.comm.rank]

@@ -152,10 +152,10 @@ class OffPolicyRunner(QLearningRunner):
             local_steps=self.cfg.algo.rollout_steps * self.envs.count,
             averaged={
                 **stats,
-                **self.collection.metrics(),
                 "collect_share": collect_s / (time.perf_counter() - start),
             },
             replicated={"learning_rate": lr, "epsilon": epsilon, "skipped_steps": skipped},
+            counted=self.collection.counts(),
             episodes=self.episodes.stats(),
             skipped=skipped > 0,
         )

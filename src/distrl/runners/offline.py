@@ -201,13 +201,14 @@ class OfflineRunner(QLearningRunner):
             with phase("eval"):
                 estimates = self.evaluator.metrics(self.q_network)  # rank 0's row is the one logged
         global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
-        averaged = {k: v / max(steps_with_data, 1) for k, v in totals.items()}
+        counted = {}
         if self.data_workers is not None:
-            averaged["data_worker_failures"] = float(self.data_workers.failures)
+            counted["data_worker_failures"] = float(self.data_workers.failures)
         return IterationResult(
             env_steps=int(global_samples),
             local_steps=samples,
-            averaged=averaged,
+            averaged={k: v / max(steps_with_data, 1) for k, v in totals.items()},
+            counted=counted,
             replicated={
                 "learning_rate": lr,
                 "epoch": self.epoch,

@@ -184,7 +184,6 @@ class OnPolicyRunner(Runner):
             env_steps=collected,
             averaged={
                 **losses,
-                **self.collection.metrics(),
                 "collect_share": collect_s / (time.perf_counter() - start),
             },
             replicated={
@@ -192,6 +191,7 @@ class OnPolicyRunner(Runner):
                 "skipped_minibatches": skipped,
                 "rollout_fraction": collected / self.steps_per_update,
             },
+            counted=self.collection.counts(),
             episodes=self.episodes.stats(),
             local_steps=local_steps,
             skipped=skipped > 0,

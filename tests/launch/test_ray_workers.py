@@ -1,0 +1,94 @@
+"""Why a call to a Ray worker failed, read from Ray's own tables, for every way a worker ends:
+on a real two-node Ray cluster of the test's own (``ray.cluster_utils.Cluster``, Ray's way to
+run several nodes on one host), with a memory threshold just above what the machine uses, so
+that Ray's memory monitor kills a worker that takes 2 GiB more."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import pytest
+
+from tests.helpers import run_python
+
+pytest.importorskip("ray", reason="the ray extra is installed by make test")
+
+_CAUSES = """
+import json, os, signal, sys, time
+
+import psutil
+import ray
+from ray.cluster_utils import Cluster
+
+from distrl.launch.ray_workers import actor_process, failure_cause
+
+memory = psutil.virtual_memory()
+threshold = (memory.total - memory.available + 2 * 2**30) / memory.total
+cluster = Cluster(
+    initialize_head=True,
+    head_node_args={
+        "num_cpus": 2, "include_dashboard": False, "temp_dir": sys.argv[1],
+        "_system_config": {"memory_usage_threshold": threshold, "memory_monitor_refresh_ms": 100},
+    },
+)
+far = cluster.add_node(num_cpus=1, resources={"far": 1})
+ray.init(address=cluster.address, log_to_driver=False)
+
+
+@ray.remote(max_restarts=3, max_task_retries=0)
+class Worker:
+    def pid(self):
+        return os.getpid()
+
+    def sleep(self, seconds):
+        time.sleep(seconds)
+
+    def fail(self):
+        raise ValueError("the env's state went bad")
+
+    def hog(self):
+        held = []
+        for _ in range(40):  # 10 GiB at most, touched page by page
+            held.append(bytearray(os.urandom(1)) * (256 * 2**20))
+            time.sleep(0.05)
+
+
+def cause(worker, call, meanwhile=lambda pid: None):
+    pid = ray.get(worker.pid.remote())
+    process = actor_process(worker)
+    ref = call(worker)
+    time.sleep(0.5)
+    meanwhile(pid)
+    try:
+        ray.get(ref)
+    except Exception as exc:
+        return failure_cause(exc, process)
+    return "no failure"
+
+
+worker = Worker.remote()
+causes = {
+    "ray.kill": cause(worker, lambda w: w.sleep.remote(30), lambda pid: ray.kill(worker, no_restart=False)),
+    "signal": cause(worker, lambda w: w.sleep.remote(30), lambda pid: os.kill(pid, signal.SIGKILL)),
+    "exception": cause(worker, lambda w: w.fail.remote()),
+    "out of memory": cause(worker, lambda w: w.hog.remote()),
+}
+remote = Worker.options(resources={"far": 1}).remote()
+causes["node lost"] = cause(remote, lambda w: w.sleep.remote(30), lambda pid: cluster.remove_node(far))
+print(json.dumps(causes))
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+def test_every_way_a_worker_ends_is_named_from_rays_tables() -> None:
+    with tempfile.TemporaryDirectory(prefix="distrl-ray-causes-") as temp:  # short: Ray's sockets
+        result = run_python("-c", _CAUSES, temp, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    causes = json.loads(result.stdout.strip().splitlines()[-1])
+    assert causes["ray.kill"] == "killed by ray.kill"
+    assert causes["signal"].startswith("its process died (killed by a signal, the kernel's OOM killer")
+    assert causes["exception"] == "it raised ValueError: the env's state went bad"
+    assert causes["out of memory"].startswith("out of memory: Ray's memory monitor killed it")
+    assert causes["node lost"].startswith("its node was lost")
