@@ -159,6 +159,7 @@ def test_a_node_that_cannot_be_placed_fails_in_seconds(ray_head: str, tmp_path: 
         "distrl: error: node 0 of cluster.num_nodes=1 (its 1 worker(s) need 1 CPU, 0 GPU on one Ray "
         "node) was not placed within cluster.placement_timeout_s=3: free now in the Ray cluster: 0.5 CPU"
     ), line
+    assert "; missing: 0.5 CPU (see `ray status`)" in line
     assert "Traceback" not in result.stderr
     assert time.monotonic() - started < 60
 

@@ -213,6 +213,11 @@ class _LearnerGroup:
 def check_workers(cfg: RunConfig) -> None:
     """The worker groups the run's algorithm can use, before Ray starts."""
     workers = cfg.workers
+    if workers.policy > 1 and not workers.gpus_per_policy.is_integer():
+        raise UserError(
+            f"workers.gpus_per_policy={workers.gpus_per_policy:g}: learners sharing a GPU cannot form an "
+            "NCCL group; give each whole GPUs (or 0 to train on the CPU)"
+        )
     if workers.data:
         _check_data_workers(cfg)
     if workers.env:

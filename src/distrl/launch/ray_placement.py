@@ -123,10 +123,12 @@ def _not_placed(
     available = ray.available_resources()
     apart = f", on a Ray node apart from the {others} the job's other nodes took" if others else ""
     spread = f" (cluster.strategy={cluster.strategy}{apart})" if cluster.num_nodes > 1 else ""
+    short = [f"{need[r] - available.get(r, 0.0):g} {r}" for r in need if need[r] > available.get(r, 0.0)]
+    missing = f"; missing: {' and '.join(short)}" if short else ""
     return (
         f"node {node} of cluster.num_nodes={cluster.num_nodes} (its {len(bundles)} worker(s) need "
         f"{need['CPU']:g} CPU, {need['GPU']:g} GPU on one Ray node{spread}) was not placed within "
         f"cluster.placement_timeout_s={cluster.placement_timeout_s:g}: free now in the Ray cluster: "
         f"{available.get('CPU', 0):g} CPU, {available.get('GPU', 0):g} GPU "
-        f"on {len(alive_nodes(ray))} node(s) (see `ray status`)"
+        f"on {len(alive_nodes(ray))} node(s){missing} (see `ray status`)"
     )
