@@ -68,7 +68,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     )
     ray = parser.add_argument_group("Ray mode (the config's cluster: and workers: sections)")
     ray.add_argument("--launcher", choices=["ray"], help="run the learners as Ray actors")
-    ray.add_argument("--ray-address", help="join this Ray cluster (auto or HOST:PORT); default: start one")
+    ray.add_argument(
+        "--ray-address",
+        help="join this Ray cluster (auto or HOST:PORT); default: $RAY_ADDRESS if set, else start one",
+    )
     ray.add_argument("--namespace", default="distrl", help="Ray namespace of the job's actors")
     node = parser.add_argument_group("shared-file rendezvous (run the same command on every node)")
     node.add_argument("--num-nodes", type=int, help="nodes taking part")
@@ -124,7 +127,9 @@ def command_launch_ray(args: argparse.Namespace) -> int:
     # The driver and every learner agree on one absolute run dir, wherever Ray starts them.
     run_dir = (args.run_dir or default_run_dir(args, cfg.env.id)).resolve()
     argv = [*worker_argv(args.argv, {"--run-dir": True}), "--run-dir", str(run_dir)]
-    return launch(argv, cfg, args.ray_address, args.namespace, run_dir, args.overwrite)
+    # Ray's own convention: a cluster named by RAY_ADDRESS is the one to join.
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
+    return launch(argv, cfg, address, args.namespace, run_dir, args.overwrite)
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:

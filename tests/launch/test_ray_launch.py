@@ -128,6 +128,17 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
     assert "distrl status --run-dir" in stderr
 
 
+def test_ray_address_in_the_environment_is_the_cluster_joined(ray_head: str, tmp_path: Path) -> None:
+    env = {**clean_env(), "RAY_ADDRESS": ray_head}
+    result = run_python(
+        "-m", "distrl", "train", "--config", str(CARTPOLE), "--launcher", "ray", "--run-dir", str(tmp_path),
+        "log.progress=false", "log.tensorboard=false", *BUDGET, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (tmp_path / "ray").exists()  # no local Ray of its own: it ran on the session's head
+    assert final_row(tmp_path)["global_step"] == 4096
+
+
 _HOLD_CPUS = """
 import sys
 import ray
