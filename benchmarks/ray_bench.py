@@ -13,7 +13,9 @@ contender once per repeat (or seed) in turn, medians reported (the machine is no
     ``metrics.jsonl``: (global_step, time_s) after each update, the first fifth of the updates
     (at least one) left out as warm-up, env steps over seconds from there to the last update.
     The ratio to the plain path is Ray mode's overhead (or gain); start-up + shut-down is the
-    whole process's wall time less the training loop's.
+    whole process's wall time less the training loop's. Beside them, torchrun's 2 ranks and Ray
+    mode's 2 learners (1 CPU each, no env workers), the same envs split over two ranks either way:
+    Ray mode's overhead on the multi-rank path.
   * ``rllib``: RLlib's PPO (``ray[rllib]==2.60.0``, new API stack, in its own venv
     ``benchmarks/.rllib-venv``) and distrl's Ray mode with the same env runners (``workers.env`` =
     ``num_env_runners``, 32 envs in all, ``num_envs_per_env_runner`` = 32 / runners, the same CPUs
@@ -34,7 +36,7 @@ contender once per repeat (or seed) in turn, medians reported (the machine is no
           update to the end of the last (earlier checks included, the final one not).
 
 Usage: python benchmarks/ray_bench.py [--only throughput rllib] [--repeats 3] [--seeds 1 2 3]
-       [--env-workers 1 2 4] [--rllib-runners 2] [--cpus-per-env 0.25]
+       [--env-workers 1 2 4] [--no-two-learners] [--rllib-runners 2] [--cpus-per-env 0.25]
        [--cartpole-steps 100000] [--halfcheetah-steps 40960] [--solve-budget 200000]
 RLlib is installed into benchmarks/.rllib-venv on first use (torch==2.13.0 first, the CPU wheel on
 local disk, then ``ray[rllib]==2.60.0``, which pins its own gymnasium).
@@ -106,6 +108,8 @@ WARMUP_FRACTION = 0.2
 SOLVE_TARGET = 475.0
 SOLVE_CHECK_ENV_STEPS = 2048
 PLAIN = "plain `distrl train` (1 process, no Ray)"
+TORCHRUN_2 = "torchrun, 2 ranks (each stepping half the envs)"
+RAY_2 = "Ray mode, `workers.policy=2` (2 learners, each stepping half the envs)"
 DIFFERENCES_HEADING = "Equal in both PPOs"
 
 RLLIB_DRIVER = r"""
@@ -256,26 +260,34 @@ def ensure_rllib() -> Path:
 
 
 # ------------------------------------------------------------------------------------ distrl runs
-def ray_args(env_workers: int, cpus_per_env: float, tmp: Path) -> list[str]:
-    """``--launcher ray`` with 1 learner (1 CPU) and ``env_workers`` env workers; a local Ray
-    instance per run, its sessions under ``tmp`` (removed with it)."""
+def ray_args(env_workers: int, cpus_per_env: float, tmp: Path, learners: int = 1) -> list[str]:
+    """``--launcher ray`` with ``learners`` learners (1 CPU each) and ``env_workers`` env workers;
+    a local Ray instance per run, its sessions under ``tmp`` (removed with it)."""
     return [
         "--launcher", "ray",
-        "workers.policy=1", "workers.cpus_per_policy=1",
+        f"workers.policy={learners}", "workers.cpus_per_policy=1",
         f"workers.env={env_workers}", f"workers.cpus_per_env={cpus_per_env:g}",
-        "cluster.num_nodes=1", f"cluster.cpus_per_node={1 + env_workers * cpus_per_env:g}",
+        "cluster.num_nodes=1", f"cluster.cpus_per_node={learners + env_workers * cpus_per_env:g}",
         f"cluster.ray_temp_dir={tmp / 'ray'}",
     ]  # fmt: skip
 
 
-def run_distrl(config: Path, run_dir: Path, args: list[str]) -> float:
-    """Wall seconds of one 1-learner distrl training process (plain or ``--launcher ray``)."""
-    return run_timed(distrl_cmd(1, run_dir, *args, config=config))[0]
+@dataclass(frozen=True)
+class Contender:
+    args: list[str]
+    """``distrl train``'s arguments beyond the config, run dir and budget."""
+    torchrun_ranks: int = 1
+    """Above 1: started by torchrun with that many ranks, else as one process."""
 
 
-def distrl_rate(config: Path, run_dir: Path, steps: int, extra: list[str]) -> Rate:
-    args = ["--total-steps", str(steps), "train.stop_return=null", "train.device=cpu", *extra]
-    wall_s = run_distrl(config, run_dir, args)
+def run_distrl(config: Path, run_dir: Path, args: list[str], torchrun_ranks: int = 1) -> float:
+    """Wall seconds of one distrl training (one process, torchrun's ranks or ``--launcher ray``)."""
+    return run_timed(distrl_cmd(torchrun_ranks, run_dir, *args, config=config))[0]
+
+
+def distrl_rate(config: Path, run_dir: Path, steps: int, contender: Contender) -> Rate:
+    args = ["--total-steps", str(steps), "train.stop_return=null", "train.device=cpu", *contender.args]
+    wall_s = run_distrl(config, run_dir, args, contender.torchrun_ranks)
     rows = metrics_rows(run_dir)
     points = [(row["global_step"], row["time_s"]) for row in rows]
     return Rate(steady_sps(points), rows[-1]["time_s"], wall_s)
@@ -374,16 +386,23 @@ def rllib_solve(
 
 
 # ------------------------------------------------------------------------------------- throughput
-def throughput_contenders(cfg: RunConfig, args: argparse.Namespace, tmp: Path) -> dict[str, list[str]]:
+def throughput_contenders(cfg: RunConfig, args: argparse.Namespace, tmp: Path) -> dict[str, Contender]:
     contenders = {
-        PLAIN: [],
-        "Ray mode, `workers.env=0` (the learner steps its envs)": ray_args(0, args.cpus_per_env, tmp),
+        PLAIN: Contender([]),
+        "Ray mode, `workers.env=0` (the learner steps its envs)": Contender(
+            ray_args(0, args.cpus_per_env, tmp)
+        ),
     }
     for n in args.env_workers:
         if cfg.env.num_envs is not None and n > cfg.env.num_envs:
             continue  # more workers than envs: some would have none
         each = f"{cfg.env.num_envs / n:g} env{'s' * (cfg.env.num_envs != n)}" if cfg.env.num_envs else "?"
-        contenders[f"Ray mode, `workers.env={n}` ({each} each)"] = ray_args(n, args.cpus_per_env, tmp)
+        contenders[f"Ray mode, `workers.env={n}` ({each} each)"] = Contender(
+            ray_args(n, args.cpus_per_env, tmp)
+        )
+    if args.two_learners:
+        contenders[TORCHRUN_2] = Contender([], torchrun_ranks=2)
+        contenders[RAY_2] = Contender(ray_args(0, args.cpus_per_env, tmp, learners=2))
     return contenders
 
 
@@ -397,10 +416,10 @@ def throughput(args: argparse.Namespace, tmp: Path) -> dict[str, dict[str, list[
                 continue
             cfg = load_config(config)
             label = f"{cfg.env.id}, {cfg.env.num_envs} envs, {steps:,} env steps"
-            for index, (name, extra) in enumerate(throughput_contenders(cfg, args, tmp).items()):
+            for index, (name, contender) in enumerate(throughput_contenders(cfg, args, tmp).items()):
                 run_dir = tmp / f"tput-{config.stem}-{index}"
                 results.setdefault(label, {}).setdefault(name, []).append(
-                    distrl_rate(config, run_dir, steps, extra)
+                    distrl_rate(config, run_dir, steps, contender)
                 )
     return results
 
@@ -429,6 +448,11 @@ def print_throughput(results: dict[str, dict[str, list[Rate]]], args: argparse.N
         for name, runs in contenders.items():
             rates, rate, wall, startup = rate_cells(runs)
             print(f"| {name} | {rates} | {rate:,.0f} | {rate / plain:.2f}x | {wall:.1f} | {startup:.1f} |")
+        if TORCHRUN_2 in contenders and RAY_2 in contenders:
+            torchrun = median_of(contenders[TORCHRUN_2], lambda r: r.steady_sps)
+            ray = median_of(contenders[RAY_2], lambda r: r.steady_sps)
+            ratio = ray / torchrun
+            print(f"\n- Ray mode's 2 learners / torchrun's 2 ranks, median env steps/s: **{ratio:.2f}x**")
 
 
 def rate_cells(runs: list[Rate]) -> tuple[str, float, float, float]:
@@ -478,8 +502,8 @@ def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
 
     for _ in range(args.repeats):
         for n, (distrl_row, rllib_row) in rows.items():
-            extra = ray_args(n, args.cpus_per_env, tmp)
-            rate = distrl_rate(CARTPOLE, tmp / f"rllib-vs-{n}", args.cartpole_steps, extra)
+            contender = Contender(ray_args(n, args.cpus_per_env, tmp))
+            rate = distrl_rate(CARTPOLE, tmp / f"rllib-vs-{n}", args.cartpole_steps, contender)
             results.rates.setdefault(distrl_row, []).append(rate)
             rllib(
                 lambda py, n=n: rllib_rate(py, n, args.cpus_per_env, args.cartpole_steps, tmp),
@@ -571,6 +595,12 @@ def main() -> None:
         "--rllib-runners", type=int, nargs="+", default=[2], help="rllib: num_env_runners = workers.env"
     )
     parser.add_argument("--cpus-per-env", type=float, default=0.25, help="workers.cpus_per_env, RLlib's too")
+    parser.add_argument(
+        "--no-two-learners",
+        dest="two_learners",
+        action="store_false",
+        help="throughput: leave out torchrun's 2 ranks against Ray mode's 2 learners",
+    )
     parser.add_argument("--cartpole-steps", type=int, default=100_000, help="CartPole throughput budget")
     parser.add_argument(
         "--halfcheetah-steps", type=int, default=40_960, help="HalfCheetah throughput budget (0: skip)"

@@ -355,7 +355,13 @@ def _local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterato
     sockets). While it runs, ``<run_dir>/ray.json`` says where it listens and where its token is
     (``distrl status --run-dir``). Yields the ``ray`` module."""
     temp_dir = Path(cluster.ray_temp_dir).resolve() if cluster.ray_temp_dir else run_dir / "ray"
-    temp_dir.mkdir(parents=True, exist_ok=True)
+    for directory in (run_dir, temp_dir):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(
+                f"cannot write {directory} for the local Ray instance: {exc.strerror or exc}"
+            ) from None
     token = _token_auth(temp_dir)
     ray = _import_ray()  # after the auth variables: Ray reads them when it is imported
     # The local Ray's processes inherit the driver's environment: setting it here spares every
@@ -375,6 +381,7 @@ def _local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterato
             _temp_dir=str(short),
             log_to_driver=True,
         )
+        cleanup.callback(ray.shutdown)  # first of all, when the job ends (a second call does nothing)
         where = run_dir / RAY_JSON
         where.write_text(
             json.dumps(
