@@ -34,9 +34,14 @@ contender once per repeat (or seed) in turn, medians reported (the machine is no
           all 10 episodes batched per step as distrl's check does. Wall: the whole process (imports,
           Ray start, building the workers included); training loop: from the start of the first
           update to the end of the last (earlier checks included, the final one not).
+    With ``--running-cluster`` every run of both joins a Ray head (token authentication on, the
+    machine's CPUs) that was started from its own venv before the run and is stopped after it,
+    as on a cluster brought up with ``ray start``: Ray's own start and stop are then in neither
+    wall time.
 
 Usage: python benchmarks/ray_bench.py [--only throughput rllib] [--repeats 3] [--seeds 1 2 3]
        [--env-workers 1 2 4] [--no-two-learners] [--rllib-runners 2] [--cpus-per-env 0.25]
+       [--running-cluster]
        [--cartpole-steps 100000] [--halfcheetah-steps 40960] [--solve-budget 200000]
 RLlib is installed into benchmarks/.rllib-venv on first use (torch==2.13.0 first, the CPU wheel on
 local disk, then ``ray[rllib]==2.60.0``, which pins its own gymnasium).
@@ -84,18 +89,30 @@ Where RLlib's run differs from distrl's (what RLlib's config cannot express):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import secrets
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from cartpole_bench import CONFIG as CARTPOLE
-from cartpole_bench import REPO, CommandFailed, distrl_cmd, ensure_venv, metrics_rows, run_timed
+from cartpole_bench import (
+    REPO,
+    CommandFailed,
+    distrl_cmd,
+    ensure_venv,
+    env_without_launcher,
+    metrics_rows,
+    run_timed,
+)
 
 from distrl.config import RunConfig, load_config
 from distrl.runners.loop import STOP_CHECK_SEED_OFFSET
@@ -132,10 +149,13 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LI
 torch.set_num_threads(1)
 # The Algorithm (a Tune Trainable) makes a log dir in ~/ray_results otherwise.
 trainable.DEFAULT_STORAGE_PATH = spec["work_dir"]
-ray.init(
-    num_cpus=spec["num_cpus"], include_dashboard=False, _temp_dir=spec["ray_temp_dir"],
-    log_to_driver=False,
-)
+if spec["address"]:  # a running cluster, started from RLlib's venv
+    ray.init(address=spec["address"], log_to_driver=False)
+else:
+    ray.init(
+        num_cpus=spec["num_cpus"], include_dashboard=False, _temp_dir=spec["ray_temp_dir"],
+        log_to_driver=False,
+    )
 budget = spec["budget"]
 lr = [[0, spec["lr"]], [budget, 0.0]] if spec["anneal_lr"] else spec["lr"]
 config = (
@@ -260,15 +280,19 @@ def ensure_rllib() -> Path:
 
 
 # ------------------------------------------------------------------------------------ distrl runs
-def ray_args(env_workers: int, cpus_per_env: float, tmp: Path, learners: int = 1) -> list[str]:
+def ray_args(
+    env_workers: int, cpus_per_env: float, tmp: Path, learners: int = 1, address: str | None = None
+) -> list[str]:
     """``--launcher ray`` with ``learners`` learners (1 CPU each) and ``env_workers`` env workers;
-    a local Ray instance per run, its sessions under ``tmp`` (removed with it)."""
+    a local Ray instance per run, its sessions under ``tmp`` (removed with it), or the running
+    cluster at ``address``."""
+    cluster = [f"cluster.ray_temp_dir={tmp / 'ray'}"] if address is None else ["--ray-address", address]
     return [
         "--launcher", "ray",
         f"workers.policy={learners}", "workers.cpus_per_policy=1",
         f"workers.env={env_workers}", f"workers.cpus_per_env={cpus_per_env:g}",
         "cluster.num_nodes=1", f"cluster.cpus_per_node={learners + env_workers * cpus_per_env:g}",
-        f"cluster.ray_temp_dir={tmp / 'ray'}",
+        *cluster,
     ]  # fmt: skip
 
 
@@ -318,8 +342,11 @@ def distrl_solve(run_dir: Path, seed: int, budget: int, extra: list[str]) -> Sol
 
 
 # ------------------------------------------------------------------------------------- RLlib runs
-def rllib_spec(runners: int, cpus_per_env: float, seed: int, budget: int, solve: bool, tmp: Path) -> dict:
-    """The driver's settings, taken from configs/cartpole_ppo.yaml."""
+def rllib_spec(
+    runners: int, cpus_per_env: float, seed: int, budget: int, solve: bool, tmp: Path, address: str | None
+) -> dict:
+    """The driver's settings, taken from configs/cartpole_ppo.yaml; ``address``: a running Ray
+    cluster to join (None: start one)."""
     cfg = load_config(CARTPOLE)
     envs, algo = cfg.env.num_envs, cfg.algo
     if envs is None or algo.minibatch_size is None:
@@ -332,6 +359,7 @@ def rllib_spec(runners: int, cpus_per_env: float, seed: int, budget: int, solve:
         "env_id": cfg.env.id,
         "seed": seed,
         "num_cpus": os.cpu_count(),
+        "address": address,
         "ray_temp_dir": str(tmp / "rllib-ray"),
         "work_dir": str(work_dir),
         "num_env_runners": runners,
@@ -369,16 +397,19 @@ def run_rllib(python: Path, spec: dict, tmp: Path) -> tuple[float, dict]:
     return wall_s, json.loads(line)
 
 
-def rllib_rate(python: Path, runners: int, cpus_per_env: float, steps: int, tmp: Path) -> Rate:
-    wall_s, out = run_rllib(python, rllib_spec(runners, cpus_per_env, 1, steps, False, tmp), tmp)
+def rllib_rate(
+    python: Path, runners: int, cpus_per_env: float, steps: int, tmp: Path, address: str | None
+) -> Rate:
+    wall_s, out = run_rllib(python, rllib_spec(runners, cpus_per_env, 1, steps, False, tmp, address), tmp)
     points = [(step, seconds) for step, seconds in out["points"]]
     return Rate(steady_sps(points), points[-1][1], wall_s)
 
 
 def rllib_solve(
-    python: Path, runners: int, cpus_per_env: float, seed: int, budget: int, tmp: Path
+    python: Path, runners: int, cpus_per_env: float, seed: int, budget: int, tmp: Path, address: str | None
 ) -> SolveRun:
-    wall_s, out = run_rllib(python, rllib_spec(runners, cpus_per_env, seed, budget, True, tmp), tmp)
+    spec = rllib_spec(runners, cpus_per_env, seed, budget, True, tmp, address)
+    wall_s, out = run_rllib(python, spec, tmp)
     last = out["checks"][-1][1] if out["checks"] else None
     # Up to the end of the last update, as distrl's last time_s (the final check not included).
     loop_s = out["points"][-1][1]
@@ -429,7 +460,7 @@ def median_of(runs: list[Rate], key: Callable[[Rate], float]) -> float:
 
 
 def print_throughput(results: dict[str, dict[str, list[Rate]]], args: argparse.Namespace) -> None:
-    print(f"\n## Ray mode throughput, 1 learner, median of {args.repeats} interleaved runs")
+    print(f"\n## Ray mode throughput, median of {args.repeats} interleaved runs")
     print(
         "\nEnv steps/s: the steady state from `metrics.jsonl` (the first fifth of the updates left "
         "out). `/ plain`: against the plain single-process path with the same envs. Start-up + "
@@ -502,25 +533,67 @@ def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
 
     for _ in range(args.repeats):
         for n, (distrl_row, rllib_row) in rows.items():
-            contender = Contender(ray_args(n, args.cpus_per_env, tmp))
-            rate = distrl_rate(CARTPOLE, tmp / f"rllib-vs-{n}", args.cartpole_steps, contender)
+            with cluster_for(sys.executable, args, tmp) as address:
+                contender = Contender(ray_args(n, args.cpus_per_env, tmp, address=address))
+                rate = distrl_rate(CARTPOLE, tmp / f"rllib-vs-{n}", args.cartpole_steps, contender)
             results.rates.setdefault(distrl_row, []).append(rate)
-            rllib(
-                lambda py, n=n: rllib_rate(py, n, args.cpus_per_env, args.cartpole_steps, tmp),
-                results.rates.setdefault(rllib_row, []),
-            )
+            with cluster_for(python, args, tmp) as address:
+                rllib(
+                    lambda py, n=n, a=address: rllib_rate(
+                        py, n, args.cpus_per_env, args.cartpole_steps, tmp, a
+                    ),
+                    results.rates.setdefault(rllib_row, []),
+                )
     for seed in args.seeds:
         for n, (distrl_row, rllib_row) in rows.items():
-            extra = ray_args(n, args.cpus_per_env, tmp)
-            solve = distrl_solve(tmp / f"solve-{n}-{seed}", seed, args.solve_budget, extra)
+            with cluster_for(sys.executable, args, tmp) as address:
+                extra = ray_args(n, args.cpus_per_env, tmp, address=address)
+                solve = distrl_solve(tmp / f"solve-{n}-{seed}", seed, args.solve_budget, extra)
             results.solves.setdefault(distrl_row, []).append(solve)
-            rllib(
-                lambda py, n=n, seed=seed: rllib_solve(
-                    py, n, args.cpus_per_env, seed, args.solve_budget, tmp
-                ),
-                results.solves.setdefault(rllib_row, []),
-            )
+            with cluster_for(python, args, tmp) as address:
+                rllib(
+                    lambda py, n=n, seed=seed, a=address: rllib_solve(
+                        py, n, args.cpus_per_env, seed, args.solve_budget, tmp, a
+                    ),
+                    results.solves.setdefault(rllib_row, []),
+                )
     return results
+
+
+@contextlib.contextmanager
+def cluster_for(python: Path | str | None, args: argparse.Namespace, tmp: Path) -> Iterator[str | None]:
+    """With ``--running-cluster``: a Ray head started from ``python``'s venv (the workers run that
+    venv's Python) before a run and stopped after it, neither timed, its address; otherwise None
+    (the run starts its own Ray)."""
+    if not args.running_cluster or python is None:
+        yield None
+        return
+    token = tmp / "head-token"  # token authentication, as distrl's own local Ray has
+    if not token.exists():
+        token.write_text(secrets.token_hex(32))
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))  # the runs inherit it
+    ray_bin = str(Path(python).with_name("ray"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         f"--num-cpus={os.cpu_count()}", "--num-gpus=0", "--include-dashboard=false",
+         f"--temp-dir={tmp / 'head'}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_without_launcher(),
+    )  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    try:
+        probe = [str(python), "-c", "import ray, sys; ray.init(address=sys.argv[1]); ray.shutdown()", address]
+        deadline = time.monotonic() + 120
+        while subprocess.run(probe, check=False, capture_output=True).returncode:
+            if time.monotonic() > deadline or head.poll() is not None:
+                raise CommandFailed(f"the Ray head from {python} did not come up")
+            time.sleep(1)
+        yield address
+    finally:
+        head.terminate()
+        head.wait(timeout=120)
 
 
 def print_rllib(results: RllibResults, args: argparse.Namespace) -> None:
@@ -595,6 +668,11 @@ def main() -> None:
         "--rllib-runners", type=int, nargs="+", default=[2], help="rllib: num_env_runners = workers.env"
     )
     parser.add_argument("--cpus-per-env", type=float, default=0.25, help="workers.cpus_per_env, RLlib's too")
+    parser.add_argument(
+        "--running-cluster",
+        action="store_true",
+        help="rllib: every run joins a Ray head started before it from its own venv (not timed)",
+    )
     parser.add_argument(
         "--no-two-learners",
         dest="two_learners",

@@ -260,6 +260,10 @@ class RestartableWorkers(ABC):
                 time.sleep(self.backoff_s)
 
 
+RATE_WINDOW_S = 10.0
+"""A worker's work rate (``distrl status``'s "per s") covers about this many recent seconds."""
+
+
 class WorkRate:
     """Work done per second over the last ``RATE_WINDOW_S`` or so: what a worker does now, not
     its average since it started."""
@@ -279,9 +283,6 @@ class WorkRate:
     def per_s(self) -> float:
         since, done_then = self._marks[0]
         return (self.done - done_then) / max(time.monotonic() - since, 1e-6)
-
-
-RATE_WINDOW_S = 10.0
 
 
 class WorkerActor:
