@@ -84,22 +84,27 @@ def launch(
             if overwrite and run_dir.exists():
                 shutil.rmtree(run_dir)
             launcher_flags["--overwrite"] = False
-            ray = local.enter_context(_local_ray(cfg.cluster, run_dir, namespace))
+            ray, started = local.enter_context(_local_ray(cfg.cluster, run_dir, namespace))
         else:
-            ray = _import_ray()
+            ray, started = _import_ray(), None
             _join(ray, address, namespace, log_to_driver=True, runtime_env={"env_vars": _worker_path()})
         learner_argv = [*worker_argv(argv, launcher_flags), "--distributed"]
-        return _run_job(ray, learner_argv, cfg, namespace, run_dir)
+        return _run_job(ray, learner_argv, cfg, namespace, run_dir, started)
 
 
-def _run_job(ray: Any, learner_argv: list[str], cfg: RunConfig, namespace: str, run_dir: Path) -> int:
+def _run_job(
+    ray: Any, learner_argv: list[str], cfg: RunConfig, namespace: str, run_dir: Path, started: str | None
+) -> int:
     """Place the job's virtual cluster, start its workers and run its learners (``distrl train
     learner_argv`` each), launched again from the newest checkpoint when one dies; Ray is shut
-    down at the end, whatever ends it."""
+    down at the end, whatever ends it. ``started``: a line said once the job is placed (a job
+    that does not fit is its one error line alone)."""
     job = f"distrl-{secrets.token_hex(4)}"
     try:
         check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
         cluster = place(ray, cfg.cluster, cfg.workers, job)
+        if started:
+            print(started, file=sys.stderr, flush=True)
         profile = (cfg.log.profile_updates, run_dir / "profile")
         timeout_s = cfg.cluster.placement_timeout_s
         names, actors = _start_worker_groups(ray, cluster, cfg.workers, namespace, job, profile)
@@ -348,12 +353,12 @@ class _ErrorLines(io.TextIOBase):
 
 
 @contextlib.contextmanager
-def _local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterator[Any]:
+def _local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterator[tuple[Any, str]]:
     """A local Ray instance for the job: dashboard and usage statistics off, token authentication
     on, its sessions, logs and token in ``cluster.ray_temp_dir`` or else ``<run_dir>/ray``
     (through a short link in the system's temp dir where that path is too long for Ray's Unix
     sockets). While it runs, ``<run_dir>/ray.json`` says where it listens and where its token is
-    (``distrl status --run-dir``). Yields the ``ray`` module."""
+    (``distrl status --run-dir``). Yields the ``ray`` module and a line saying so."""
     temp_dir = Path(cluster.ray_temp_dir).resolve() if cluster.ray_temp_dir else run_dir / "ray"
     for directory in (run_dir, temp_dir):
         try:
@@ -393,13 +398,13 @@ def _local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterato
             )
         )
         cleanup.callback(where.unlink, missing_ok=True)
-        print(
-            f"distrl: started a local Ray instance (logs in {temp_dir}/session_latest/logs); "
-            f"`distrl status --run-dir {run_dir}` shows the job's workers",
-            file=sys.stderr,
-            flush=True,
+        yield (
+            ray,
+            (
+                f"distrl: started a local Ray instance (logs in {temp_dir}/session_latest/logs); "
+                f"`distrl status --run-dir {run_dir}` shows the job's workers"
+            ),
         )
-        yield ray
 
 
 def local_job_cluster(run_dir: Path) -> tuple[str, str]:
