@@ -92,10 +92,12 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
     env = {k: v for k, v in clean_env().items() if not k.startswith("RAY_")}  # nothing set for Ray
     env["HOME"] = str(tmp_path / "home")
     config, run_dir = REPO / "configs" / "ray_small_cpu.yaml", tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)  # an older run, which --overwrite replaces
+    (run_dir / "checkpoints" / "older").write_text("")
     job = subprocess.Popen(
         [sys.executable, "-m", "distrl", "train", "--config", str(config), "--launcher", "ray",
-         "--run-dir", str(run_dir), "log.progress=false", "train.stop_return=null",
-         "train.total_steps=102400"],
+         "--run-dir", str(run_dir), "--overwrite", "log.progress=false", "train.stop_return=null",
+         "train.total_steps=204800"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -103,6 +105,7 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
         while not (run_dir / "metrics.jsonl").exists() and job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         # While it runs: `distrl status --run-dir` finds the job's own Ray and its workers ...
+        assert job.poll() is None, "the job ended before it could be looked at"
         status = run_python("-m", "distrl", "status", "--run-dir", str(run_dir), "--json", env=env)
         assert status.returncode == 0, status.stderr[-3000:]
         alive = {w["group"] for w in json.loads(status.stdout)["workers"] if w["state"] == "ALIVE"}
@@ -118,13 +121,14 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
     finally:
         _, stderr = job.communicate(timeout=600)
     assert job.returncode == 0, stderr[-3000:]
-    assert final_row(run_dir)["global_step"] == 102400
+    assert final_row(run_dir)["global_step"] == 204800
     # Ray's sessions, logs and token in the run dir (reached through a short link: this path is
     # too long for Ray's sockets), the token owner-only, nothing in the user's home.
     assert list((run_dir / "ray").glob("session_*/logs/raylet.out"))
     assert (run_dir / "ray" / "auth_token").stat().st_mode & 0o777 == 0o600
     assert not (tmp_path / "home").exists()
     assert not (run_dir / "ray.json").exists()  # gone with the Ray instance
+    assert not (run_dir / "checkpoints" / "older").exists()
     assert "distrl status --run-dir" in stderr
 
 
@@ -254,3 +258,16 @@ def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_pa
     digests = param_digests(tmp_path)
     assert len(digests) == 2 and digests[0] == digests[1]
     assert final_row(tmp_path)["env_worker_failures"] == 0  # the env workers collected
+
+
+def test_status_of_a_run_dir_whose_driver_was_killed_is_one_line(tmp_path: Path) -> None:
+    from distrl.launch.ray_launch import RAY_JSON, local_job_cluster
+
+    # What a driver killed by SIGKILL leaves behind: its ray.json, nothing listening there.
+    left = {"address": "127.0.0.1:9", "token_path": str(tmp_path / "token"), "namespace": "distrl"}
+    (tmp_path / RAY_JSON).write_text(json.dumps(left))
+    with pytest.raises(UserError, match=r"the job's local Ray instance at 127.0.0.1:9 has ended"):
+        local_job_cluster(tmp_path)
+    (tmp_path / RAY_JSON).write_text("{}")
+    with pytest.raises(UserError, match="no job there runs its own local Ray instance"):
+        local_job_cluster(tmp_path)

@@ -162,12 +162,14 @@ class RayEvalWorkers:
                 flush=True,
             )
             return
-        if self.queued is not None:  # a newer snapshot waiting supersedes the retry
-            newer = self.queued.global_step
-            then = f"the evaluation of step {evaluation.global_step} gives way to step {newer}'s"
+        queued = self.queued
+        if queued is not None and queued.global_step >= evaluation.global_step:  # newer weights wait
+            then = f"the evaluation of step {evaluation.global_step} gives way to step {queued.global_step}'s"
         else:
             delay = retry_delay(self.backoff_s, evaluation.failures)
             then = f"retrying the evaluation of step {evaluation.global_step} in {delay:g} s"
+            if queued is not None:
+                then += f" (step {queued.global_step}'s, older, gives way)"
             evaluation.not_before = time.monotonic() + delay
             self.queued = evaluation
         report_failure("eval", index, cause, evaluation.failures, self.max_restarts, then)

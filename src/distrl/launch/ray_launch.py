@@ -79,32 +79,40 @@ def launch(
     check_workers(cfg)
     launcher_flags = dict(RAY_FLAGS)
     with contextlib.ExitStack() as local:
+        clear_run_dir = False
         if address is None:
-            # The driver overwrites, before the local Ray's temp dir goes in; the learners must not.
-            if overwrite and run_dir.exists():
-                shutil.rmtree(run_dir)
-            launcher_flags["--overwrite"] = False
+            # The driver overwrites, sparing the local Ray's files in the run dir; the learners must not.
+            clear_run_dir, launcher_flags["--overwrite"] = overwrite, False
             ray, started = local.enter_context(_local_ray(cfg.cluster, run_dir, namespace))
         else:
             ray, started = _import_ray(), None
             _join(ray, address, namespace, log_to_driver=True, runtime_env={"env_vars": _worker_path()})
         learner_argv = [*worker_argv(argv, launcher_flags), "--distributed"]
-        return _run_job(ray, learner_argv, cfg, namespace, run_dir, started)
+        return _run_job(ray, learner_argv, cfg, namespace, run_dir, started, clear_run_dir)
 
 
 def _run_job(
-    ray: Any, learner_argv: list[str], cfg: RunConfig, namespace: str, run_dir: Path, started: str | None
+    ray: Any,
+    learner_argv: list[str],
+    cfg: RunConfig,
+    namespace: str,
+    run_dir: Path,
+    started: str | None,
+    clear_run_dir: bool,
 ) -> int:
     """Place the job's virtual cluster, start its workers and run its learners (``distrl train
     learner_argv`` each), launched again from the newest checkpoint when one dies; Ray is shut
-    down at the end, whatever ends it. ``started``: a line said once the job is placed (a job
-    that does not fit is its one error line alone)."""
+    down at the end, whatever ends it. Once the job is placed (a job that does not fit is its
+    one error line alone, and loses nothing), ``started`` is said and, with ``clear_run_dir``,
+    the run dir's old run removed."""
     job = f"distrl-{secrets.token_hex(4)}"
     try:
         check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
         cluster = place(ray, cfg.cluster, cfg.workers, job)
         if started:
             print(started, file=sys.stderr, flush=True)
+        if clear_run_dir:
+            _clear_run_dir(run_dir)
         profile = (cfg.log.profile_updates, run_dir / "profile")
         timeout_s = cfg.cluster.placement_timeout_s
         names, actors = _start_worker_groups(ray, cluster, cfg.workers, namespace, job, profile)
@@ -181,7 +189,9 @@ class _LearnerGroup:
         processes = [actor_process(learner) for learner in learners]  # ready: each has one
         # Learners all on one node listen on the loopback interface only.
         one_node = len(set(node_ids)) == 1
-        master_addr, master_port = ray.get(learners[0].free_address.remote(one_node))
+        master_addr, master_port = _ready(
+            ray, learners[0].free_address.remote(one_node), self.placement_timeout_s
+        )
         # Learners on one Ray node are one torchrun node: under data.layout=split they divide its part.
         node_ranks = {node: index for index, node in enumerate(dict.fromkeys(node_ids))}
         # A restarted group must never wipe the checkpoints it resumes from.
@@ -407,20 +417,37 @@ def _local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterato
         )
 
 
+def _clear_run_dir(run_dir: Path) -> None:
+    """``--overwrite`` under a local Ray: everything in the run dir but that Ray's own files."""
+    for entry in run_dir.iterdir():
+        if entry.name in ("ray", RAY_JSON):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError as exc:
+            raise UserError(f"--overwrite: cannot remove {entry}: {exc.strerror or exc}") from None
+
+
 def local_job_cluster(run_dir: Path) -> tuple[str, str]:
     """The address and namespace of the local Ray instance a job in ``run_dir`` started, with its
     token set for Ray to read (``distrl status --run-dir``)."""
     where = run_dir / RAY_JSON
     try:
         cluster = json.loads(where.read_text())
-    except (OSError, ValueError):
+        address, token, namespace = cluster["address"], cluster["token_path"], cluster["namespace"]
+    except (OSError, ValueError, KeyError, TypeError):
         raise UserError(
             f"--run-dir {run_dir}: no job there runs its own local Ray instance ({RAY_JSON} is in the "
             "run dir while `distrl train --launcher ray` without --ray-address runs)"
         ) from None
+    if (why := _unreachable(address)) is not None:  # the driver was killed and left the file
+        raise UserError(f"--run-dir {run_dir}: the job's local Ray instance at {address} has ended ({why})")
     os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN_PATH"] = cluster["token_path"]
-    return cluster["address"], cluster["namespace"]
+    os.environ["RAY_AUTH_TOKEN_PATH"] = token
+    return address, namespace
 
 
 def _token_auth(temp_dir: Path) -> Path:

@@ -94,10 +94,14 @@ class ActorProcess:
 
 
 def actor_process(handle: Any) -> ActorProcess | None:
-    """The process ``handle``'s actor runs in now (Ray's actor table); None while it has none."""
+    """The process ``handle``'s actor runs in now (Ray's actor table); None while it has none, or
+    when the table cannot be read (a cause is a nicety: it never fails a call)."""
     import ray
 
-    info = ray._private.state.actors(actor_id=handle._actor_id.hex())
+    try:
+        info = ray._private.state.actors(actor_id=handle._actor_id.hex())
+    except Exception:  # whatever Ray's private API raises
+        return None
     if info.get("State") != "ALIVE" or not info.get("Pid"):
         return None
     return ActorProcess(int(info["Pid"]), info["Address"]["NodeID"])
@@ -127,7 +131,14 @@ def failure_cause(exc: Exception, process: ActorProcess | None = None, wait_s: f
 
 def why_it_ended(process: ActorProcess, wait_s: float = 0.0) -> str | None:
     """Why Ray's node and worker tables say ``process`` ended; None while they show it alive (or
-    not at all) after ``wait_s`` seconds."""
+    not at all) after ``wait_s`` seconds, or when they cannot be read."""
+    try:
+        return _read_why_it_ended(process, wait_s)
+    except Exception:  # Ray's private tables: a cause is a nicety, never a new failure
+        return None
+
+
+def _read_why_it_ended(process: ActorProcess, wait_s: float) -> str | None:
     import ray
     from ray.core.generated import common_pb2, gcs_pb2
 
@@ -253,6 +264,8 @@ class RestartableWorkers(ABC):
         while True:
             try:
                 self.set_up(index, self.rebuilds)
+                if process := actor_process(self.handles[index]):  # a failure in a row has its cause too
+                    self.processes[index] = process
                 return
             except RayActorError:
                 if time.monotonic() > deadline:
@@ -315,8 +328,9 @@ class WorkerActor:
         """``usage_report`` of this worker, its CPU share since ``reader``'s last call."""
         from distrl.usage import ProcessUsage
 
-        meter = self.meters.setdefault(reader, ProcessUsage())
-        return usage_report(meter.read(), self.work, self.work_unit)
+        if reader not in self.meters:
+            self.meters[reader] = ProcessUsage()
+        return usage_report(self.meters[reader].read(), self.work, self.work_unit)
 
 
 def usage_report(usage: dict[str, float], work: WorkRate, work_unit: str) -> dict[str, Any]:
