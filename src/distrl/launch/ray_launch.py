@@ -82,7 +82,8 @@ def launch(
         clear_run_dir = False
         if address is None:
             # The driver overwrites, sparing the local Ray's files in the run dir; the learners must not.
-            clear_run_dir, launcher_flags["--overwrite"] = overwrite, False
+            clear_run_dir = overwrite
+            launcher_flags["--overwrite"] = False
             ray, started = local.enter_context(_local_ray(cfg.cluster, run_dir, namespace))
         else:
             ray, started = _import_ray(), None
@@ -445,8 +446,7 @@ def local_job_cluster(run_dir: Path) -> tuple[str, str]:
         ) from None
     if (why := _unreachable(address)) is not None:  # the driver was killed and left the file
         raise UserError(f"--run-dir {run_dir}: the job's local Ray instance at {address} has ended ({why})")
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN_PATH"] = token
+    _use_token(Path(token))
     return address, namespace
 
 
@@ -458,9 +458,15 @@ def _token_auth(temp_dir: Path) -> Path:
     if not token.exists():
         token.touch(mode=0o600)
         token.write_text(secrets.token_hex(32))
+    _use_token(token)
+    return token
+
+
+def _use_token(token: Path) -> None:
+    """Token authentication with ``token``, in the environment: Ray reads it when imported, and
+    the processes it starts inherit it."""
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-    return token
 
 
 def _join(ray: Any, address: str, namespace: str, **options: Any) -> None:
