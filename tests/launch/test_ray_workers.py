@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from tests.helpers import run_python
+from tests.helpers import clean_env, run_python
 
 pytest.importorskip("ray", reason="the ray extra is installed by make test")
 
@@ -34,7 +34,7 @@ threshold = (used + 3 * 2**30) / total
 cluster = Cluster(
     initialize_head=True,
     head_node_args={
-        "num_cpus": 2, "include_dashboard": False, "temp_dir": sys.argv[1],
+        "num_cpus": 2, "include_dashboard": False, "temp_dir": os.path.join(sys.argv[1], "ray"),
         "_system_config": {"memory_usage_threshold": threshold, "memory_monitor_refresh_ms": 100},
     },
 )
@@ -90,7 +90,10 @@ cluster.shutdown()
 
 def test_every_way_a_worker_ends_is_named_from_rays_tables() -> None:
     with tempfile.TemporaryDirectory(prefix="distrl-ray-causes-") as temp:  # short: Ray's sockets
-        result = run_python("-c", _CAUSES, temp, timeout=300)
+        # Ray's Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster whatever
+        # temp_dir it is given (/tmp/ray by default, which a fresh machine lacks): the head's
+        # temp dir is that directory, so it exists.
+        result = run_python("-c", _CAUSES, temp, timeout=300, env={**clean_env(), "RAY_TMPDIR": temp})
     assert result.returncode == 0, result.stderr[-3000:]
     causes = json.loads(result.stdout.strip().splitlines()[-1])
     if "skip" in causes:
