@@ -59,7 +59,8 @@ from cartpole_bench import distrl_cmd, metrics_rows, timed
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from rsl_rl_bench import cpu_model, table
 
-from distrl.config import EnvConfig, load_config
+from distrl.config.run import load_config
+from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.envs.torch_envs import TorchCartPole
 from distrl.timing import PHASES

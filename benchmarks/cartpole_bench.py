@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distrl.config import load_config
+from distrl.config.run import load_config
 from distrl.io.metrics import METRICS_FILE
 from distrl.runners.loop import STOP_CHECK_SEED_OFFSET
 

@@ -25,8 +25,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from distrl.algos.ppo import PPO
+from distrl.algos.ppo_config import PPOConfig
 from distrl.comm import TorchGroupComm
-from distrl.config import ModelConfig, PPOConfig
+from distrl.config.sections import ModelConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.socket_sum import SocketSum
 from distrl.storage.rollout import RolloutBatch

@@ -33,7 +33,8 @@ import torch
 import torch.distributed as dist
 
 from distrl.algos.ppo import PPO
-from distrl.config import ModelConfig, PPOConfig
+from distrl.algos.ppo_config import PPOConfig
+from distrl.config.sections import ModelConfig
 from distrl.launch.process_group import AUTO_SPIN_S
 from distrl.models.actor_critic import ActorCritic
 from distrl.socket_sum import SocketSum

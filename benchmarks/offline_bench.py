@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from distrl.config import RunConfig, load_config
+from distrl.config.run import RunConfig, load_config
 from distrl.data.schema import SCHEMA
 from distrl.io.metrics import METRICS_FILE
 

@@ -114,7 +114,7 @@ from cartpole_bench import (
     run_timed,
 )
 
-from distrl.config import RunConfig, load_config
+from distrl.config.run import RunConfig, load_config
 from distrl.runners.loop import STOP_CHECK_SEED_OFFSET
 
 HALFCHEETAH = REPO / "configs" / "halfcheetah_ppo.yaml"

@@ -31,7 +31,7 @@ Measured side by side in one run, ``--repeats`` times interleaved, medians repor
    seeds apart from ``eval.seed``'s, confirmed on more episodes when it reaches the target. rsl_rl
    gets the same rule from outside: ``runner.learn(num_learning_iterations=k)`` in chunks, and
    between chunks ``runner.get_inference_policy()`` is evaluated by distrl's own evaluation function
-   (``distrl.evaluate.evaluate``: a separate IsaacStyleCartPole instance per batch of episodes, the
+   (``distrl.eval.episodes.evaluate``: a separate IsaacStyleCartPole instance per batch of episodes, the
    same episode counts and seeds), so the two trainers are judged on the very same episodes. Time
    of the whole process from start (imports included) to a saved policy; then both saved policies
    get the same final evaluation (``eval.episodes`` = 10 deterministic episodes from ``eval.seed``),
@@ -77,7 +77,7 @@ import torch
 from cartpole_bench import CommandFailed, distrl_cmd, distrl_eval, ensure_venv, metrics_rows, run_timed
 
 from distrl.algos.ppo import minibatches_per_epoch
-from distrl.config import RunConfig, load_config
+from distrl.config.run import RunConfig, load_config
 
 if TYPE_CHECKING:  # only the rsl_rl venv has tensordict
     from tensordict import TensorDict
@@ -267,7 +267,7 @@ def rsl_rl_worker(spec: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))  # examples.isaac_style_cartpole
     from rsl_rl.runners import OnPolicyRunner
 
-    from distrl.evaluate import evaluate
+    from distrl.eval.episodes import evaluate
     from distrl.runners.loop import STOP_CHECK_SEED_OFFSET  # the stop check's seeds, exactly
     from examples.isaac_style_cartpole import IsaacStyleCartPole
 

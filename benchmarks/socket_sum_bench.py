@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from distrl import socket_sum
 from distrl.algos.ppo import PPO, PPOConfig
-from distrl.config import ModelConfig
+from distrl.config.sections import ModelConfig
 from distrl.models.actor_critic import ActorCritic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

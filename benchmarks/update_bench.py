@@ -36,7 +36,7 @@ def time_updates(compiled: bool, updates: int) -> dict[str, float]:
     import torch
 
     from distrl.algos.ppo import PPO
-    from distrl.config import load_config
+    from distrl.config.run import load_config
     from distrl.models.actor_critic import ActorCritic
     from distrl.storage.rollout import RolloutBatch
 

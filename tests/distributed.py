@@ -46,7 +46,7 @@ def _rank_main(
 ) -> None:
     import torch
 
-    from distrl.config import CommConfig
+    from distrl.config.sections import CommConfig
 
     torch.set_num_threads(1)
     topology = Topology(

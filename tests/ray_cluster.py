@@ -87,7 +87,7 @@ address, metrics, group, rows, namespace = sys.argv[1:]
 metrics, rows = pathlib.Path(metrics), int(rows)
 ray.init(address=address, log_to_driver=False)
 # A handle's class loads its module, and torch with it: seconds, which the run may not last.
-import distrl.launch.ray_data_workers, distrl.launch.ray_env_workers, distrl.launch.ray_eval_workers  # noqa
+import distrl.ray.data_workers, distrl.ray.env_workers, distrl.ray.eval_workers  # noqa
 print("connected", flush=True)
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:

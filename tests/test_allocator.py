@@ -15,7 +15,7 @@ import json, resource, sys, torch, gymnasium as gym
 from distrl.allocator import keep_freed_memory
 from distrl.algos.ppo import PPO
 from distrl.algos.ppo_config import PPOConfig
-from distrl.config import ModelConfig
+from distrl.config.sections import ModelConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
 if sys.argv[1] == "keep":

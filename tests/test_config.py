@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from distrl.config import load_config
+from distrl.config.run import load_config
 from distrl.errors import UserError
 
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))

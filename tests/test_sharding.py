@@ -2,7 +2,7 @@
 
 import pytest
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.errors import UserError
 from distrl.sharding import even_split, shard_envs
 

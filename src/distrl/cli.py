@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import re
-import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from distrl.errors import CollectiveMismatch, PeerFailure, UserError
+from distrl.launch.run_dir import RunDir
 
 
 @dataclass(frozen=True)
@@ -118,18 +118,25 @@ def check_resume_flags(args: argparse.Namespace) -> None:
 
 
 def command_launch_ray(args: argparse.Namespace) -> int:
-    from distrl.config import load_config
-    from distrl.launch.file_rendezvous import worker_argv
-    from distrl.launch.ray_launch import launch
+    from distrl.ray.driver import launch
 
-    check_resume_flags(args)
-    cfg = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
+    cfg = _train_config(args)
     # The driver and every learner agree on one absolute run dir, wherever Ray starts them.
     run_dir = (args.run_dir or default_run_dir(args, cfg.env.id)).resolve()
-    argv = [*worker_argv(args.argv, {"--run-dir": True}), "--run-dir", str(run_dir)]
     # Ray's own convention: a cluster named by RAY_ADDRESS is the one to join.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
-    return launch(argv, cfg, address, args.namespace, run_dir, args.overwrite)
+    return launch(cfg, address, args.namespace, RunDir(run_dir, args.resume, args.overwrite))
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    """The validated config the train command's arguments give."""
+    from distrl.config.run import load_config
+
+    check_resume_flags(args)
+    for arg in args.overrides:
+        if "=" not in arg:
+            raise UserError(f"unexpected argument {arg!r}: overrides look like dotted.key=value")
+    return load_config(args.config, [*args.overrides, *_flag_overrides(args)])
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,7 +149,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_status(args: argparse.Namespace) -> int:
-    from distrl.launch.ray_launch import local_job_cluster, status
+    from distrl.ray.driver import local_job_cluster, status
 
     if args.run_dir is None:
         return status(args.ray_address or "auto", args.namespace, args.json)
@@ -162,130 +169,23 @@ def command_launch_node(args: argparse.Namespace) -> int:
 
 
 def command_train_process(args: argparse.Namespace) -> int:
-    import torch
-
-    from distrl.allocator import keep_freed_memory
-    from distrl.config import load_config
-    from distrl.envs import check_env
-    from distrl.io import checkpoint as ckpt
-    from distrl.io.run_dir import prepare_run_dir
-    from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
-    from distrl.launch.process_group import connect, resolve_device
-    from distrl.launch.ray_workers import from_launcher as workers_from_launcher
+    from distrl.entry import dry_run, train_process
     from distrl.launch.topology import discover_topology
-    from distrl.runners import build_training
-    from distrl.runners.loop import Preempted
 
-    check_resume_flags(args)
-    for arg in args.overrides:
-        if "=" not in arg:
-            raise UserError(f"unexpected argument {arg!r}: overrides look like dotted.key=value")
-    cfg = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
+    cfg = _train_config(args)
     topology = discover_topology(require_launcher=args.distributed)
-    device = resolve_device(cfg.train.device, topology)
-    torch.set_num_threads(cfg.train.torch_threads)
-    keep_freed_memory()
-    # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
-    torch.set_flush_denormal(True)
     if args.dry_run:
-        return _dry_run(cfg, topology, device)
-    run_dir = args.run_dir or default_run_dir(args, cfg.env.id)
-    # A job restarted by torchrun --max-restarts or a SLURM requeue resumes by itself.
-    resume = args.resume or topology.restart_count > 0
-
-    if cfg.ml_framework == "jax":
-        from distrl.launch.jax_group import connect_jax
-
-        # Before the env check: building a gymnax or Brax env starts JAX; jax.distributed comes first.
-        comm = connect_jax(topology, cfg.comm.timeout_s)
-        check_env(cfg.env)
-    else:
-        check_env(cfg.env)
-        comm = connect(topology, device, cfg.comm)
-    try:
-        payload = comm.run_on_main(
-            lambda: prepare_run_dir(run_dir, cfg, resume, must_resume=args.resume, overwrite=args.overwrite)
-        )
-        checkpoint = ckpt.unpack(payload) if payload else None
-        loop = build_training(
-            cfg,
-            comm,
-            device,
-            run_dir,
-            checkpoint,
-            topology.node_rank,
-            workers_from_launcher(),
-            topology.restart_count,
-        )
-        try:
-            row = loop.run()
-        except Preempted as exc:
-            comm.barrier()  # every rank raised at the same agreed step
-            if comm.is_main:
-                print(f"distrl: {exc} in {run_dir}", file=sys.stderr)
-                requeued = requeue_slurm_job()
-                if requeued:
-                    print(f"distrl: {requeued}", file=sys.stderr)
-            return PREEMPTED_EXIT_CODE
-        # Leave together: a rank tearing gloo down while rank 0 still writes the final
-        # checkpoint was seen to abort at exit (SIGABRT) and fail the whole launch.
-        comm.barrier()
-    finally:
-        comm.close()
-    if comm.is_main:
-        ret = row.get("episode_return_mean", float("nan"))
-        print(
-            f"distrl: trained {row.get('global_step', 0)} env steps on {comm.world_size} rank(s) "
-            f"in {row.get('time_s', 0.0):.1f}s, recent episode return {ret:.1f}; run dir {run_dir}"
-        )
-    return 0
-
-
-def _dry_run(cfg: Any, topology: Any, device: Any) -> int:
-    """Rendezvous for real (so addresses and ports are checked), then rank 0 prints what every
-    rank sees; no env, model or run dir is created."""
-    from distrl.launch.process_group import connect
-    from distrl.seeding import env_seeds
-    from distrl.sharding import shard_envs
-
-    comm = connect(topology, device, cfg.comm)
-    try:
-        mine = {
-            "rank": comm.rank,
-            "local_rank": topology.local_rank,
-            "node_rank": topology.node_rank,
-            "world_size": comm.world_size,
-            "launcher": topology.launcher,
-            "device": str(device),
-            "backend": "nccl" if device.type == "cuda" else ("gloo" if comm.world_size > 1 else "none"),
-            "master": f"{topology.master_addr}:{topology.master_port}",
-            "interface": os.environ.get("GLOO_SOCKET_IFNAME", "-"),
-            "host": socket.gethostname(),
-            "env_seeds": env_seeds(cfg.train.seed, shard_envs(cfg.env, comm.rank, comm.world_size)),
-        }
-        ranks = [json.loads(b) for b in comm.all_gather_bytes(json.dumps(mine).encode())]
-        comm.barrier()
-    finally:
-        comm.close()
-    if not comm.is_main:
-        return 0
-    for row in ranks:
-        seeds = row["env_seeds"]
-        print(
-            f"rank {row['rank']}/{row['world_size']} local {row['local_rank']} node {row['node_rank']} "
-            f"host {row['host']} device {row['device']} backend {row['backend']} master {row['master']} "
-            f"interface {row['interface']} "
-            f"launcher {row['launcher']} envs {len(seeds)} seeds {seeds[0]}..{seeds[-1]}"
-        )
-    print(f"distrl: dry run ok: {len(ranks)} rank(s) joined")
-    return 0
+        return dry_run(cfg, topology)
+    run_dir = RunDir(args.run_dir or default_run_dir(args, cfg.env.id), args.resume, args.overwrite)
+    return train_process(cfg, topology, run_dir)
 
 
 def command_eval(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from distrl.evaluate import evaluate, load_policy
+    from distrl.eval.episodes import evaluate
+    from distrl.eval.policy import load_policy
     from distrl.models.parametric_q_network import ParametricGreedyPolicy
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
@@ -334,7 +234,7 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_collect(args: argparse.Namespace) -> int:
-    from distrl.config import EnvConfig
+    from distrl.config.sections import EnvConfig
     from distrl.data.collect import collect_dataset
     from distrl.envs import check_env
 
@@ -359,7 +259,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_export(args: argparse.Namespace) -> int:
-    from distrl.evaluate import load_policy
+    from distrl.eval.policy import load_policy
     from distrl.io.export import export_policy
 
     loaded = load_policy(args.checkpoint)
@@ -390,8 +290,8 @@ def add_evaluate_offline_arguments(parser: argparse.ArgumentParser) -> None:
 def command_evaluate_offline(args: argparse.Namespace) -> int:
     import torch
 
-    from distrl.ope.dqn import evaluate_checkpoint_offline, print_report, report_json
     from distrl.ope.estimators import Bootstrap
+    from distrl.ope.report import evaluate_checkpoint_offline, print_report, report_json
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
     if args.bootstrap < 1:
@@ -475,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return command.run(args)
     except UserError as exc:
-        print(f"distrl: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # several problems: a line each
+            print(f"distrl: error: {line}", file=sys.stderr)
         return 2
     except (PeerFailure, CollectiveMismatch) as exc:
         print(f"distrl: error: {exc}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.errors import UserError
 
 

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from distrl.algos.ppo_jax import Rollout
-from distrl.config import load_config
+from distrl.config.run import load_config
 from distrl.io import checkpoint as ckpt
 from distrl.launch.jax_group import connect_jax
 from distrl.launch.topology import discover_topology

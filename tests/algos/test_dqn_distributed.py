@@ -12,7 +12,7 @@ import torch
 
 from distrl.algos.dqn import DQN, DQNConfig
 from distrl.comm import TorchComm
-from distrl.config import ModelConfig
+from distrl.config.sections import ModelConfig
 from distrl.models.q_network import QNetwork
 from distrl.storage.replay import TransitionBatch
 from tests.distributed import run_ranks

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from distrl.algos.ppo import PPO
+from distrl.algos.ppo_config import PPOConfig
 from distrl.comm import TorchComm
-from distrl.config import ModelConfig, PPOConfig
+from distrl.config.sections import ModelConfig
 from distrl.models.actor_critic import ActorCritic
 from distrl.runners.on_policy import advantage_sums, normalize_advantages
 from distrl.storage.rollout import RolloutBatch

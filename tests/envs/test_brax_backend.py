@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from tests.helpers import distrl

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs.envpool_backend import EnvPoolVecEnv, make_envpool_vec_env
 from distrl.envs.torch_envs import TorchAcrobot, TorchCartPole, TorchPendulum, TorchVecEnv
 from distrl.errors import UserError

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs import StepResult, check_env, make_vec_env
 from distrl.errors import UserError
 from tests.helpers import CARTPOLE as CARTPOLE_PPO

@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.envs.rsl_rl_style import RslRlStyleVecEnv
 from distrl.errors import UserError

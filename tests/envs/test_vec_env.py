@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.seeding import env_seeds

@@ -9,7 +9,7 @@ import onnxruntime
 import pytest
 import torch
 
-from distrl.evaluate import load_policy
+from distrl.eval.policy import load_policy
 from tests.helpers import CARTPOLE, CARTPOLE_DQN, REPO, distrl
 
 PENDULUM = REPO / "configs" / "pendulum_ppo.yaml"

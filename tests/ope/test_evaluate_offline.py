@@ -16,12 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from distrl.cli import main
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.data.collect import collect_dataset
 from distrl.data.logged import LoggedDataset
 from distrl.errors import UserError
-from distrl.ope.dqn import evaluate_checkpoint_offline, print_report, read_logged_steps
+from distrl.ope.dqn import read_logged_steps
 from distrl.ope.estimators import ESTIMATORS, Bootstrap
+from distrl.ope.report import evaluate_checkpoint_offline, print_report
 from tests.helpers import CARTPOLE, OFFLINE, collect, distrl
 from tests.test_cli import assert_user_error
 

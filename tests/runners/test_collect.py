@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from distrl.comm import TorchComm
-from distrl.config import load_config
-from distrl.runners import build_training
+from distrl.config.run import load_config
+from distrl.entry import build_training
 from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.on_policy import OnPolicyRunner, advantage_sums, normalize_advantages
 from tests.helpers import REPO

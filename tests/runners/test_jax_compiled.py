@@ -13,8 +13,9 @@ import torch
 pytest.importorskip("gymnax", reason="the jax extra is installed by make test")
 
 from distrl.comm.jax_comm import JaxComm  # noqa: E402
-from distrl.config import load_config  # noqa: E402
-from distrl.evaluate import evaluate, load_policy  # noqa: E402
+from distrl.config.run import load_config  # noqa: E402
+from distrl.eval.episodes import evaluate  # noqa: E402
+from distrl.eval.policy import load_policy
 from distrl.runners.base import RunContext  # noqa: E402
 from distrl.runners.jax_compiled import JaxCompiledRunner  # noqa: E402
 from distrl.runners.jax_on_policy import JaxOnPolicyRunner  # noqa: E402

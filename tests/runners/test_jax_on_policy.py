@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from distrl.comm.jax_comm import JaxComm
-from distrl.config import load_config
+from distrl.config.run import load_config
+from distrl.entry import build_training
 from distrl.io import checkpoint as ckpt
-from distrl.runners import build_training
 from tests.helpers import CARTPOLE, distrl, jax_launch
 
 pytest.importorskip("jax", reason="the jax extra is installed by make test")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from distrl.data.recommendation import draw_users, policy_rewards, write_dataset
-from distrl.evaluate import load_policy
+from distrl.eval.policy import load_policy
 from distrl.io import checkpoint as ckpt
 from tests.helpers import REPO, distrl, torchrun_train
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 
 from distrl.comm import TorchComm
-from distrl.config import load_config
+from distrl.config.run import load_config
+from distrl.entry import build_training
 from distrl.io import checkpoint as ckpt
-from distrl.runners import build_training
 from tests.helpers import CARTPOLE, distrl
 
 OVERRIDES = [

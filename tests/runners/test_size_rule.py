@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from distrl.comm import TorchComm
-from distrl.config import load_config
+from distrl.config.run import load_config
+from distrl.entry import build_training
 from distrl.errors import UserError
-from distrl.runners import build_training
 from distrl.runners.base import RunContext
 from distrl.runners.on_policy import OnPolicyRunner
 from distrl.storage.rollout import RolloutBatch

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
-from distrl.config_base import Section
+from distrl.config.base import Section
 
 
 class DQNConfig(Section):

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from distrl.config_base import Section, at_most_one, default_unless_either
+from distrl.config.base import Section, at_most_one, default_unless_either
 
 DEFAULT_MINIBATCH_SIZE = 256
 

@@ -20,7 +20,7 @@ from jax import lax
 from jax.flatten_util import ravel_pytree
 
 from distrl.algos.ppo_config import PPOConfig
-from distrl.config import ModelConfig
+from distrl.config.sections import ModelConfig
 
 _ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "elu": jax.nn.elu}
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

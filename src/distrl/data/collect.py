@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import nn
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.data.schema import SCHEMA
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
@@ -51,7 +51,7 @@ class LoggingPolicy:
 
 def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
     """``random`` | ``epsilon-greedy:CHECKPOINT:EPS`` | ``checkpoint:CHECKPOINT``."""
-    from distrl.evaluate import load_policy
+    from distrl.eval.policy import load_policy
 
     kind, _, rest = spec.partition(":")
     if kind == "random" and not rest:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import gymnasium as gym
 import torch
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, VecEnv
 from distrl.errors import UserError
 

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from distrl.config import EnvConfig
+from distrl import extras
+from distrl.config.sections import EnvConfig
 from distrl.envs.jax_envs import CompiledEnv, JaxVecEnv, compile_env
 from distrl.errors import UserError
+from distrl.extras import require_extra
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -106,11 +108,9 @@ def _compiled_env(env_id: str, kwargs_json: str) -> CompiledEnv:
 
 
 def _import_brax_envs() -> ModuleType:
-    try:
-        # MJX prints on stdout when NVIDIA Warp is missing (it is optional): that line would
-        # land in the middle of `distrl eval --json`'s output.
-        with contextlib.redirect_stdout(io.StringIO()):
-            from brax import envs
-    except ImportError:
-        raise UserError("env.backend=brax needs brax and jax: pip install 'distrl[brax]'") from None
+    require_extra(*extras.BRAX)
+    # MJX prints on stdout when NVIDIA Warp is missing (it is optional): that line would
+    # land in the middle of `distrl eval --json`'s output.
+    with contextlib.redirect_stdout(io.StringIO()):
+        from brax import envs
     return envs

@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from distrl.config import EnvConfig
+from distrl import extras
+from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, host_tensor
 from distrl.errors import UserError
+from distrl.extras import require_extra
 
 RESERVED_KWARGS = frozenset(
     {"num_envs", "batch_size", "seed", "env_seed", "max_episode_steps", "gym_reset_return_info"}
@@ -48,10 +50,9 @@ def make_envpool_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.dev
 
 
 def _import_envpool() -> ModuleType:
-    try:
-        import envpool
-    except ImportError:
-        raise UserError("env.backend=envpool needs EnvPool: pip install 'distrl[envpool]'") from None
+    require_extra(*extras.ENVPOOL)
+    import envpool
+
     return envpool
 
 

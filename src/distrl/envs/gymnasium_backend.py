@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, host_tensor
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distrl.config import EnvConfig
+from distrl import extras
+from distrl.config.sections import EnvConfig
 from distrl.envs.jax_envs import CompiledEnv, JaxVecEnv, compile_env
 from distrl.errors import UserError
+from distrl.extras import require_extra
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -111,8 +113,7 @@ def _compiled_env(env_id: str, constructor_json: str) -> CompiledEnv:
 
 
 def _import_gymnax() -> ModuleType:
-    try:
-        import gymnax
-    except ImportError:
-        raise UserError("env.backend=gymnax needs gymnax and jax: pip install 'distrl[jax]'") from None
+    require_extra(*extras.GYMNAX)
+    import gymnax
+
     return gymnax

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from distrl.config import EnvConfig
+from distrl.config.sections import EnvConfig
 from distrl.envs.base import VecEnv
 from distrl.envs.rsl_rl_style import build_rsl_rl_style_env
 from distrl.envs.torch_envs import TorchAcrobot, TorchCartPole, TorchPendulum, TorchVecEnv

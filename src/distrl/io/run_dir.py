@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from distrl.config import RunConfig, config_to_dict
+from distrl.config.run import RunConfig
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.export import check_can_export, format_of
@@ -43,7 +43,7 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
         if overwrite and run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     except OSError as exc:
         raise UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}") from None
     return payload
@@ -59,7 +59,7 @@ def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.Che
             print(f"distrl: warning: skipping checkpoint {path}: {exc}", file=sys.stderr)
             continue
         saved = json.loads(files["state.json"])["config"]
-        current = config_to_dict(cfg)
+        current = cfg.model_dump(mode="json")
         for key in fixed_keys:
             was, now = _dotted(saved, key), _dotted(current, key)
             if was != now:

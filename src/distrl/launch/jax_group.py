@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distrl import extras
 from distrl.errors import UserError
+from distrl.extras import require_extra
 from distrl.launch.topology import Topology
 
 if TYPE_CHECKING:
     from distrl.comm.jax_comm import JaxComm
 
-JAX_EXTRA = "ml_framework: jax needs JAX, Flax and Optax: pip install 'distrl[jax]'"
-
 
 def connect_jax(topology: Topology, timeout_s: float) -> JaxComm:
     """``jax.distributed.initialize`` with the launcher's coordinator (its service bound to that
     address, not every interface); a lone process gets a one-device JaxComm."""
-    try:
-        import jax
+    require_extra(*extras.JAX)
+    import jax
 
-        from distrl.comm.jax_comm import JaxComm
-    except ImportError:
-        raise UserError(JAX_EXTRA) from None
+    from distrl.comm.jax_comm import JaxComm
+
     if topology.is_distributed:
         if topology.launcher != "jax":
             raise UserError(

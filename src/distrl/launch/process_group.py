@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.comm import TorchComm, TorchGroupComm
-from distrl.config import CommConfig
+from distrl.config.sections import CommConfig
 from distrl.errors import PeerFailure, UserError
 from distrl.launch.network import choose_interface, interface_address
 from distrl.launch.topology import Topology

@@ -1,12 +1,12 @@
 """Where this process sits among its peers, read from whichever launcher started it.
 
-This module is the only place that reads launcher variables. torchrun (and torch.distributed.run)
+Launchers that start processes with variables are read here; Ray mode's driver hands each
+learner its ``Topology`` as data instead (``distrl.ray.learners``). torchrun (and torch.distributed.run)
 exports RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; distrl's file-rendezvous node launcher
 DISTRL_RENDEZVOUS_FILE and DISTRL_RANK/...; distrl's JAX launcher (``python -m distrl.launch.jax``,
 or skrl's, which uses the same names) JAX_RANK/JAX_LOCAL_RANK/JAX_WORLD_SIZE/JAX_COORDINATOR_ADDR/
 JAX_COORDINATOR_PORT; SLURM's srun exports SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID
-and the job's node list; the Ray launcher gives its learners torchrun's variables and
-DISTRL_RAY_WORKERS. With none of them, the process runs alone and no process group is created.
+and the job's node list. With none of them, the process runs alone and no process group is created.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from distrl.errors import UserError
-from distrl.launch.ray_workers import WORKERS_VAR as RAY_WORKERS_VAR
 
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 FILE_RENDEZVOUS_VARS = ("DISTRL_RENDEZVOUS_FILE", "DISTRL_RANK", "DISTRL_LOCAL_RANK", "DISTRL_WORLD_SIZE")
@@ -35,7 +34,7 @@ class Topology:
 
     launcher: str
     """``single``, ``torchrun``, ``file`` (file rendezvous), ``jax`` (the JAX launcher), ``slurm``
-    or ``ray`` (Ray mode's learners, which get torchrun's variables)."""
+    or ``ray`` (Ray mode's learners)."""
     rank: int
     local_rank: int
     world_size: int
@@ -104,7 +103,7 @@ def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> i
 
 def _from_torchrun(env: Mapping[str, str]) -> Topology:
     return Topology(
-        launcher="ray" if RAY_WORKERS_VAR in env else "torchrun",  # Ray's learners get torchrun's variables
+        launcher="torchrun",
         rank=_int_var(env, "RANK"),
         local_rank=_int_var(env, "LOCAL_RANK"),
         world_size=_int_var(env, "WORLD_SIZE"),

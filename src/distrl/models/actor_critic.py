@@ -13,7 +13,7 @@ from distrl.models.linear import Linear
 from distrl.models.normalizer import RunningMeanStd
 
 if TYPE_CHECKING:  # distrl.config imports the algorithms, which import this module
-    from distrl.config import ModelConfig
+    from distrl.config.sections import ModelConfig
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 

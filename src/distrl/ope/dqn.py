@@ -9,8 +9,6 @@ logged features as they are, exactly as in training.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -19,16 +17,11 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
-from rich.console import Console
-from rich.table import Table
 from torch import nn
 
 from distrl.data.logged import LoggedDataset, Rows, Unit
 from distrl.errors import UserError
-from distrl.evaluate import load_policy
-from distrl.io.metrics import json_number
-from distrl.models.q_network import GreedyPolicy
-from distrl.ope.estimators import DEFAULT_BOOTSTRAP, ESTIMATORS, Bootstrap, EvaluationSteps, cpe_metrics
+from distrl.ope.estimators import DEFAULT_BOOTSTRAP, Bootstrap, EvaluationSteps, cpe_metrics
 from distrl.ope.reward_model import fit_reward_model
 
 _ROWS_PER_FORWARD = 65_536
@@ -191,62 +184,3 @@ def _forward_in_chunks(network: nn.Module, obs: np.ndarray) -> np.ndarray:
         for start in range(0, len(obs), _ROWS_PER_FORWARD)
     ]
     return np.concatenate(chunks)
-
-
-def evaluate_checkpoint_offline(
-    checkpoint: Path, data: Path, bootstrap: Bootstrap, max_rows: int | None = None
-) -> dict[str, float | str]:
-    """``distrl evaluate-offline``: a DQN checkpoint's greedy policy valued on the dataset at
-    ``data`` (or its first whole episodes up to ``max_rows`` rows) with the checkpoint's
-    discount; what the checkpoint is, then the metrics."""
-    loaded = load_policy(checkpoint)
-    if not isinstance(loaded.policy, GreedyPolicy):
-        raise UserError(
-            f"checkpoint {loaded.checkpoint} holds a {type(loaded.policy).__name__} ({loaded.algorithm}); "
-            "counterfactual evaluation needs a discrete-action Q-network (algo.name=dqn on discrete actions)"
-        )
-    q_network = loaded.policy.q_network
-    dataset = LoggedDataset(data)
-    if (dataset.obs_dim, dataset.num_actions) != (loaded.obs_dim, q_network.num_actions):
-        raise UserError(
-            f"--data {data}: {dataset.obs_dim} observation features and {dataset.num_actions} actions, "
-            f"but checkpoint {loaded.checkpoint} was trained on {loaded.obs_dim} and {q_network.num_actions}"
-        )
-    evaluator = OfflineEvaluator.from_dataset(dataset, loaded.cfg.algo.gamma, bootstrap, max_rows)
-    return {
-        "checkpoint": str(loaded.checkpoint),
-        "global_step": loaded.global_step,
-        **evaluator.metrics(q_network),
-    }
-
-
-def report_json(report: dict[str, float | str]) -> str:
-    """The report as one line of strict JSON: a non-finite number (a normalised value when the
-    logger's value is 0) is null, since NaN and Infinity are not JSON."""
-    return json.dumps({key: json_number(value) for key, value in report.items()}, allow_nan=False)
-
-
-def print_report(report: dict[str, float | str], confidence: float) -> None:
-    """The estimates as a table, one estimator a line; "n/a" for a non-finite number."""
-    table = Table(
-        title=f"counterfactual value of {report['checkpoint']} "
-        f"({report['cpe/rows']:.0f} rows, {report['cpe/episodes']:.0f} episodes)"
-    )
-    for column in ("estimator", "estimate", f"{confidence:.0%} CI", "normalized"):
-        table.add_column(column, justify="left" if column == "estimator" else "right")
-    for name in ESTIMATORS:
-        parts = ("", "_ci_low", "_ci_high", "_normalized")
-        estimate, low, high, normalized = (_shown(report[f"cpe/{name}{part}"]) for part in parts)
-        table.add_row(name.upper(), estimate, f"[{low}, {high}]", normalized)
-    console = Console()
-    console.print(table)
-    without = report["cpe/rows_without_propensity"]
-    if without:
-        console.print(
-            f"{without:.0f} rows ({report['cpe/episodes_without_propensity']:.0f} episodes) have no "
-            "propensity (deterministic logger) and are left out of IPS, DR, SDR and WDR"
-        )
-
-
-def _shown(value: float) -> str:
-    return f"{value:.4g}" if math.isfinite(value) else "n/a"

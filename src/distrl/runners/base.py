@@ -11,19 +11,20 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.collect.rollout import EnvWorkers, noise_seed
 from distrl.comm import Comm
-from distrl.config import RunConfig
 from distrl.envs import VecEnv, make_vec_env
 from distrl.io.train_state import SavedState, TrainState
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
 
-if TYPE_CHECKING:  # the runners' own modules import this one
-    from distrl.runners.collector import EnvCollector, EnvWorkers
-    from distrl.runners.offline import DataWorkers
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+    from distrl.runners.offline import DataWorkers  # the offline runner imports this module
 
 
 class EvalWorkers(Protocol):
@@ -129,21 +130,6 @@ class Runner(ABC):
     def deployable_policy(self) -> nn.Module:
         """The live deterministic policy: raw observations in, env actions out."""
 
-    @classmethod
-    @abstractmethod
-    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        """The deterministic policy of a saved checkpoint, built without an env."""
-
-    @classmethod
-    def env_worker_collector(
-        cls, cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
-    ) -> tuple[dict[str, nn.Module], EnvCollector]:
-        """For an env worker (Ray mode): a CPU copy of what acts, by checkpoint name (each
-        rollout's weights are loaded into it), and a collector of ``env`` acting with it.
-        ``part``: the worker's envs among its learner's ``noise_rows``, so it draws the same
-        action noise those envs would get in one process."""
-        raise NotImplementedError(f"{cls.__name__} does not collect on env workers")
-
     def rank_state(self) -> dict[str, Any]:
         """This rank's own JSON state worth saving (a buffer position, a data cursor)."""
         return {}
@@ -178,3 +164,27 @@ def scheduled_learning_rate(cfg: RunConfig, global_step: int) -> float:
     of ranks."""
     lr = cfg.algo.learning_rate
     return lr * max(1.0 - global_step / cfg.train.total_steps, 0.0) if cfg.algo.anneal_lr else lr
+
+
+@dataclass
+class RankEnvs:
+    """A rank's envs where they are stepped: here (``env``) or by its env workers (``env`` None,
+    the workers started)."""
+
+    shard: EnvShard
+    noise_seed: list[int]
+    """The rank's action-noise seed (``noise_seed``), which the workers were given too."""
+    env: VecEnv | None
+    observation_space: gym.spaces.Space
+    action_space: gym.spaces.Space
+
+
+def start_rank_envs(ctx: RunContext) -> RankEnvs:
+    """Seed the rank and build its envs, or have its env workers build them."""
+    cfg = ctx.cfg
+    shard, seeds = rank_env_seeds(ctx)
+    noise = noise_seed(cfg.train.seed, ctx.comm.rank, ctx.launch_index)
+    if ctx.workers.env is not None:
+        return RankEnvs(shard, noise, None, *ctx.workers.env.start(cfg, seeds, noise))
+    env = make_vec_env(cfg.env, seeds, ctx.device)
+    return RankEnvs(shard, noise, env, env.observation_space, env.action_space)

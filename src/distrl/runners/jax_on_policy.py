@@ -10,7 +10,7 @@ export); ``JaxOnPolicyRunner`` adds the host envs.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import jax
@@ -22,9 +22,9 @@ from torch import nn
 
 from distrl.algos.ppo_jax import ActorCritic, JaxPPO, PPOStats, Rollout, sample_actions
 from distrl.comm.jax_comm import AXIS, JaxComm, as_row, own_row
-from distrl.config import RunConfig
 from distrl.errors import UserError
-from distrl.io.train_state import SavedState, TrainState
+from distrl.io.train_state import TrainState
+from distrl.models.policies import deterministic_actor
 from distrl.runners.base import (
     EpisodeStats,
     IterationResult,
@@ -34,10 +34,13 @@ from distrl.runners.base import (
     scheduled_learning_rate,
 )
 from distrl.runners.episodes import EpisodeTracker
-from distrl.runners.on_policy import OnPolicyRunner, deterministic_actor, minibatches_per_rank
+from distrl.runners.on_policy import minibatches_per_rank
 from distrl.seeding import rank_seed
 from distrl.sharding import EnvShard
 from distrl.timing import phase
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
 
 
 def check_jax_config(cfg: RunConfig, envs: EnvShard) -> None:
@@ -216,11 +219,6 @@ class JaxLearnerRunner(Runner):
 
     def deployable_policy(self) -> nn.Module:
         return self.learner.deployable_policy()
-
-    @classmethod
-    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        # The tensors carry the torch learner's names: its policy reads them.
-        return OnPolicyRunner.policy_from_checkpoint(cfg, saved)
 
     def rank_state(self) -> dict[str, Any]:
         return self.learner.rank_state()

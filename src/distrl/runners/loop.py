@@ -18,9 +18,8 @@ from typing import Any
 
 import torch
 
-from distrl.config import config_to_dict
 from distrl.errors import UserError
-from distrl.evaluate import evaluate
+from distrl.eval.episodes import evaluate
 from distrl.io import checkpoint as ckpt
 from distrl.io import train_state
 from distrl.io.export import export_policy, format_of
@@ -267,7 +266,7 @@ class TrainingLoop:
         if self.eval_workers is None:
             return
         if self.update_index % self.cfg.eval.every == 0:
-            meta = {"config": config_to_dict(self.cfg), "global_step": self.global_step}
+            meta = {"config": self.cfg.model_dump(mode="json"), "global_step": self.global_step}
             snapshot = train_state.snapshot(self.runner.train_state(), meta)
             self.eval_workers.submit(snapshot, self.cfg.eval.episodes, self.cfg.eval.seed)
         row.update(self.eval_workers.results())
@@ -321,7 +320,7 @@ class TrainingLoop:
                 "launch_index": self.launch_index,
                 "event_counts": self.event_counts,
                 "world_size": self.comm.world_size,
-                "config": config_to_dict(self.cfg),
+                "config": self.cfg.model_dump(mode="json"),
                 "ranks": ranks,
             }
             self.checkpoint_writer.submit(self.global_step, train_state.state_files(state, meta))

@@ -12,20 +12,16 @@ import math
 import time
 
 import gymnasium as gym
-import torch
 from torch import nn
 
 from distrl.algos.dqn import DQN
-from distrl.config import RunConfig
-from distrl.envs import VecEnv
+from distrl.collect.rollout import TransitionSource
+from distrl.collect.transitions import TransitionCollector, exploration_noise
 from distrl.errors import UserError
-from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
-from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
-from distrl.models.q_network import GreedyPolicy, QNetwork
-from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate
-from distrl.runners.collector import TransitionSource, start_rank_envs
+from distrl.io.train_state import ModuleTrainState, TrainState
+from distrl.models.policies import greedy_policy, make_q_network
+from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate, start_rank_envs
 from distrl.runners.episodes import EpisodeTracker
-from distrl.runners.transition_collector import TransitionCollector, exploration_noise
 from distrl.sharding import even_split
 from distrl.storage.replay import ReplayBuffer
 from distrl.timing import phase
@@ -68,12 +64,6 @@ class QLearningRunner(Runner):
     def deployable_policy(self) -> nn.Module:
         return greedy_policy(self.q_network)
 
-    @classmethod
-    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        q_network = make_q_network(cfg, saved.observation_space, saved.action_space)
-        q_network.load_state_dict(saved.module_tensors("q_network"))
-        return greedy_policy(q_network)
-
     def rank_state(self) -> dict[str, int]:
         # The target network's update cadence counts gradient steps across launches.
         return {"gradient_steps_done": self.algo.gradient_steps_done}
@@ -85,22 +75,6 @@ class QLearningRunner(Runner):
         lr = scheduled_learning_rate(self.cfg, global_step)
         self.algo.set_learning_rate(lr)
         return lr
-
-
-def make_q_network(
-    cfg: RunConfig, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
-) -> nn.Module:
-    """One value per action for Discrete actions; for parametric actions (a Box of one action's
-    features) a network scoring (state, action features) pairs."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        return QNetwork(observation_space.shape[0], int(action_space.n), cfg.model)
-    return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model)
-
-
-def greedy_policy(q_network: nn.Module) -> nn.Module:
-    if isinstance(q_network, ParametricQNetwork):
-        return ParametricGreedyPolicy(q_network)
-    return GreedyPolicy(q_network)
 
 
 class OffPolicyRunner(QLearningRunner):
@@ -117,21 +91,12 @@ class OffPolicyRunner(QLearningRunner):
             exploration = exploration_noise(rank_envs.noise_seed, self.envs.count, slice(None), device)
             self.collection = TransitionCollector(cfg, rank_envs.env, self.q_network, exploration, device)
         else:
-            self.collection = ctx.workers.env.transitions(self.q_network, device)
+            self.collection = ctx.workers.env.acting({"q_network": self.q_network}, device)
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.
         capacity = max(math.ceil(cfg.algo.buffer_size / self.envs.global_count), cfg.algo.n_step)
         self.replay = ReplayBuffer(capacity, self.envs.count, observation_space.shape[0], device)
         self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
         self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window, device)
-
-    @classmethod
-    def env_worker_collector(
-        cls, cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
-    ) -> tuple[dict[str, nn.Module], TransitionCollector]:
-        cpu = torch.device("cpu")
-        q_network = make_q_network(cfg, env.observation_space, env.action_space)
-        exploration = exploration_noise(noise_seed, noise_rows, part, cpu)
-        return {"q_network": q_network}, TransitionCollector(cfg, env, q_network, exploration, cpu)
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:

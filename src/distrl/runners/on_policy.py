@@ -10,49 +10,27 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
-import gymnasium as gym
 import torch
 from torch import nn
 
 from distrl.algos.ppo import PPO, minibatches_per_epoch
-from distrl.config import RunConfig
-from distrl.envs import VecEnv
+from distrl.collect.rollout import ActionNoise, Collection, RolloutCollector, finite
 from distrl.errors import UserError
-from distrl.io import checkpoint as ckpt
-from distrl.io.train_state import ModuleTrainState, SavedState, TrainState
+from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.actor_critic import ActorCritic, DeterministicActor
-from distrl.models.normalizer import RunningMeanStd, batch_moments
-from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate
-from distrl.runners.collector import ActionNoise, Collection, RolloutCollector, finite, start_rank_envs
+from distrl.models.normalizer import batch_moments
+from distrl.models.policies import acting_modules, ppo_normalizers
+from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate, start_rank_envs
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
 from distrl.sharding import EnvShard
 from distrl.storage.rollout import RolloutSegment
 from distrl.timing import phase
 
-
-def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bool:
-    """Explicit setting wins; by default normalise observations for continuous control only."""
-    if cfg.normalize.observations is not None:
-        return cfg.normalize.observations
-    return isinstance(action_space, gym.spaces.Box)
-
-
-def ppo_normalizers(
-    cfg: RunConfig, obs_dim: int, action_space: gym.spaces.Space
-) -> tuple[RunningMeanStd | None, RunningMeanStd | None]:
-    """The observation statistics and the reward scale the config asks for (None: not used)."""
-    obs_rms = RunningMeanStd((obs_dim,)) if uses_obs_normalization(cfg, action_space) else None
-    return obs_rms, RunningMeanStd(()) if cfg.normalize.rewards else None
-
-
-def acting_modules(
-    policy: nn.Module, obs_rms: RunningMeanStd | None, return_rms: RunningMeanStd | None
-) -> dict[str, nn.Module]:
-    """The modules a PPO collector acts with, by their checkpoint names (those in use)."""
-    named = {"policy": policy, "obs_rms": obs_rms, "return_rms": return_rms}
-    return {name: module for name, module in named.items() if module is not None}
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
 
 
 def advantage_sums(advantages: torch.Tensor) -> list[float]:
@@ -87,23 +65,6 @@ def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int) -> int
             f"least {world_size}"
         )
     return count
-
-
-def deterministic_actor(
-    cfg: RunConfig,
-    observation_space: gym.spaces.Space,
-    action_space: gym.spaces.Space,
-    model_tensors: dict[str, torch.Tensor],
-) -> DeterministicActor:
-    """The deployable policy held by checkpoint-named tensors (``policy.*``, and ``obs_rms.*``
-    when observations were normalised), whichever learner wrote them."""
-    policy = ActorCritic(observation_space.shape[0], action_space, cfg.model)
-    policy.load_state_dict(ckpt.strip_prefix(model_tensors, "policy."))
-    obs_rms = None
-    if rms_tensors := ckpt.strip_prefix(model_tensors, "obs_rms."):
-        obs_rms = RunningMeanStd(observation_space.shape)
-        obs_rms.load_state_dict(rms_tensors)
-    return DeterministicActor(policy, obs_rms, cfg.normalize.clip, action_space)
 
 
 class OnPolicyRunner(Runner):
@@ -142,7 +103,8 @@ class OnPolicyRunner(Runner):
                 cfg, rank_envs.env, self.policy, self.obs_rms, self.return_rms, noise, device
             )
         else:
-            self.collection = ctx.workers.env.collection(self.policy, self.obs_rms, self.return_rms, device)
+            modules = acting_modules(self.policy, self.obs_rms, self.return_rms)
+            self.collection = ctx.workers.env.acting(modules, device)
         self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window, device)
         self.stragglers = StragglerCutoff(
             comm,
@@ -152,18 +114,6 @@ class OnPolicyRunner(Runner):
         )
         self.rollouts = 0
         """Rollouts collected in this launch: names each one's straggler count in the store."""
-
-    @classmethod
-    def env_worker_collector(
-        cls, cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
-    ) -> tuple[dict[str, nn.Module], RolloutCollector]:
-        cpu = torch.device("cpu")
-        obs_dim = env.observation_space.shape[0]
-        policy = ActorCritic(obs_dim, env.action_space, cfg.model)
-        obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
-        noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
-        collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
-        return acting_modules(policy, obs_rms, return_rms), collector
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
@@ -208,10 +158,6 @@ class OnPolicyRunner(Runner):
 
     def deployable_policy(self) -> nn.Module:
         return DeterministicActor(self.policy, self.obs_rms, self.cfg.normalize.clip, self.action_space)
-
-    @classmethod
-    def policy_from_checkpoint(cls, cfg: RunConfig, saved: SavedState) -> nn.Module:
-        return deterministic_actor(cfg, saved.observation_space, saved.action_space, saved.tensors)
 
     def close(self) -> None:
         self.collection.close()

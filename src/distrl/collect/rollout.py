@@ -9,23 +9,24 @@ collector's part, so splitting a rank's envs over workers changes no env's actio
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from distrl.compile import compiled_if
-from distrl.config import RunConfig
-from distrl.envs import VecEnv, make_vec_env
+from distrl.envs import VecEnv
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.normalizer import RunningMeanStd
-from distrl.runners.base import RunContext, rank_env_seeds
-from distrl.sharding import EnvShard
+from distrl.models.policies import acting_modules, ppo_normalizers
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
 from distrl.storage.transitions import TransitionSegment
 from distrl.timing import phase
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
 
 
 def finite(obs: torch.Tensor) -> torch.Tensor:
@@ -98,50 +99,23 @@ class TransitionSource(Protocol):
 
 
 class EnvWorkers(Protocol):
-    """Processes that step a rank's envs for it (Ray mode's environment workers)."""
+    """Processes that step a rank's envs for it (Ray mode's environment workers), whatever the
+    algorithm: each acts with a copy of what the rank acts with and hands back segments."""
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
-        """Build the envs (global seeds ``seeds``, shared out over the workers); their
-        (observation space, action space)."""
+        """Build the envs (global seeds ``seeds``, shared out over the workers) and each worker's
+        acting copy for ``cfg``'s algorithm; their (observation space, action space)."""
         ...
 
-    def collection(
-        self,
-        policy: ActorCritic,
-        obs_rms: RunningMeanStd | None,
-        return_rms: RunningMeanStd | None,
-        device: torch.device,
-    ) -> Collection:
-        """Rollouts from the workers, acting with the current state of these modules."""
-        ...
-
-    def transitions(self, q_network: torch.nn.Module, device: torch.device) -> TransitionSource:
-        """DQN's epsilon-greedy steps from the workers, acting with the current Q-network."""
+    def acting(self, modules: dict[str, torch.nn.Module], device: torch.device) -> RemoteCollection:
+        """Segments from the workers, acting with the current state of ``modules`` (by their
+        checkpoint names), joined on ``device``."""
         ...
 
 
-@dataclass
-class RankEnvs:
-    """A rank's envs where they are stepped: here (``env``) or by its env workers (``env`` None,
-    the workers started)."""
-
-    shard: EnvShard
-    noise_seed: list[int]
-    """The rank's action-noise seed (``noise_seed``), which the workers were given too."""
-    env: VecEnv | None
-    observation_space: gym.spaces.Space
-    action_space: gym.spaces.Space
-
-
-def start_rank_envs(ctx: RunContext) -> RankEnvs:
-    """Seed the rank and build its envs, or have its env workers build them."""
-    cfg = ctx.cfg
-    shard, seeds = rank_env_seeds(ctx)
-    noise = noise_seed(cfg.train.seed, ctx.comm.rank, ctx.launch_index)
-    if ctx.workers.env is not None:
-        return RankEnvs(shard, noise, None, *ctx.workers.env.start(cfg, seeds, noise))
-    env = make_vec_env(cfg.env, seeds, ctx.device)
-    return RankEnvs(shard, noise, env, env.observation_space, env.action_space)
+class RemoteCollection(Collection, TransitionSource, Protocol):
+    """A rank's env workers as its collection: rollouts (PPO) or transitions (DQN), whichever
+    the workers' collectors make."""
 
 
 class EnvCollector:
@@ -163,6 +137,10 @@ class EnvCollector:
         """The envs reset since the last segment (cleared: the next segment continues them)."""
         restarted, self.restarted = self.restarted, torch.zeros_like(self.restarted)
         return restarted
+
+    def segment(self, *args: Any) -> RolloutSegment | TransitionSegment:
+        """One segment of the algorithm's kind (what an env worker hands back)."""
+        raise NotImplementedError
 
     def counts(self) -> dict[str, float]:
         return {}
@@ -204,6 +182,9 @@ class RolloutCollector(EnvCollector):
         )
         self.discounted_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
         self.action_bounds = _action_bounds(env.action_space, device)
+
+    def segment(self) -> RolloutSegment:
+        return self.rollout()
 
     def rollout(self, should_stop: Callable[[int], bool] = lambda steps: False) -> RolloutSegment:
         gamma = self.cfg.algo.gamma
@@ -265,3 +246,19 @@ def _action_bounds(space: gym.spaces.Space, device: torch.device) -> tuple[torch
         torch.as_tensor(space.low, dtype=torch.float32, device=device),
         torch.as_tensor(space.high, dtype=torch.float32, device=device),
     )
+
+
+def env_worker_collector(
+    cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
+) -> tuple[dict[str, nn.Module], RolloutCollector]:
+    """PPO on an env worker: a CPU copy of what acts, by checkpoint name (each rollout's weights
+    are loaded into it), and a collector of ``env`` acting with it. ``part``: the worker's envs
+    among its learner's ``noise_rows``, so it draws the same action noise those envs would get
+    in one process."""
+    cpu = torch.device("cpu")
+    obs_dim = env.observation_space.shape[0]
+    policy = ActorCritic(obs_dim, env.action_space, cfg.model)
+    obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
+    noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
+    collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
+    return acting_modules(policy, obs_rms, return_rms), collector

@@ -1,4 +1,6 @@
-"""Typed run configuration: YAML file + dotted command-line overrides, validated by pydantic.
+"""The config's component sections: envs, model, normalisation, training, communication, logged
+data, checkpoints, output, logging, evaluation, and Ray mode's cluster and worker groups. Each
+algorithm's own section sits with its code (``distrl.algos``); ``distrl.config.run`` assembles them.
 
 Sizes are explicit about scope: ``env.num_envs`` (environments), ``algo.minibatch_size`` (samples
 per optimiser step) and ``train.total_steps`` (environment steps) are summed over all ranks, so a
@@ -8,27 +10,18 @@ config means the same training on any number of ranks; ``rollout_steps`` is per 
 
 from __future__ import annotations
 
-import difflib
-import sys
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import yaml
 from pydantic import (
-    BaseModel,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
-    ValidationError,
     model_validator,
 )
 
-from distrl.algos.dqn_config import DQNConfig
-from distrl.algos.ppo_config import PPOConfig
-from distrl.config_base import Section, at_most_one, default_unless_either
-from distrl.errors import UserError
+from distrl.config.base import Section, at_most_one, default_unless_either
 
 DEFAULT_NUM_ENVS = 8
 
@@ -270,184 +263,3 @@ class WorkersConfig(Section):
     group is rebuilt from the newest checkpoint after a learner dies this many times in all."""
     retry_backoff_s: PositiveFloat = 0.5
     """Wait before the first retry; doubled on each further one."""
-
-
-ALGORITHM_CONFIGS: dict[str, type[Section]] = {"ppo": PPOConfig, "dqn": DQNConfig}
-"""``algo.name`` -> that algorithm's config section, defined next to the algorithm's code."""
-
-
-class RunConfig(Section):
-    ml_framework: Literal["torch", "jax"] = "torch"
-    """The learner's framework: ``jax`` trains PPO with JAX, Flax and Optax (the ``jax`` extra;
-    several processes through ``python -m distrl.launch.jax``); configs, run dirs and checkpoints
-    are the same as torch's."""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    algo: Annotated[PPOConfig | DQNConfig, Field(discriminator="name")] = Field(default_factory=PPOConfig)
-    """The algorithm's own section, chosen by ``algo.name`` (``ALGORITHM_CONFIGS``; ppo when unset)."""
-    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    comm: CommConfig = Field(default_factory=CommConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    output: OutputConfig = Field(default_factory=OutputConfig)
-    log: LogConfig = Field(default_factory=LogConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    workers: WorkersConfig = Field(default_factory=WorkersConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _worker_totals(cls, data: Any) -> Any:
-        """``workers.<group>_per_node`` x ``cluster.num_nodes`` is the group's total."""
-        if not isinstance(data, dict) or not isinstance(data.get("workers"), dict):
-            return data
-        workers = dict(data["workers"])
-        cluster = data.get("cluster")
-        nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
-        for group in WORKER_GROUPS:
-            key = f"{group}_per_node"
-            per_node = workers.get(key)
-            if per_node is None:
-                continue
-            if group in workers:
-                raise UserError(f"workers.{group} and workers.{key} exclude each other: give one")
-            # Anything but whole numbers is left for the fields' own checks to name.
-            if isinstance(per_node, int) and isinstance(nodes, int):
-                workers[group] = per_node * nodes
-                del workers[key]
-        return {**data, "workers": workers}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _ppo_unless_named(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("algo"), dict) and "name" not in data["algo"]:
-            return {**data, "algo": {**data["algo"], "name": "ppo"}}
-        return data
-
-
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
-    """Read a YAML config (or defaults when ``path`` is None) and apply ``a.b=value`` overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        data = _read_yaml(Path(path))
-    for override in overrides:
-        key, value = _parse_override(override)
-        _set_dotted(data, key, value)
-    source = str(path) if path else "config"
-    cfg = config_from_dict(data, source)
-    _check_compile_honoured(cfg, source)
-    return cfg
-
-
-def _check_compile_honoured(cfg: RunConfig, source: str) -> None:
-    """Said rather than silently ignored: a user who asks for compilation expects it to happen.
-    Checked on what the user gives, not on configs saved in checkpoints before this rule."""
-    if cfg.train.compile and cfg.ml_framework == "jax":
-        raise UserError(
-            f"{source}: train.compile=true is for torch learners; JAX learners are always compiled"
-        )
-    if cfg.train.compile and not cfg.algo.honours_compile:
-        raise UserError(
-            f"{source}: train.compile=true is not supported by algo.name={cfg.algo.name}; set it to false"
-        )
-
-
-MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_interface", "sync_spin_ms")}
-"""Keys that moved to another section: still read from the old place, with a warning."""
-
-
-def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
-    """Validate a plain dict, turning pydantic's report into one line that names the key."""
-    data = _move_deprecated_keys(data, source)
-    _check_unknown_keys(data, RunConfig, prefix="")
-    try:
-        cfg = RunConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = list(err["loc"])
-        if loc[:1] == ["algo"] and len(loc) > 1 and loc[1] in ALGORITHM_CONFIGS:
-            del loc[1]  # pydantic names the union member: the user wrote algo.<key>
-        key = ".".join(str(p) for p in loc)
-        if err["type"] == "value_error":  # our own validators' messages say it all
-            raise UserError(f"{source}: {key}: {err['msg'].removeprefix('Value error, ')}") from None
-        raise UserError(f"{source}: {key}: {err['msg']} (got {err.get('input')!r})") from None
-    return cfg
-
-
-def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
-    return cfg.model_dump(mode="json")
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
-    return data
-
-
-def _parse_override(text: str) -> tuple[str, Any]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise UserError(f"override {text!r}: expected dotted.key=value, e.g. algo.learning_rate=1e-3")
-    try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
-
-
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = data
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise UserError(f"override {key}: {part} is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def _check_unknown_keys(data: Any, model: type[BaseModel], prefix: str) -> None:
-    """Reject keys the schema does not know, suggesting the closest valid one."""
-    if not isinstance(data, dict):
-        return
-    fields = model.model_fields
-    for key, value in data.items():
-        if key not in fields:
-            where = f"{prefix}{key}"
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-            allowed = ", ".join(fields)
-            raise UserError(f"unknown config key {where}{hint} (allowed here: {allowed})")
-        annotation = fields[key].annotation
-        if model is RunConfig and key == "algo":
-            annotation = _algorithm_config(value)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            _check_unknown_keys(value, annotation, prefix=f"{prefix}{key}.")
-
-
-def _move_deprecated_keys(data: dict[str, Any], source: str) -> dict[str, Any]:
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for old, new in MOVED_KEYS.items():
-        old_section, key = old.split(".")
-        new_section = new.split(".")[0]
-        if isinstance(data.get(old_section), dict) and key in data[old_section]:
-            value = data[old_section].pop(key)
-            data.setdefault(new_section, {}).setdefault(key, value)
-            print(f"distrl: warning: {source}: {old} is deprecated; it is now {new}", file=sys.stderr)
-    return data
-
-
-def _algorithm_config(section: Any) -> type[Section]:
-    name = section.get("name", "ppo") if isinstance(section, dict) else "ppo"
-    if name not in ALGORITHM_CONFIGS:
-        raise UserError(f"algo.name {name!r}: expected one of {', '.join(ALGORITHM_CONFIGS)}")
-    return ALGORITHM_CONFIGS[name]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from distrl.config import ClusterConfig, WorkersConfig, load_config
+from distrl.config.run import load_config
+from distrl.config.sections import ClusterConfig, WorkersConfig
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from tests.helpers import CARTPOLE, REPO, clean_env, distrl, run_python, torchrun_train
@@ -27,7 +28,7 @@ from tests.ray_cluster import (
 )
 
 pytest.importorskip("ray", reason="the ray extra is installed by make test")
-from distrl.launch.ray_launch import check_fits  # noqa: E402
+from distrl.ray.driver import check_fits  # noqa: E402
 
 
 def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, tmp_path: Path) -> None:
@@ -261,7 +262,7 @@ def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_pa
 
 
 def test_status_of_a_run_dir_whose_driver_was_killed_is_one_line(tmp_path: Path) -> None:
-    from distrl.launch.ray_launch import RAY_JSON, local_job_cluster
+    from distrl.ray.cluster import RAY_JSON, local_job_cluster
 
     # What a driver killed by SIGKILL leaves behind: its ray.json, nothing listening there.
     left = {"address": "127.0.0.1:9", "token_path": str(tmp_path / "token"), "namespace": "distrl"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distrl.evaluate import load_policy
+from distrl.eval.policy import load_policy
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import FORMAT_VERSION
 from tests.helpers import CARTPOLE, CARTPOLE_DQN, REPO, distrl
@@ -37,7 +37,7 @@ def test_policy_is_rebuilt_without_an_env(
     def no_env(*args: object, **kwargs: object) -> None:
         raise AssertionError("loading a policy must not build an env")
 
-    for module in ("distrl.envs", "distrl.evaluate", "distrl.runners.base"):
+    for module in ("distrl.envs", "distrl.eval.episodes", "distrl.runners.base"):
         monkeypatch.setattr(f"{module}.make_vec_env", no_env)
     loaded = load_policy(tmp_path)
     obs_dim = state["observation_space"]["shape"][0]

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from distrl.config import ClusterConfig, WorkersConfig
+from distrl.config.sections import ClusterConfig, WorkersConfig
 from distrl.errors import UserError
+from distrl.ray.groups import WORKER_GROUPS
 from distrl.sharding import even_split
 
 NODE_ID_LABEL = "ray.io/node-id"
@@ -42,9 +43,7 @@ class VirtualCluster:
 def worker_groups(workers: WorkersConfig) -> dict[str, tuple[int, float]]:
     """The worker groups beside the learners: (workers, CPUs per worker), in bundle order."""
     return {
-        "env": (workers.env, workers.cpus_per_env),
-        "eval": (workers.eval, workers.cpus_per_eval),
-        "data": (workers.data, workers.cpus_per_data),
+        group: (getattr(workers, group), getattr(workers, f"cpus_per_{group}")) for group in WORKER_GROUPS
     }
 
 

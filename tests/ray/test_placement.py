@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrl.launch.ray_placement import node_bundles
+from distrl.ray.placement import node_bundles
 
 LEARNER = {"CPU": 1.0, "GPU": 1.0}
 ENV = {"CPU": 0.25}

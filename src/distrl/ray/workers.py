@@ -3,15 +3,13 @@ groups share: ``RestartableWorkers`` (calls retried with backoff on a restarted 
 ``WorkerActor`` (what every worker actor answers: usage, work done, profile), one line on why an
 actor failed.
 
-The launcher names each learner's actors and hands the names over in ``WORKERS_VAR`` (JSON:
-``namespace``, ``max_restarts``, ``backoff_s`` and a list of names per group); the learner looks
-them up by name and wraps each group in the object its runner or loop uses.
+The driver names each learner's actors and hands the learner their names (``workers_spec``);
+the learner looks them up by name and wraps each group in the object its runner or loop uses
+(``ray.learners.remote_workers``).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -23,49 +21,17 @@ from typing import TYPE_CHECKING, Any
 from distrl.errors import UserError
 
 if TYPE_CHECKING:  # the runners import torch, which the Ray driver never needs
-    from distrl.runners.base import RemoteWorkers
+    pass
 
 REBUILD_WAIT_S = 60.0
 """How long a failed worker may take to come back (Ray restarts it) before it counts as failed again."""
-WORKERS_VAR = "DISTRL_RAY_WORKERS"
-"""Set by the Ray launcher for each learner: JSON naming its worker actors, by group."""
 
 
-def workers_env(namespace: str, max_restarts: int, backoff_s: float, **groups: list[str]) -> dict[str, str]:
-    """The environment a learner gets: its namespace, and its groups' actor names (groups with
-    none are left out)."""
-    groups = {group: names for group, names in groups.items() if names}
-    spec = {"namespace": namespace, "max_restarts": max_restarts, "backoff_s": backoff_s, **groups}
-    return {WORKERS_VAR: json.dumps(spec)}
-
-
-def from_launcher() -> RemoteWorkers:
-    """The worker actors the Ray launcher gave this process (none outside Ray mode)."""
-    from distrl.runners.base import RemoteWorkers
-
-    spec = os.environ.get(WORKERS_VAR)
-    if not spec:
-        return RemoteWorkers()
-    import ray
-
-    from distrl.launch.ray_data_workers import RayDataWorkers
-    from distrl.launch.ray_env_workers import RayEnvWorkers
-    from distrl.launch.ray_eval_workers import RayEvalWorkers
-    from distrl.launch.ray_status import LearnerStatus
-
-    named = json.loads(spec)
-
-    def handles(group: str) -> list[Any]:
-        return [ray.get_actor(name, namespace=named["namespace"]) for name in named.get(group, [])]
-
-    env, evaluation, data = handles("env"), handles("eval"), handles("data")
-    retries = named["max_restarts"], named["backoff_s"]
-    return RemoteWorkers(
-        env=RayEnvWorkers(env, *retries) if env else None,
-        eval=RayEvalWorkers(evaluation, *retries) if evaluation else None,
-        data=RayDataWorkers(data, *retries) if data else None,
-        status=LearnerStatus(named["namespace"]),
-    )
+def workers_spec(namespace: str, max_restarts: int, backoff_s: float, **groups: list[str]) -> dict[str, Any]:
+    """What a learner is told of its worker actors: their namespace, the retry rules, and each
+    group's actor names (groups with none left out)."""
+    named = {group: names for group, names in groups.items() if names}
+    return {"namespace": namespace, "max_restarts": max_restarts, "backoff_s": backoff_s, "groups": named}
 
 
 def worker_failures() -> tuple[type[Exception], ...]:

@@ -22,7 +22,7 @@ from ray._common.utils import get_system_memory
 from ray._private.utils import get_used_memory
 from ray.cluster_utils import Cluster
 
-from distrl.launch.ray_workers import actor_process, failure_cause
+from distrl.ray.workers import actor_process, failure_cause
 
 # Memory as Ray's memory monitor counts it (a container's cgroup where there is one): 3 GiB more
 # than now is over the threshold, which leaves the cluster's own processes room.

@@ -19,31 +19,38 @@ or counted twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from distrl.algos.registry import algorithm, load
 from distrl.allocator import keep_freed_memory
-from distrl.config import RunConfig
+from distrl.collect.rollout import EnvCollector
+from distrl.config.run import RunConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
-from distrl.launch.ray_workers import RestartableWorkers, WorkerActor
-from distrl.runners import runner_class
-from distrl.runners.collector import EnvCollector, RolloutCollector
-from distrl.runners.on_policy import acting_modules
-from distrl.runners.transition_collector import TransitionCollector
+from distrl.ray.workers import RestartableWorkers, WorkerActor
 from distrl.sharding import even_split
 from distrl.storage.rollout import RolloutSegment
 from distrl.storage.transitions import TransitionSegment
 
-Collector = TypeVar("Collector", bound=EnvCollector)
-Segment = TypeVar("Segment", RolloutSegment, TransitionSegment)
+
+@dataclass(frozen=True)
+class ActingWeights:
+    """What an env worker acts with for a segment: tensors by module name (the algorithm's acting
+    modules, as in its checkpoints), and their version (the learner's updates so far). A worker
+    loads a version once, however often a part is retried with it."""
+
+    version: int
+    tensors: dict[str, dict[str, torch.Tensor]]
 
 
 class EnvWorker(WorkerActor):
-    """The actor: a part of one learner's envs, stepped with a CPU copy of what acts for it."""
+    """The actor: a part of one learner's envs, stepped with a CPU copy of what acts for it
+    (whatever the algorithm registers as its ``env_worker``)."""
 
     work_unit = "env steps"
 
@@ -52,61 +59,57 @@ class EnvWorker(WorkerActor):
         keep_freed_memory()  # once per actor process: a rebuild after a failure needs it no more
         self.collector: EnvCollector | None = None
         self.modules: dict[str, torch.nn.Module] = {}
-        """What each rollout's weights are loaded into, by name."""
+        """What each segment's weights are loaded into, by name."""
+        self.version = -1
+        """The version of the weights loaded (none yet)."""
 
     def start(
         self,
-        cfg_json: dict[str, Any],
+        cfg: RunConfig,
         seeds: list[int],
         noise_seed: list[int],
         noise_rows: int,
         first: int,
         generation: int = 0,
     ) -> tuple[gym.Space, gym.Space]:
-        """Build the envs and the acting copy for ``cfg_json``'s algorithm; ``generation`` > 0 (a
+        """Build the envs and the acting copy for ``cfg``'s algorithm; ``generation`` > 0 (a
         rebuild after a failure) derives fresh env seeds and noise from the given ones."""
         if self.collector is not None:  # rebuilt after a failure: the old envs go first
             self.collector.close()
-        cfg = RunConfig.model_validate(cfg_json)
         if generation:
             seeds = [int(np.random.SeedSequence([s, generation]).generate_state(1)[0]) for s in seeds]
             noise_seed = [*noise_seed, generation]
         torch.set_num_threads(1)
         env = make_vec_env(cfg.env, seeds, torch.device("cpu"))
         part = slice(first, first + len(seeds))
-        runner = runner_class(cfg.algo.name)
-        self.modules, self.collector = runner.env_worker_collector(cfg, env, noise_seed, noise_rows, part)
+        build = load(algorithm(cfg.algo.name).env_worker)
+        self.modules, self.collector = build(cfg, env, noise_seed, noise_rows, part)
+        self.version = -1
         return env.observation_space, env.action_space
 
     def reset(self) -> torch.Tensor:
         return self._live_collector().reset()
 
-    def rollout(self, weights: dict[str, dict[str, torch.Tensor]]) -> RolloutSegment:
-        return self._counted(self._collector(weights, RolloutCollector).rollout())
-
-    def transitions(self, weights: dict[str, dict[str, torch.Tensor]], epsilon: float) -> TransitionSegment:
-        return self._counted(self._collector(weights, TransitionCollector).collect(epsilon))
-
-    def _collector(self, weights: dict[str, dict[str, torch.Tensor]], kind: type[Collector]) -> Collector:
-        """The collector, of ``kind``, acting with ``weights`` (by module name)."""
+    def collect(self, weights: ActingWeights, *args: Any) -> RolloutSegment | TransitionSegment:
+        """One segment of the worker's envs acting with ``weights`` (``args``: what the
+        algorithm's collector takes, e.g. DQN's epsilon)."""
         collector = self._live_collector()
-        assert isinstance(collector, kind)
-        for name, module in self.modules.items():
-            module.load_state_dict(weights[name])
-        return collector
+        if weights.version != self.version:
+            for name, module in self.modules.items():
+                module.load_state_dict(weights.tensors[name])
+            self.version = weights.version
+        segment = collector.segment(*args)
+        self.did(segment.steps * segment.obs.shape[1])
+        return segment
 
     def _live_collector(self) -> EnvCollector:
         if self.collector is None:  # Ray restarted this actor between two of the learner's calls
             raise RuntimeError("restarted by Ray (killed or out of memory), it lost its envs")
         return self.collector
 
-    def _counted(self, segment: Segment) -> Segment:
-        self.did(segment.steps * segment.obs.shape[1])
-        return segment
-
 
 class RayEnvWorkers(RestartableWorkers):
-    """A learner's env workers (``runners.collector.EnvWorkers``)."""
+    """A learner's env workers (``collect.rollout.EnvWorkers``)."""
 
     group = "env"
     retried = "its part"
@@ -122,20 +125,14 @@ class RayEnvWorkers(RestartableWorkers):
                 f"workers.env gives this learner {len(self.handles)} env workers for its {len(seeds)} envs; "
                 f"every env worker needs at least one env (raise env.num_envs or lower workers.env)"
             )
-        cfg_json = cfg.model_dump(mode="json")
         self._start_args = []
         for i in range(len(self.handles)):
             first, count = even_split(len(seeds), i, len(self.handles))
-            self._start_args.append((cfg_json, seeds[first : first + count], noise_seed, len(seeds), first))
+            self._start_args.append((cfg, seeds[first : first + count], noise_seed, len(seeds), first))
         return self.call_each("start", self._start_args)[0]
 
-    def collection(
-        self, policy: torch.nn.Module, obs_rms: Any, return_rms: Any, device: torch.device
-    ) -> RayCollection:
-        return RayCollection(self, acting_modules(policy, obs_rms, return_rms), device)
-
-    def transitions(self, q_network: torch.nn.Module, device: torch.device) -> RayTransitions:
-        return RayTransitions(self, {"q_network": q_network}, device)
+    def acting(self, modules: dict[str, torch.nn.Module], device: torch.device) -> RemoteCollection:
+        return RemoteCollection(self, modules, device)
 
     def set_up(self, index: int, rebuild: int) -> None:
         """Build and reset the worker's envs again, with fresh env seeds and noise per rebuild."""
@@ -146,8 +143,9 @@ class RayEnvWorkers(RestartableWorkers):
         ray.get(handle.reset.remote())
 
 
-class _RemoteCollection:
-    """A learner's env workers acting with the current state of ``modules`` (by name)."""
+class RemoteCollection:
+    """A learner's env workers acting with the current state of ``modules`` (by name): its
+    collection (``collect.rollout.RemoteCollection``), rollouts or transitions alike."""
 
     def __init__(
         self, workers: RayEnvWorkers, modules: dict[str, torch.nn.Module], device: torch.device
@@ -155,39 +153,34 @@ class _RemoteCollection:
         self.workers = workers
         self.modules = modules
         self.device = device
+        self.version = 0
+        """Versions of the weights put so far."""
 
     def reset(self) -> torch.Tensor:
         return torch.cat(self.workers.call_all("reset")).to(self.device)
 
-    def weights(self) -> Any:
-        """The modules' tensors on the CPU, put in Ray's object store once for every worker."""
+    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
+        """Every worker collects its part in full (``should_stop``, the straggler cut-off, is
+        not applied to remote envs)."""
+        return RolloutSegment.join(self._segments(), self.device)
+
+    def collect(self, epsilon: float) -> TransitionSegment:
+        return TransitionSegment.join(self._segments(epsilon), self.device)
+
+    def _segments(self, *args: Any) -> list[Any]:
+        """Every worker's segment, acting with the modules' tensors put in Ray's object store
+        once for all of them."""
         import ray
 
-        return ray.put({name: _cpu_state(m) for name, m in self.modules.items()})
+        self.version += 1
+        tensors = {name: _cpu_state(module) for name, module in self.modules.items()}
+        return self.workers.call_all("collect", ray.put(ActingWeights(self.version, tensors)), *args)
 
     def counts(self) -> dict[str, float]:
         return {"env_worker_failures": float(self.workers.failures)}
 
     def close(self) -> None:
         """The workers belong to the Ray job and end with it."""
-
-
-class RayCollection(_RemoteCollection):
-    """PPO's rollouts of a learner's envs from its env workers (``runners.collector.Collection``)."""
-
-    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
-        """Every worker collects its part in full (``should_stop``, the straggler cut-off, is
-        not applied to remote envs)."""
-        return RolloutSegment.join(self.workers.call_all("rollout", self.weights()), self.device)
-
-
-class RayTransitions(_RemoteCollection):
-    """DQN's steps of a learner's envs from its env workers (``runners.collector.TransitionSource``)."""
-
-    def collect(self, epsilon: float) -> TransitionSegment:
-        return TransitionSegment.join(
-            self.workers.call_all("transitions", self.weights(), epsilon), self.device
-        )
 
 
 def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -8,10 +8,10 @@ from dataclasses import fields
 import pytest
 import torch
 
-from distrl.config import load_config
+from distrl.collect.rollout import ActionNoise, RolloutCollector
+from distrl.config.run import load_config
 from distrl.envs import make_vec_env
 from distrl.models.actor_critic import ActorCritic
-from distrl.runners.collector import ActionNoise, RolloutCollector
 
 CPU = torch.device("cpu")
 

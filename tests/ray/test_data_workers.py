@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from distrl.config import load_config
+from distrl.config.run import load_config
 from distrl.errors import UserError
-from distrl.launch.ray_launch import check_workers
+from distrl.ray.driver import check_workers
 from tests.helpers import CARTPOLE, OFFLINE, collect, distrl
 from tests.ray_cluster import metrics_rows, param_digests, ray_train, ray_train_killing
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from distrl.config import load_config
+from distrl.collect.transitions import TransitionCollector, exploration_noise
+from distrl.config.run import load_config
 from distrl.envs import make_vec_env
-from distrl.runners.off_policy import make_q_network
-from distrl.runners.transition_collector import TransitionCollector, exploration_noise
+from distrl.models.policies import make_q_network
 from distrl.storage.transitions import TransitionSegment
 from tests.helpers import CARTPOLE_DQN
 

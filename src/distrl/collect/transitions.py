@@ -9,13 +9,18 @@ rank's envs over workers changes no env's action.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from distrl.config import RunConfig
+from distrl.collect.rollout import ActionNoise, EnvCollector
 from distrl.envs import VecEnv
-from distrl.runners.collector import ActionNoise, EnvCollector
+from distrl.models.policies import make_q_network
 from distrl.storage.transitions import TransitionSegment
 from distrl.timing import phase
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
 
 
 def exploration_noise(seed: list[int], rows: int, part: slice, device: torch.device) -> ActionNoise:
@@ -39,6 +44,9 @@ class TransitionCollector(EnvCollector):
         self.q_network = q_network
         self.noise = noise
 
+    def segment(self, epsilon: float) -> TransitionSegment:
+        return self.collect(epsilon)
+
     @torch.no_grad()
     def collect(self, epsilon: float) -> TransitionSegment:
         """``rollout_steps`` steps of every env: the greedy action, or with probability
@@ -60,3 +68,15 @@ class TransitionCollector(EnvCollector):
         self.obs = obs
         columns = (torch.stack(column) for column in zip(*steps, strict=True))
         return TransitionSegment(*columns, restarted=self.take_restarted())
+
+
+def env_worker_collector(
+    cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
+) -> tuple[dict[str, torch.nn.Module], TransitionCollector]:
+    """DQN on an env worker: a CPU Q-network (each segment's weights are loaded into it) and an
+    epsilon-greedy collector of ``env`` acting with it, drawing ``part``'s rows of the learner's
+    exploration noise."""
+    cpu = torch.device("cpu")
+    q_network = make_q_network(cfg, env.observation_space, env.action_space)
+    exploration = exploration_noise(noise_seed, noise_rows, part, cpu)
+    return {"q_network": q_network}, TransitionCollector(cfg, env, q_network, exploration, cpu)

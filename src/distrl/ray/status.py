@@ -12,13 +12,16 @@ GCS, which needs no dashboard: distrl's local clusters run without one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from distrl.launch.ray_workers import WorkRate, usage_report, worker_failures
+from distrl.ray.cluster import import_ray, join
+from distrl.ray.placement import alive_nodes
+from distrl.ray.workers import WorkRate, usage_report, worker_failures
 
 USAGE_GROUP = {"usage": 1}
 """The concurrency group ``usage()`` runs in, beside the worker's own calls."""
@@ -197,3 +200,47 @@ def print_report(report: dict[str, Any]) -> None:
                 f"{w['work_per_s']:.0f}" if answered and w["work_unit"] else "",
             )
         console.print(table)
+
+
+def status(address: str, namespace: str, as_json: bool) -> int:
+    """``distrl status``: the cluster's resources and the running jobs' workers, with state,
+    restarts, node, CPU, memory, GPU memory and work done (``ray_status``)."""
+    ray = import_ray()
+    join(ray, address, namespace, log_to_driver=False)
+    try:
+        total, available = ray.cluster_resources(), ray.available_resources()
+        workers = job_actors(ray, namespace)
+        alive = {w["name"]: w["group"] for w in workers if w["state"] == "ALIVE"}
+        # Learners cannot answer while they train (``ray_status``): they publish their usage.
+        learners = [name for name, group in alive.items() if group == "policy"]
+        asked = [name for name, group in alive.items() if group != "policy"]
+        usage = {
+            **sample(ray, _handles(ray, asked, namespace), "status"),
+            **learner_usage(learners, namespace),
+        }
+        for worker in workers:
+            worker.update(usage.get(worker["name"], {}))
+        report = {
+            "namespace": namespace,
+            "nodes": len(alive_nodes(ray)),
+            "resources": {
+                name: [available.get(name, 0.0), total.get(name, 0.0)] for name in ("CPU", "GPU", "memory")
+            },
+            "workers": workers,
+        }
+    finally:
+        ray.shutdown()
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print_report(report)
+    return 0
+
+
+def _handles(ray: Any, names: list[str], namespace: str) -> dict[str, Any]:
+    """The named actors still there (a job may end between listing its actors and asking them)."""
+    handles = {}
+    for name in names:
+        with contextlib.suppress(ValueError):
+            handles[name] = ray.get_actor(name, namespace=namespace)
+    return handles

@@ -19,8 +19,8 @@ from typing import Any
 
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream
 from distrl.errors import UserError
-from distrl.launch.ray_workers import RestartableWorkers, WorkerActor
 from distrl.ope.dqn import LoggedSteps
+from distrl.ray.workers import RestartableWorkers, WorkerActor
 
 DATA_CHUNK_BATCHES = 16
 """Batches a data worker sends per call."""

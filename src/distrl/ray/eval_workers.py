@@ -19,7 +19,7 @@ from typing import Any
 
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState
-from distrl.launch.ray_workers import (
+from distrl.ray.workers import (
     ActorProcess,
     WorkerActor,
     actor_process,
@@ -42,7 +42,8 @@ class EvalWorker(WorkerActor):
         import ray
         import torch
 
-        from distrl.evaluate import evaluate, policy_from_saved
+        from distrl.eval.episodes import evaluate
+        from distrl.eval.policy import policy_from_saved
 
         torch.set_num_threads(1)
         cfg, actor = policy_from_saved(policy, "an evaluation snapshot")

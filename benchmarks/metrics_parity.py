@@ -1,0 +1,92 @@
+"""The same seeds give the same metrics rows: short runs of the shipped configs at 1 and 2 ranks
+and in Ray mode, their metrics.jsonl rows without the keys that measure time or the machine,
+written to one JSON file; ``--compare`` checks two such files key by key (a refactor that
+changes no behaviour changes no row).
+
+    python benchmarks/metrics_parity.py --out before.json     # on the old commit
+    python benchmarks/metrics_parity.py --out after.json --compare before.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["log.progress=false", "log.tensorboard=false", "train.stop_return=null"]
+SCENARIOS: dict[str, list[str]] = {
+    "ppo, 1 rank": ["--config", "configs/cartpole_ppo.yaml", "train.total_steps=8192", *QUIET],
+    "ppo, 2 ranks (torchrun)": ["--config", "configs/cartpole_ppo.yaml", "train.total_steps=8192", *QUIET],
+    "dqn, 1 rank": ["--config", "configs/cartpole_dqn.yaml", "train.total_steps=4096", *QUIET],
+    "ppo, Ray mode (1 learner, 2 env workers)": [
+        "--config", "configs/ray_small_cpu.yaml", "--launcher", "ray", "workers.eval=0",
+        "train.total_steps=8192", *QUIET,
+    ],
+}  # fmt: skip
+TWO_RANKS = "2 ranks"
+MACHINE_KEYS = re.compile(r"time|per_s|sps|cpu|rss|memory|usage|slowest|_share")
+"""Keys whose values depend on the clock or the machine, not on the training."""
+
+
+def run(name: str, args: list[str], run_dir: Path) -> list[dict[str, float]]:
+    python = [sys.executable]
+    if TWO_RANKS in name:
+        python += ["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                   "--master_port=29533", "-m", "distrl.train", "--distributed"]  # fmt: skip
+    else:
+        python += ["-m", "distrl", "train"]
+    done = subprocess.run(
+        [*python, *args, "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if done.returncode:
+        raise SystemExit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not MACHINE_KEYS.search(k)} for row in rows]
+
+
+def compare(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> int:
+    differences = 0
+    for name, rows in before.items():
+        theirs = after.get(name)
+        if theirs is None:
+            print(f"{name}: missing from the new run")
+            differences += 1
+            continue
+        if len(rows) != len(theirs):
+            print(f"{name}: {len(rows)} rows before, {len(theirs)} after")
+            differences += 1
+        for index, (old, new) in enumerate(zip(rows, theirs, strict=False)):
+            for key in sorted(old.keys() | new.keys()):
+                if old.get(key) != new.get(key):
+                    print(f"{name}: row {index} {key}: {old.get(key)!r} -> {new.get(key)!r}")
+                    differences += 1
+        if not differences:
+            print(f"{name}: {len(rows)} rows, identical")
+    return 1 if differences else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, required=True, help="JSON file of every scenario's rows")
+    parser.add_argument("--compare", type=Path, help="an earlier --out file to compare with")
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="distrl-parity-") as temp:
+        for index, (name, scenario) in enumerate(SCENARIOS.items()):
+            results[name] = run(name, scenario, Path(temp) / f"run{index}")
+            print(f"{name}: {len(results[name])} rows", flush=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    if args.compare:
+        return compare(json.loads(args.compare.read_text()), results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The algorithm registry: what an algorithm is, by ``algo.name``.
+
+An algorithm is its config section, its runners (how it trains, by what it learns from), how
+its deployable policy is built from a checkpoint, and what an env worker acts with. Everything
+but the config section is named as ``module:attribute`` and imported only when used, so reading
+a config imports no torch, and evaluation, export and the workers build a policy without
+importing any runner. A new algorithm is its files plus one ``Algorithm`` line below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from distrl import extras
+from distrl.algos.dqn_config import DQNConfig
+from distrl.algos.ppo_config import PPOConfig
+from distrl.config.base import Section
+from distrl.errors import UserError
+from distrl.extras import require_extra
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+ENVS = "envs"
+"""Learns online from envs, with a torch learner."""
+LOGGED_DATA = "logged data"
+"""Learns from a logged dataset (``data.path``)."""
+JAX = "jax"
+"""Learns online from envs, with a JAX learner (``ml_framework: jax``)."""
+JAX_NATIVE_ENVS = "jax native envs"
+"""Learns with a JAX learner from JAX envs stepped inside its compiled loop (gymnax, Brax)."""
+JAX_NATIVE_BACKENDS = ("gymnax", "brax")
+"""The ``env.backend`` values whose envs are JAX functions (``distrl.envs.jax_envs``)."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    config: type[Section]
+    """Its ``algo:`` section (``algo.name`` picks it)."""
+    deployable_policy: str
+    """``module:function`` of ``(RunConfig, SavedState) -> nn.Module``: the deterministic policy
+    of a checkpoint, raw observations in, env actions out."""
+    runners: dict[str, str] = field(default_factory=dict)
+    """``module:Class`` of its ``Runner``, by what it learns from (``ENVS``, ``LOGGED_DATA``,
+    ``JAX``, ``JAX_NATIVE_ENVS``)."""
+    env_worker: str | None = None
+    """``module:function`` of ``(RunConfig, VecEnv, noise_seed, noise_rows, part) -> (acting
+    modules by checkpoint name, collector)``: what a Ray env worker acts and collects with."""
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    algorithm.name: algorithm
+    for algorithm in (
+        Algorithm(
+            "ppo",
+            PPOConfig,
+            deployable_policy="distrl.models.policies:ppo_policy",
+            runners={
+                ENVS: "distrl.runners.on_policy:OnPolicyRunner",
+                JAX: "distrl.runners.jax_on_policy:JaxOnPolicyRunner",
+                JAX_NATIVE_ENVS: "distrl.runners.jax_compiled:JaxCompiledRunner",
+            },
+            env_worker="distrl.collect.rollout:env_worker_collector",
+        ),
+        Algorithm(
+            "dqn",
+            DQNConfig,
+            deployable_policy="distrl.models.policies:q_policy",
+            runners={
+                ENVS: "distrl.runners.off_policy:OffPolicyRunner",
+                LOGGED_DATA: "distrl.runners.offline:OfflineRunner",
+            },
+            env_worker="distrl.collect.transitions:env_worker_collector",
+        ),
+    )
+}
+
+
+def algorithm(name: str) -> Algorithm:
+    if name not in ALGORITHMS:
+        raise UserError(f"algo.name {name!r}: expected one of {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def learns_from(cfg: RunConfig) -> str:
+    """What the run learns from, with which learner: the key of its runner."""
+    if cfg.ml_framework == "jax":
+        return JAX_NATIVE_ENVS if cfg.env.backend in JAX_NATIVE_BACKENDS else JAX
+    return LOGGED_DATA if cfg.data.path is not None else ENVS
+
+
+def runner_class(cfg: RunConfig) -> type:
+    """The ``Runner`` that trains ``cfg``'s algorithm from what it learns from."""
+    source = learns_from(cfg)
+    able = [name for name, known in ALGORITHMS.items() if source in known.runners]
+    if cfg.algo.name not in able:
+        if source in (JAX, JAX_NATIVE_ENVS):
+            raise UserError(f"ml_framework: jax trains {', '.join(able)} online; use torch for this run")
+        where = "from logged data (data.path)" if source == LOGGED_DATA else "online"
+        raise UserError(f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}")
+    if source in (JAX, JAX_NATIVE_ENVS):
+        require_extra(*extras.JAX)
+    return load(ALGORITHMS[cfg.algo.name].runners[source])
+
+
+def load(reference: str) -> Any:
+    """The attribute a ``module:attribute`` reference names, its module imported now."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)

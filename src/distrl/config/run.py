@@ -1,0 +1,212 @@
+"""The whole run's config: the component sections (``distrl.config.sections``) and the chosen
+algorithm's own section (``distrl.algos.registry``), read from a YAML file with dotted
+command-line overrides and validated by pydantic. Every problem found is reported, each on a
+line of its own that names the key."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from distrl.algos.registry import ALGORITHMS, algorithm
+from distrl.config.base import Section
+from distrl.config.sections import (
+    WORKER_GROUPS,
+    CheckpointConfig,
+    ClusterConfig,
+    CommConfig,
+    DataConfig,
+    EnvConfig,
+    EvalConfig,
+    LogConfig,
+    ModelConfig,
+    NormalizeConfig,
+    OutputConfig,
+    TrainConfig,
+    WorkersConfig,
+)
+from distrl.errors import UserError
+
+AlgorithmConfig = Annotated[
+    Union[tuple(known.config for known in ALGORITHMS.values())],  # noqa: UP007 (a union built at run time)
+    Field(discriminator="name"),
+]
+"""Any registered algorithm's section, told apart by ``name``."""
+
+
+class RunConfig(Section):
+    ml_framework: Literal["torch", "jax"] = "torch"
+    """The learner's framework: ``jax`` trains PPO with JAX, Flax and Optax (the ``jax`` extra;
+    several processes through ``python -m distrl.launch.jax``); configs, run dirs and checkpoints
+    are the same as torch's."""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algo: AlgorithmConfig = Field(default_factory=lambda: algorithm("ppo").config())
+    """The algorithm's own section, chosen by ``algo.name`` (``algos.registry``; ppo when unset)."""
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    comm: CommConfig = Field(default_factory=CommConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_totals(cls, data: Any) -> Any:
+        """``workers.<group>_per_node`` x ``cluster.num_nodes`` is the group's total."""
+        if not isinstance(data, dict) or not isinstance(data.get("workers"), dict):
+            return data
+        workers = dict(data["workers"])
+        cluster = data.get("cluster")
+        nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
+        for group in WORKER_GROUPS:
+            key = f"{group}_per_node"
+            per_node = workers.get(key)
+            if per_node is None:
+                continue
+            if group in workers:
+                raise UserError(f"workers.{group} and workers.{key} exclude each other: give one")
+            # Anything but whole numbers is left for the fields' own checks to name.
+            if isinstance(per_node, int) and isinstance(nodes, int):
+                workers[group] = per_node * nodes
+                del workers[key]
+        return {**data, "workers": workers}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ppo_unless_named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("algo"), dict) and "name" not in data["algo"]:
+            return {**data, "algo": {**data["algo"], "name": "ppo"}}
+        return data
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML config (or defaults when ``path`` is None) and apply ``a.b=value`` overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    for override in overrides:
+        key, value = _parse_override(override)
+        _set_dotted(data, key, value)
+    source = str(path) if path else "config"
+    cfg = config_from_dict(data, source)
+    _check_compile_honoured(cfg, source)
+    return cfg
+
+
+def _check_compile_honoured(cfg: RunConfig, source: str) -> None:
+    """Said rather than silently ignored: a user who asks for compilation expects it to happen.
+    Checked on what the user gives, not on configs saved in checkpoints before this rule."""
+    if cfg.train.compile and cfg.ml_framework == "jax":
+        raise UserError(
+            f"{source}: train.compile=true is for torch learners; JAX learners are always compiled"
+        )
+    if cfg.train.compile and not cfg.algo.honours_compile:
+        raise UserError(
+            f"{source}: train.compile=true is not supported by algo.name={cfg.algo.name}; set it to false"
+        )
+
+
+MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_interface", "sync_spin_ms")}
+"""Keys that moved to another section: still read from the old place, with a warning."""
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
+    """Validate a plain dict; every problem is a line of the ``UserError``, naming its key."""
+    data = _move_deprecated_keys(data, source)
+    problems = _unknown_keys(data, RunConfig, prefix="")
+    if problems:
+        raise UserError("\n".join(problems))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise UserError("\n".join(_problem(source, err) for err in exc.errors())) from None
+
+
+def _problem(source: str, err: Any) -> str:
+    """One line for one of pydantic's errors."""
+    loc = list(err["loc"])
+    if loc[:1] == ["algo"] and len(loc) > 1 and loc[1] in ALGORITHMS:
+        del loc[1]  # pydantic names the union member: the user wrote algo.<key>
+    key = ".".join(str(p) for p in loc)
+    if err["type"] == "value_error":  # our own validators' messages say it all
+        return f"{source}: {key}: {err['msg'].removeprefix('Value error, ')}"
+    return f"{source}: {key}: {err['msg']} (got {err.get('input')!r})"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise UserError(f"override {text!r}: expected dotted.key=value, e.g. algo.learning_rate=1e-3")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(f"override {key}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _unknown_keys(data: Any, model: type[BaseModel], prefix: str) -> list[str]:
+    """A line for every key the schema does not know, suggesting the closest valid one."""
+    if not isinstance(data, dict):
+        return []
+    fields = model.model_fields
+    problems = []
+    for key, value in data.items():
+        if key not in fields:
+            where = f"{prefix}{key}"
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+            problems.append(f"unknown config key {where}{hint} (allowed here: {', '.join(fields)})")
+            continue
+        annotation = fields[key].annotation
+        if model is RunConfig and key == "algo":
+            annotation = algorithm(value.get("name", "ppo") if isinstance(value, dict) else "ppo").config
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            problems += _unknown_keys(value, annotation, prefix=f"{prefix}{key}.")
+    return problems
+
+
+def _move_deprecated_keys(data: dict[str, Any], source: str) -> dict[str, Any]:
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for old, new in MOVED_KEYS.items():
+        old_section, key = old.split(".")
+        new_section = new.split(".")[0]
+        if isinstance(data.get(old_section), dict) and key in data[old_section]:
+            value = data[old_section].pop(key)
+            data.setdefault(new_section, {}).setdefault(key, value)
+            print(f"distrl: warning: {source}: {old} is deprecated; it is now {new}", file=sys.stderr)
+    return data

@@ -1,0 +1,168 @@
+"""The one typed way into a training process: ``train_process``.
+
+Whoever started the process hands it a validated config, the process's place among its peers
+(a ``Topology``) and what to do with the run dir: the command line does (one process, torchrun,
+SLURM, the file-rendezvous and JAX launchers' processes), and so does each of Ray mode's
+learners, with the driver's config as data. Bad input is raised as ``UserError``, a failed
+collective as ``PeerFailure``; the caller decides how to report them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from distrl.algos.registry import runner_class
+from distrl.allocator import keep_freed_memory
+from distrl.envs import check_env
+from distrl.io import checkpoint as ckpt
+from distrl.io.run_dir import prepare_run_dir
+from distrl.io.train_state import launch_index
+from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
+from distrl.launch.process_group import connect, resolve_device
+from distrl.launch.run_dir import RunDir
+from distrl.launch.topology import Topology
+from distrl.runners.base import RemoteWorkers, RunContext
+from distrl.runners.loop import Preempted, TrainingLoop
+
+if TYPE_CHECKING:
+    from distrl.comm import Comm
+    from distrl.config.run import RunConfig
+
+
+def train_process(
+    cfg: RunConfig, topology: Topology, run_dir: RunDir, workers: RemoteWorkers | None = None
+) -> int:
+    """Train this process's rank of the run: join the group, prepare or resume the run dir, run
+    the training loop; returns the exit status (0, or the preempted status). ``workers``: the
+    processes the launcher gives this rank for part of its work (Ray mode's worker groups)."""
+    device = _set_up_process(cfg, topology)
+    comm = _connect(cfg, topology, device)
+    try:
+        resume = run_dir.resume or topology.restart_count > 0
+        payload = comm.run_on_main(
+            lambda: prepare_run_dir(
+                run_dir.path, cfg, resume, must_resume=run_dir.resume, overwrite=run_dir.overwrite
+            )
+        )
+        checkpoint = ckpt.unpack(payload) if payload else None
+        loop = build_training(
+            cfg, comm, device, run_dir.path, checkpoint, topology.node_rank, workers, topology.restart_count
+        )
+        try:
+            row = loop.run()
+        except Preempted as exc:
+            comm.barrier()  # every rank raised at the same agreed step
+            _report_preemption(comm, exc, run_dir.path)
+            return PREEMPTED_EXIT_CODE
+        # Leave together: a rank tearing gloo down while rank 0 still writes the final
+        # checkpoint was seen to abort at exit (SIGABRT) and fail the whole launch.
+        comm.barrier()
+    finally:
+        comm.close()
+    if comm.is_main:
+        ret = row.get("episode_return_mean", float("nan"))
+        print(
+            f"distrl: trained {row.get('global_step', 0)} env steps on {comm.world_size} rank(s) "
+            f"in {row.get('time_s', 0.0):.1f}s, recent episode return {ret:.1f}; run dir {run_dir.path}"
+        )
+    return 0
+
+
+def build_training(
+    cfg: RunConfig,
+    comm: Comm,
+    device: torch.device,
+    run_dir: Path,
+    checkpoint: ckpt.CheckpointFiles | None = None,
+    node_rank: int = 0,
+    workers: RemoteWorkers | None = None,
+    restart_count: int = 0,
+) -> TrainingLoop:
+    """The config's runner (``algos.registry``) inside the shared loop, fresh or resumed from
+    ``checkpoint``; ``node_rank``: the process's node; ``workers``: processes that do part of the
+    rank's work; ``restart_count``: the launcher's restarts of the group so far."""
+    context = RunContext(
+        cfg, comm, device, launch_index(checkpoint), node_rank, workers or RemoteWorkers(), restart_count
+    )
+    return TrainingLoop(context, runner_class(cfg)(context), run_dir, checkpoint)
+
+
+def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:
+    """The rank's device, and the process settings every training process runs with."""
+    device = resolve_device(cfg.train.device, topology)
+    torch.set_num_threads(cfg.train.torch_threads)
+    keep_freed_memory()
+    # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
+    torch.set_flush_denormal(True)
+    return device
+
+
+def _connect(cfg: RunConfig, topology: Topology, device: torch.device) -> Comm:
+    """The rank's communicator, the env checked before any rank waits on the others."""
+    if cfg.ml_framework == "jax":
+        from distrl.launch.jax_group import connect_jax
+
+        # Before the env check: building a gymnax or Brax env starts JAX; jax.distributed comes first.
+        comm = connect_jax(topology, cfg.comm.timeout_s)
+        check_env(cfg.env)
+        return comm
+    check_env(cfg.env)
+    return connect(topology, device, cfg.comm)
+
+
+def _report_preemption(comm: Comm, exc: Preempted, run_dir: Path) -> None:
+    if comm.is_main:
+        print(f"distrl: {exc} in {run_dir}", file=sys.stderr)
+        requeued = requeue_slurm_job()
+        if requeued:
+            print(f"distrl: {requeued}", file=sys.stderr)
+
+
+def dry_run(cfg: RunConfig, topology: Topology) -> int:
+    """Rendezvous for real (so addresses and ports are checked), then rank 0 prints what every
+    rank sees; no env, model or run dir is created."""
+    from distrl.seeding import env_seeds
+    from distrl.sharding import shard_envs
+
+    device = _set_up_process(cfg, topology)
+    comm = connect(topology, device, cfg.comm)
+    try:
+        mine = {
+            "rank": comm.rank,
+            "local_rank": topology.local_rank,
+            "node_rank": topology.node_rank,
+            "world_size": comm.world_size,
+            "launcher": topology.launcher,
+            "device": str(device),
+            "backend": "nccl" if device.type == "cuda" else ("gloo" if comm.world_size > 1 else "none"),
+            "master": f"{topology.master_addr}:{topology.master_port}",
+            "interface": os.environ.get("GLOO_SOCKET_IFNAME", "-"),
+            "host": socket.gethostname(),
+            "env_seeds": env_seeds(cfg.train.seed, shard_envs(cfg.env, comm.rank, comm.world_size)),
+        }
+        ranks = [json.loads(b) for b in comm.all_gather_bytes(json.dumps(mine).encode())]
+        comm.barrier()
+    finally:
+        comm.close()
+    if comm.is_main:
+        for row in ranks:
+            _print_rank(row)
+        print(f"distrl: dry run ok: {len(ranks)} rank(s) joined")
+    return 0
+
+
+def _print_rank(row: dict[str, Any]) -> None:
+    seeds = row["env_seeds"]
+    print(
+        f"rank {row['rank']}/{row['world_size']} local {row['local_rank']} node {row['node_rank']} "
+        f"host {row['host']} device {row['device']} backend {row['backend']} master {row['master']} "
+        f"interface {row['interface']} "
+        f"launcher {row['launcher']} envs {len(seeds)} seeds {seeds[0]}..{seeds[-1]}"
+    )

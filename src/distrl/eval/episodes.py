@@ -1,0 +1,43 @@
+"""Deterministic evaluation: episodes played with a policy (mean action / arg-max, no
+exploration noise), each on its own seed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from distrl.envs import make_vec_env
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+_MAX_PARALLEL_EPISODES = 16
+
+
+def evaluate(cfg: RunConfig, policy: nn.Module, episodes: int, seed: int) -> list[float]:
+    """Return the undiscounted return of ``episodes`` episodes, episode i seeded ``seed + i``."""
+    returns: list[float] = []
+    for first in range(0, episodes, _MAX_PARALLEL_EPISODES):
+        seeds = list(range(seed + first, seed + min(first + _MAX_PARALLEL_EPISODES, episodes)))
+        returns += _run_episodes(cfg, policy, seeds)
+    return returns
+
+
+@torch.no_grad()
+def _run_episodes(cfg: RunConfig, policy: nn.Module, seeds: list[int]) -> list[float]:
+    """Run one episode per env; envs that finish keep stepping but are no longer counted."""
+    device = next(policy.parameters()).device
+    env = make_vec_env(cfg.env, seeds, device)
+    obs = env.reset()
+    totals = torch.zeros(len(seeds), dtype=torch.float64, device=device)
+    running = torch.ones(len(seeds), dtype=torch.bool, device=device)
+    while running.any():
+        result = env.step(policy(obs.to(device)).to(env.device))
+        reward, terminated, truncated = (x.to(device) for x in result[1:4])
+        totals += reward * running
+        running &= ~(terminated | truncated)
+        obs = result.obs
+    env.close()
+    return totals.tolist()

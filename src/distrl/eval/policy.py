@@ -1,0 +1,42 @@
+"""A checkpoint's deployable policy, rebuilt without an env through the algorithm registry
+(``distrl.algos.registry``): what ``distrl eval``, ``distrl export``, eval workers and logging
+policies act with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from distrl.algos.registry import algorithm, load
+from distrl.config.run import RunConfig, config_from_dict
+from distrl.io import checkpoint as ckpt
+from distrl.io.train_state import SavedState, read_state
+
+
+@dataclass
+class LoadedPolicy:
+    cfg: RunConfig
+    policy: nn.Module
+    """Raw observations in, env actions out (``Runner.deployable_policy``)."""
+    algorithm: str
+    obs_dim: int
+    checkpoint: Path
+    global_step: int
+
+
+def load_policy(path: Path) -> LoadedPolicy:
+    """Rebuild the deterministic policy stored in a checkpoint or run dir; no env is built."""
+    checkpoint = ckpt.resolve_checkpoint(path)
+    saved = read_state(ckpt.load_checkpoint(checkpoint), str(checkpoint))
+    cfg, policy = policy_from_saved(saved, str(checkpoint / "state.json"))
+    obs_dim = saved.observation_space.shape[0]
+    return LoadedPolicy(cfg, policy, saved.meta["algorithm"], obs_dim, checkpoint, saved.meta["global_step"])
+
+
+def policy_from_saved(saved: SavedState, where: str) -> tuple[RunConfig, nn.Module]:
+    """The config and deterministic policy of a checkpoint read back (or a ``snapshot``)."""
+    cfg = config_from_dict(saved.meta["config"], source=where)
+    build = load(algorithm(saved.meta["algorithm"]).deployable_policy)
+    return cfg, build(cfg, saved).eval()

@@ -1,0 +1,91 @@
+"""What each algorithm acts with, built from a config and the env's spaces, or read back from a
+checkpoint as its deployable form (raw observations in, env actions out, deterministic): PPO's
+actor-critic and normalisers, DQN's Q-network. Runners, env workers, evaluation and export all
+build them here, through the algorithm registry (``distrl.algos.registry``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from distrl.io import checkpoint as ckpt
+from distrl.models.actor_critic import ActorCritic, DeterministicActor
+from distrl.models.normalizer import RunningMeanStd
+from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
+from distrl.models.q_network import GreedyPolicy, QNetwork
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+    from distrl.io.train_state import SavedState
+
+
+def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bool:
+    """Explicit setting wins; by default normalise observations for continuous control only."""
+    if cfg.normalize.observations is not None:
+        return cfg.normalize.observations
+    return isinstance(action_space, gym.spaces.Box)
+
+
+def ppo_normalizers(
+    cfg: RunConfig, obs_dim: int, action_space: gym.spaces.Space
+) -> tuple[RunningMeanStd | None, RunningMeanStd | None]:
+    """The observation statistics and the reward scale the config asks for (None: not used)."""
+    obs_rms = RunningMeanStd((obs_dim,)) if uses_obs_normalization(cfg, action_space) else None
+    return obs_rms, RunningMeanStd(()) if cfg.normalize.rewards else None
+
+
+def acting_modules(
+    policy: nn.Module, obs_rms: RunningMeanStd | None, return_rms: RunningMeanStd | None
+) -> dict[str, nn.Module]:
+    """The modules a PPO collector acts with, by their checkpoint names (those in use)."""
+    named = {"policy": policy, "obs_rms": obs_rms, "return_rms": return_rms}
+    return {name: module for name, module in named.items() if module is not None}
+
+
+def deterministic_actor(
+    cfg: RunConfig,
+    observation_space: gym.spaces.Space,
+    action_space: gym.spaces.Space,
+    model_tensors: dict[str, torch.Tensor],
+) -> DeterministicActor:
+    """The deployable policy held by checkpoint-named tensors (``policy.*``, and ``obs_rms.*``
+    when observations were normalised), whichever learner wrote them."""
+    policy = ActorCritic(observation_space.shape[0], action_space, cfg.model)
+    policy.load_state_dict(ckpt.strip_prefix(model_tensors, "policy."))
+    obs_rms = None
+    if rms_tensors := ckpt.strip_prefix(model_tensors, "obs_rms."):
+        obs_rms = RunningMeanStd(observation_space.shape)
+        obs_rms.load_state_dict(rms_tensors)
+    return DeterministicActor(policy, obs_rms, cfg.normalize.clip, action_space)
+
+
+def ppo_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
+    """PPO's deployable policy from a checkpoint (the torch learner's or the JAX learner's: the
+    tensors carry the same names)."""
+    return deterministic_actor(cfg, saved.observation_space, saved.action_space, saved.tensors)
+
+
+def make_q_network(
+    cfg: RunConfig, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
+) -> nn.Module:
+    """One value per action for Discrete actions; for parametric actions (a Box of one action's
+    features) a network scoring (state, action features) pairs."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return QNetwork(observation_space.shape[0], int(action_space.n), cfg.model)
+    return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model)
+
+
+def greedy_policy(q_network: nn.Module) -> nn.Module:
+    if isinstance(q_network, ParametricQNetwork):
+        return ParametricGreedyPolicy(q_network)
+    return GreedyPolicy(q_network)
+
+
+def q_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
+    """DQN's deployable policy from a checkpoint: greedy in its Q-network."""
+    q_network = make_q_network(cfg, saved.observation_space, saved.action_space)
+    q_network.load_state_dict(saved.module_tensors("q_network"))
+    return greedy_policy(q_network)

@@ -1,0 +1,241 @@
+"""``distrl train --launcher ray``: the job's learners and worker groups as Ray actors on a
+virtual cluster of placement groups.
+
+The driver starts a local Ray instance or joins one (``ray.cluster``), checks that the config's
+cluster and workers fit what Ray has, places the virtual cluster (one placement group per node,
+``ray.placement``), starts the env, eval and data workers there as named, restartable actors,
+and runs the learners (``ray.learners``) with its own validated config. The driver owns every
+actor (they share its fate) and exits with the first failing learner's code; when a learner dies
+the group is launched again from the newest checkpoint (at most ``workers.max_restarts`` times).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from distrl.algos.registry import load
+from distrl.config.run import RunConfig
+from distrl.config.sections import ClusterConfig, WorkersConfig
+from distrl.errors import UserError
+from distrl.launch.run_dir import RunDir
+from distrl.ray.cluster import clear_run_dir, import_ray, join, local_ray, worker_path
+from distrl.ray.groups import WORKER_GROUPS
+from distrl.ray.learners import LearnerGroup
+from distrl.ray.placement import (
+    VirtualCluster,
+    alive_nodes,
+    job_bundles,
+    needs,
+    node_bundles,
+    place,
+    worker_groups,
+)
+from distrl.ray.status import UsageLog, forget_learners, remote_class
+from distrl.ray.workers import workers_spec
+
+
+def launch(cfg: RunConfig, address: str | None, namespace: str, run_dir: RunDir) -> int:
+    """Run the job on Ray (a local instance when ``address`` is None); returns its exit status.
+    Every ``cluster.usage_every_s`` the driver records each worker's usage in the run dir's
+    ``workers.jsonl``."""
+    check_workers(cfg)
+    with contextlib.ExitStack() as local:
+        clear = False
+        if address is None:
+            # The driver overwrites, sparing the local Ray's files in the run dir; the learners must not.
+            clear, run_dir = run_dir.overwrite, replace(run_dir, overwrite=False)
+            ray, started = local.enter_context(local_ray(cfg.cluster, run_dir.path, namespace))
+        else:
+            ray, started = import_ray(), None
+            join(ray, address, namespace, log_to_driver=True, runtime_env={"env_vars": worker_path()})
+        return _run_job(ray, cfg, namespace, run_dir, started, clear)
+
+
+def _run_job(
+    ray: Any, cfg: RunConfig, namespace: str, run_dir: RunDir, started: str | None, clear: bool
+) -> int:
+    """Place the job's virtual cluster, start its workers and run its learners, launched again
+    from the newest checkpoint when one dies; Ray is shut down at the end, whatever ends it.
+    Once the job is placed (a job that does not fit is its one error line alone, and loses
+    nothing), ``started`` is said and, with ``clear``, the run dir's old run removed."""
+    job = f"distrl-{secrets.token_hex(4)}"
+    try:
+        check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
+        cluster = place(ray, cfg.cluster, cfg.workers, job)
+        if started:
+            print(started, file=sys.stderr, flush=True)
+        if clear:
+            clear_run_dir(run_dir.path)
+        profile = (cfg.log.profile_updates, run_dir.path / "profile")
+        names, actors = _start_worker_groups(ray, cluster, cfg.workers, namespace, job, profile)
+        retries = cfg.workers.max_restarts, cfg.workers.retry_backoff_s
+        specs = [
+            workers_spec(namespace, *retries, **{g: mine[rank] for g, mine in names.items()})
+            for rank in range(cfg.workers.policy)
+        ]
+        usage = UsageLog(run_dir.path / "workers.jsonl")
+        learners = LearnerGroup(cluster, cfg, namespace, f"{job}-policy", run_dir, specs, actors, usage)
+        return _run_learners(ray, learners, cfg.workers.max_restarts)
+    finally:
+        try:
+            forget_learners(job, namespace)
+        finally:
+            ray.shutdown()
+
+
+def _run_learners(ray: Any, learners: LearnerGroup, max_restarts: int) -> int:
+    """The learners' exit status, their group launched again after a death, at most
+    ``max_restarts`` times."""
+    for attempt in range(max_restarts + 1):
+        status, died = learners.run(ray, attempt)
+        if died is None:
+            return status
+        if attempt < max_restarts:
+            print(
+                f"distrl: policy worker {died} died; the learners' group is rebuilt and resumes from "
+                f"the newest checkpoint (restart {attempt + 1} of at most {max_restarts})",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        f"distrl: error: a policy worker died {max_restarts + 1} times "
+        f"(workers.max_restarts={max_restarts}); the newest checkpoint is kept",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def check_workers(cfg: RunConfig) -> None:
+    """The worker groups the run's algorithm can use, before Ray starts."""
+    workers = cfg.workers
+    if workers.policy > 1 and not workers.gpus_per_policy.is_integer():
+        raise UserError(
+            f"workers.gpus_per_policy={workers.gpus_per_policy:g}: learners sharing a GPU cannot form an "
+            "NCCL group; give each whole GPUs (or 0 to train on the CPU)"
+        )
+    if workers.data:
+        _check_data_workers(cfg)
+    if workers.env:
+        if cfg.ml_framework != "torch" or cfg.data.path is not None:
+            raise UserError(
+                "workers.env: env workers collect for online PPO and DQN with ml_framework: torch; "
+                "set workers.env=0"
+            )
+        if cfg.train.straggler_threshold is not None:
+            raise UserError(
+                "train.straggler_threshold: env workers always collect whole rollouts; "
+                "unset it or set workers.env=0"
+            )
+        _one_per_learner_at_least("env", workers.env, workers.policy)
+
+
+def _check_data_workers(cfg: RunConfig) -> None:
+    workers = cfg.workers
+    if cfg.data.path is None or cfg.ml_framework != "torch":
+        raise UserError(
+            "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
+        )
+    _one_per_learner_at_least("data", workers.data, workers.policy)
+
+
+def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
+    """Env and data workers are shared out over the learners: each needs one of its own."""
+    if count < learners:
+        raise UserError(
+            f"workers.{group}={count} is fewer than the {learners} learners (workers.policy): "
+            f"give each learner at least one, or set workers.{group}=0"
+        )
+
+
+def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[str, float]]) -> None:
+    """One line naming what does not fit, before anything starts; ``nodes``: each alive Ray
+    node's resources."""
+    nodes_need = [needs(bundles) for bundles in node_bundles(cluster.num_nodes, job_bundles(workers))[0]]
+    used = sum(1 for need in nodes_need if need["CPU"] or need["GPU"])
+    if cluster.strategy == "SPREAD" and used > len(nodes):
+        raise UserError(
+            f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {len(nodes)} alive node(s) "
+            "(cluster.strategy=SPREAD puts each node's workers on a Ray node of their own; "
+            "PACK lets them share)"
+        )
+    budget = {"CPU": cluster.cpus_per_node, "GPU": float(cluster.gpus_per_node)}
+    for resource, limit in budget.items():
+        need = sum(node[resource] for node in nodes_need)
+        if limit is not None and need > limit * cluster.num_nodes:
+            raise UserError(
+                f"{_job(workers)} need {need:g} {resource} in all: more than "
+                f"cluster.{resource.lower()}s_per_node x num_nodes = {limit * cluster.num_nodes:g}"
+            )
+        have = sum(node.get(resource, 0.0) for node in nodes)
+        if need > have:
+            raise UserError(f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has {have:g}")
+        largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
+        for index, node_need in enumerate(nodes_need):
+            where = (
+                f"node {index} of the job needs {node_need[resource]:g} {resource} on one Ray node"
+                f" (each group's workers are split evenly over cluster.num_nodes={cluster.num_nodes}, "
+                "learners first)"
+            )
+            if limit is not None and node_need[resource] > limit:
+                raise UserError(f"{where}: more than cluster.{resource.lower()}s_per_node = {limit:g}")
+            if node_need[resource] > largest:
+                raise UserError(f"{where}: the largest Ray node has {largest:g}")
+
+
+def _job(workers: WorkersConfig) -> str:
+    groups = [f"workers.{group}={count}" for group, (count, _) in worker_groups(workers).items() if count]
+    return " and ".join([f"workers.policy={workers.policy}", *groups])
+
+
+def _start_worker_groups(
+    ray: Any,
+    cluster: VirtualCluster,
+    workers: WorkersConfig,
+    namespace: str,
+    job: str,
+    profile: tuple[int, Path],
+) -> tuple[dict[str, list[list[str]]], dict[str, Any]]:
+    """The env, eval and data workers as named, restartable actors: their names by group and
+    learner (env and data workers shared out over the learners, eval workers all rank 0's), and
+    their handles, which the driver holds for the job's length (Ray ends an actor, named or not,
+    once no handle to it is left)."""
+    from distrl.sharding import even_split
+
+    classes = _worker_classes(workers)
+    names: dict[str, list[list[str]]] = {}
+    handles = {}
+    for name, (count, cpus) in worker_groups(workers).items():
+        names[name] = [[] for _ in range(workers.policy)]
+        if not count:
+            continue
+        actor = remote_class(ray, classes[name])
+        for rank in range(workers.policy):
+            shared_out = WORKER_GROUPS[name].shared_out
+            first, mine = even_split(count, rank, workers.policy) if shared_out else (0, count * (rank == 0))
+            names[name][rank] = [f"{job}-{name}-{rank}-{i}" for i in range(mine)]
+            for i, actor_name in enumerate(names[name][rank]):
+                handle = actor.options(
+                    name=actor_name,
+                    namespace=namespace,
+                    num_cpus=cpus,
+                    max_restarts=-1,  # Ray's bound is per lifetime; the learner bounds failures in a row
+                    scheduling_strategy=cluster.scheduling(name, first + i),
+                ).remote(profile[0], str(profile[1] / f"{actor_name}.json"))
+                handles[actor_name] = handle
+    return names, handles
+
+
+def _worker_classes(workers: WorkersConfig) -> dict[str, type]:
+    """The actor classes of the groups the job has (their modules import torch: a job of
+    learners alone spares the driver that). Imported in a thread during ``ray.init`` they took
+    the GIL from it and slowed it by as much as they saved."""
+    return {
+        group: load(WORKER_GROUPS[group].actor)
+        for group, (count, _) in worker_groups(workers).items()
+        if count
+    }

@@ -1,0 +1,249 @@
+"""Ray mode's learners (the seeds' policy workers): the ranks of one torch.distributed group,
+each training in an actor of its own through ``entry.train_process``, as a torchrun rank does.
+
+The driver hands each learner its validated config, its ``Topology`` (the master address and a
+free port from learner 0's node, as NeMo RL does) and its worker actors by name, as data; a
+learner returns its exit status and its one-line error as values. When a learner dies the
+others are killed and the group is launched again (``LearnerGroup.run``), resuming from the
+newest checkpoint as a restarted torchrun job does.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from distrl.algos.registry import load
+from distrl.config.run import RunConfig
+from distrl.errors import UserError
+from distrl.launch.run_dir import RunDir
+from distrl.launch.topology import Topology
+from distrl.ray.groups import WORKER_GROUPS
+from distrl.ray.placement import VirtualCluster
+from distrl.ray.status import LearnerStatus, UsageLog, sample
+from distrl.ray.workers import ActorProcess, actor_process, failure_cause
+
+if TYPE_CHECKING:
+    from distrl.runners.base import RemoteWorkers
+
+STOP_GRACE_S = 30.0
+"""How long the other learners may take to end by themselves once one has failed."""
+
+
+@dataclass
+class LearnerGroup:
+    """The learners of one job: launched again, as a restarted torchrun job is, when one dies."""
+
+    cluster: VirtualCluster
+    """Where each learner runs (the same bundle in every launch)."""
+    cfg: RunConfig
+    """The driver's validated config: every launch trains with it, whatever became of the file."""
+    namespace: str
+    name: str
+    """Learner r of launch a is the actor ``<name>-<a>-<r>``."""
+    run_dir: RunDir
+    workers: list[dict[str, Any]]
+    """Each learner's worker actors, by group (``ray.workers.workers_spec``)."""
+    actors: dict[str, Any]
+    """Every env, eval and data worker by name (the driver holds them: Ray ends an actor, named
+    or not, once no handle to it is left)."""
+    usage: UsageLog
+
+    def run(self, ray: Any, attempt: int) -> tuple[int, int | None]:
+        """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
+        of a learner that died, which ends the launch: the others are killed at once rather
+        than left waiting in a collective until ``comm.timeout_s``)."""
+        timeout_s = self.cfg.cluster.placement_timeout_s
+        learners = start_learners(ray, self.cluster, self.cfg, self.namespace, f"{self.name}-{attempt}")
+        # The learners start while the other workers do (every actor imports torch: seconds each).
+        workers_ready = [actor.__ray_ready__.remote() for actor in self.actors.values()]
+        where = [learner.node_id.remote() for learner in learners]
+        node_ids = ready(ray, [*where, *workers_ready], timeout_s)[: len(learners)]
+        processes = [actor_process(learner) for learner in learners]  # ready: each has one
+        # Learners all on one node listen on the loopback interface only.
+        one_node = len(set(node_ids)) == 1
+        master = ready(ray, learners[0].free_address.remote(one_node), timeout_s)
+        # Learners on one Ray node are one torchrun node: under data.layout=split they divide its part.
+        node_ranks = {node: index for index, node in enumerate(dict.fromkeys(node_ids))}
+        # A restarted group must never wipe the checkpoints it resumes from.
+        run_dir = replace(self.run_dir, overwrite=False) if attempt else self.run_dir
+        runs = [
+            learner.train.remote(
+                self.cfg,
+                learner_topology(
+                    rank,
+                    len(learners),
+                    (node_ranks[node_ids[rank]], node_ids.count(node_ids[rank])),
+                    master,
+                    attempt,
+                ),
+                run_dir,
+                self.workers[rank],
+            )  # fmt: skip
+            for rank, learner in enumerate(learners)
+        ]
+        status, died = _wait(
+            ray,
+            runs,
+            processes,
+            self.cfg.cluster.usage_every_s,
+            lambda: self.usage.write(sample(ray, self.actors, "driver")),
+        )
+        if status:  # none left waiting in a collective until comm.timeout_s
+            for learner in learners:
+                ray.kill(learner)
+        return status, died
+
+
+class Learner:
+    """One learner: a rank of the learners' group, training in its own actor process."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        # The training stack's imports while the env, eval and data workers start: seconds, torch's
+        # the most (torch._dynamo: the first optimizer torch builds imports it).
+        import torch._dynamo  # noqa: F401
+
+        from distrl.algos.registry import runner_class
+
+        runner_class(cfg)  # its module, imported now
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def free_address(self, loopback: bool) -> tuple[str, int]:
+        """This node's address (127.0.0.1 if ``loopback``) and a port free on it, for the group's
+        TCP store."""
+        import ray
+
+        host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            return host, probe.getsockname()[1]
+
+    def train(
+        self, cfg: RunConfig, topology: Topology, run_dir: RunDir, workers: dict[str, Any]
+    ) -> tuple[int, str]:
+        """The training process's exit status and, when it stopped on bad input or a failed
+        collective, its error: values, not stderr text (Ray forwards actor output to the driver
+        late or not at all once the job ends: the driver says it)."""
+        from distrl.entry import train_process
+        from distrl.errors import CollectiveMismatch, PeerFailure
+
+        try:
+            return train_process(cfg, topology, run_dir, remote_workers(workers)), ""
+        except UserError as exc:
+            return 2, str(exc)
+        except (PeerFailure, CollectiveMismatch) as exc:
+            return 3, str(exc)
+
+
+def remote_workers(spec: dict[str, Any]) -> RemoteWorkers:
+    """A learner's worker actors (``ray.workers.workers_spec``), each group wrapped in what its
+    runner or loop calls it through; and where the learner publishes its usage."""
+    import ray
+
+    from distrl.runners.base import RemoteWorkers
+
+    namespace, retries = spec["namespace"], (spec["max_restarts"], spec["backoff_s"])
+    groups = {
+        group: load(WORKER_GROUPS[group].calls)(
+            [ray.get_actor(name, namespace=namespace) for name in names], *retries
+        )
+        for group, names in spec["groups"].items()
+    }
+    return RemoteWorkers(**groups, status=LearnerStatus(namespace))
+
+
+def start_learners(ray: Any, cluster: VirtualCluster, cfg: RunConfig, namespace: str, name: str) -> list[Any]:
+    """The learners, named ``<name>-<rank>`` (``distrl status`` finds them by name)."""
+    actor = ray.remote(Learner)
+    workers = cfg.workers
+    return [
+        actor.options(
+            name=f"{name}-{i}",
+            namespace=namespace,
+            num_cpus=workers.cpus_per_policy,
+            num_gpus=workers.gpus_per_policy,
+            scheduling_strategy=cluster.scheduling("policy", i),
+        ).remote(cfg)
+        for i in range(workers.policy)
+    ]
+
+
+def learner_topology(
+    rank: int, world_size: int, node: tuple[int, int], master: tuple[str, int], attempt: int
+) -> Topology:
+    """Learner ``rank``'s place in the group, as a torchrun rank of restart ``attempt`` on
+    ``node`` (its rank, and the learners on it). Ray gives each actor only its own GPUs, so every
+    learner is local rank 0 of its own view."""
+    node_rank, learners_on_node = node
+    return Topology(
+        launcher="ray",
+        rank=rank,
+        local_rank=0,
+        world_size=world_size,
+        local_world_size=learners_on_node,
+        node_rank=node_rank,
+        master_addr=master[0],
+        master_port=master[1],
+        restart_count=attempt,
+    )
+
+
+def ready(ray: Any, refs: Any, timeout_s: float) -> Any:
+    """``ray.get(refs)`` of actors just started: one line, not a hang or a traceback, when one
+    cannot start (its constructor or an import failed on its node, or no node has room)."""
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except GetTimeoutError:
+        raise UserError(
+            f"the job's actors did not start within cluster.placement_timeout_s={timeout_s:g} "
+            "(see `ray status` and `ray logs`)"
+        ) from None
+    except (RayActorError, RayTaskError) as exc:
+        raise UserError(f"an actor of the job could not start: {failure_cause(exc)}") from None
+
+
+def _wait(
+    ray: Any,
+    runs: list[Any],
+    processes: list[ActorProcess | None],
+    every_s: float,
+    meanwhile: Callable[[], None],
+) -> tuple[int, int | None]:
+    """(the first non-zero exit status, else 0; the rank of a learner that died, which ends the
+    wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. Once a
+    learner has failed the others get ``STOP_GRACE_S`` to end by themselves (a preempted group
+    ends together) before the wait gives up on them. A learner's error and a death's cause are
+    one line each."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    pending, status, stop_by = list(runs), 0, math.inf
+    while pending and time.monotonic() < stop_by:
+        done, pending = ray.wait(pending, num_returns=1, timeout=min(every_s, STOP_GRACE_S))
+        if not done:
+            meanwhile()
+            continue
+        rank = runs.index(done[0])
+        try:
+            code, error = ray.get(done[0])
+        except RayActorError as exc:
+            cause = failure_cause(exc, processes[rank])
+            print(f"distrl: policy worker {rank} died: {cause}", file=sys.stderr, flush=True)
+            return 1, rank
+        except RayTaskError as exc:
+            code, error = 1, failure_cause(exc)
+        for line in error.splitlines():
+            print(f"distrl: error: policy worker {rank}: {line}", file=sys.stderr)
+        if code and not status:
+            status, stop_by = code, time.monotonic() + STOP_GRACE_S
+    return status, None
