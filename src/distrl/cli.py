@@ -149,7 +149,8 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_status(args: argparse.Namespace) -> int:
-    from distrl.ray.driver import local_job_cluster, status
+    from distrl.ray.cluster import local_job_cluster
+    from distrl.ray.status import status
 
     if args.run_dir is None:
         return status(args.ray_address or "auto", args.namespace, args.json)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,8 +57,23 @@ def test_one_learner_with_env_workers_on_ray_solves_cartpole(ray_head: str, tmp_
 def test_a_killed_learner_is_replaced_and_the_group_resumes_from_its_newest_checkpoint(
     ray_head: str, tmp_path: Path
 ) -> None:
+    """...with the driver's config: the YAML file is deleted once training runs, and the rebuilt
+    learners train with the config it held (the driver hands them its own, as data)."""
+    config = tmp_path.parent / f"{tmp_path.name}-config.yaml"
+    config.write_text(CARTPOLE.read_text().replace("learning_rate: 1.0e-3", "learning_rate: 7.0e-4"))
+    metrics = tmp_path / "metrics.jsonl"
+
+    def delete_config_once_training() -> None:
+        while not metrics.exists():
+            time.sleep(0.05)
+        config.unlink()
+
+    deleter = threading.Thread(target=delete_config_once_training, daemon=True)
+    deleter.start()
     overrides = ["workers.policy=2", *BUDGET, "train.total_steps=32768", "checkpoint.interval_steps=1024"]
-    result, killed = ray_train_killing(ray_head, tmp_path, "policy", 12, *overrides)  # checkpoints by then
+    result, killed = ray_train_killing(ray_head, tmp_path, "policy", 12, *overrides, config=config)
+    deleter.join(timeout=5)
+    assert not config.exists()
     assert result.returncode == 0, result.stderr[-3000:]
     assert killed, "the run ended before the learner could be killed"
     assert (
@@ -68,6 +84,7 @@ def test_a_killed_learner_is_replaced_and_the_group_resumes_from_its_newest_chec
     assert "Traceback" not in result.stderr
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["global_step"] == 32768 and state["launch_index"] == 1  # finished by the second launch
+    assert state["config"]["algo"]["learning_rate"] == 7.0e-4  # the deleted file's, not a default
     assert len({rank["param_sha256"] for rank in state["ranks"]}) == 1
     # The second launch resumed from the newest checkpoint written before the kill: every update
     # of 512 steps is one row and every second one a checkpoint, so at most one interval (the
