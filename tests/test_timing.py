@@ -62,3 +62,21 @@ def test_two_ranks_split_the_sync_and_name_the_slowest_rank(tmp_path: Path) -> N
     assert all(
         row["slowest_rank"] in (0, 1) and 0 < row["rank_sps_min"] <= row["rank_sps_max"] for row in rows
     )
+
+
+def test_each_training_loop_times_on_a_clock_of_its_own(tmp_path: Path) -> None:
+    """Two loops in one process: an update of one (collection, forward, backward, optimiser
+    step) leaves the other's clock untouched."""
+    import torch
+
+    from distrl.comm import TorchComm
+    from distrl.config.run import load_config
+    from distrl.entry import build_training
+
+    cfg = load_config(CARTPOLE, ["env.num_envs=4", "algo.rollout_steps=16", "log.tensorboard=false"])
+    first, second = (build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path / n) for n in "ab")
+    first.runner.start(fresh=True)
+    first.runner.iteration(0)
+    mine, theirs = first.clock.take(), second.clock.take()
+    assert mine["env"] > 0 and mine["forward"] > 0 and mine["backward"] > 0 and mine["optimizer"] > 0
+    assert sum(theirs.values()) == 0.0

@@ -1,6 +1,7 @@
-"""Where an update's time goes: code anywhere in a process marks its phases with
-``with phase("env"): ...``, and the training loop takes the totals once per update (``time/*``
-metrics, averaged over ranks). One clock per process, like a profiler's."""
+"""Where an update's time goes: each training loop owns a ``PhaseClock`` and hands it to what its
+runner builds (the algorithm, the collector, the gradient sync), which mark their phases with
+``with clock("env"): ...``; the loop takes the totals once per update (``time/*`` metrics,
+averaged over ranks). One clock per loop: two loops in one process never mix their times."""
 
 from __future__ import annotations
 
@@ -33,7 +34,3 @@ class PhaseClock:
         taken = self.seconds
         self.seconds = dict.fromkeys(PHASES, 0.0)
         return taken
-
-
-phase = PhaseClock()
-"""The process's phase clock."""

@@ -21,7 +21,7 @@ from torch import nn
 from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.storage.replay import TransitionBatch
-from distrl.timing import phase
+from distrl.timing import PhaseClock
 
 
 class DQN:
@@ -30,6 +30,7 @@ class DQN:
         q_network: nn.Module,
         cfg: DQNConfig,
         gradient_sync: GradientSync | None = None,
+        clock: PhaseClock | None = None,
     ) -> None:
         """``q_network``: a ``QNetwork``, or a ``ParametricQNetwork`` for batches with candidates."""
         self.q_network = q_network
@@ -37,7 +38,9 @@ class DQN:
         self.cfg = cfg
         self.gradient_sync = gradient_sync
         self.params = list(q_network.parameters())
-        self.grads = FlatGradients(self.params)
+        self.clock = clock or PhaseClock()
+        """Where the update's phases are timed (the training loop's clock)."""
+        self.grads = FlatGradients(self.params, self.clock)
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
         self.gradient_steps_done = 0
 
@@ -49,7 +52,7 @@ class DQN:
         """One synchronised step on this rank's share of the global batch (which may be empty:
         the rank then joins the step with no samples); then, every ``target_update_interval``
         steps, the target update."""
-        with phase("forward"):
+        with self.clock("forward"):
             loss, stats = self.loss(batch) if len(batch) else (None, {})
         grad_norm = self.grads.step(
             loss, self.optimizer, self.gradient_sync, len(batch), self.cfg.max_grad_norm

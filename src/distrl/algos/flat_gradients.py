@@ -15,14 +15,16 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from distrl.timing import phase
+from distrl.timing import PhaseClock
 
 GradientSync = Callable[[torch.Tensor], None]
 """Sums a flat buffer over all ranks in place (in one process: leaves it as it is)."""
 
 
 class FlatGradients:
-    def __init__(self, params: Sequence[nn.Parameter]) -> None:
+    def __init__(self, params: Sequence[nn.Parameter], clock: PhaseClock | None = None) -> None:
+        self.clock = clock or PhaseClock()
+        """Times the backward pass and the optimiser step (the loop's clock)."""
         first = params[0]
         if any(p.dtype != first.dtype or p.device != first.device for p in params):
             raise ValueError("flat gradients need all parameters on one device with one dtype")
@@ -62,11 +64,11 @@ class FlatGradients:
         rank has no samples for the step and joins the sync with weight 0."""
         self.zero_()
         if loss is not None:
-            with phase("backward"):
+            with self.clock("backward"):
                 loss.backward()
         if sync is not None:
             self.average_(sync, weight)  # the communicator times the sum itself
-        with phase("optimizer"):
+        with self.clock("optimizer"):
             grad_norm = self.clip_norm_(max_grad_norm)
             if not math.isfinite(grad_norm):
                 return math.nan

@@ -18,7 +18,7 @@ from distrl.algos.ppo_config import PPOConfig
 from distrl.compile import compiled_if
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
-from distrl.timing import phase
+from distrl.timing import PhaseClock
 
 MinibatchSampler = Callable[[int], list[torch.Tensor]]
 """Given the batch size, return one epoch's minibatch index tensors."""
@@ -39,6 +39,7 @@ class PPO:
         cfg: PPOConfig,
         num_minibatches: int,
         gradient_sync: GradientSync | None = None,
+        clock: PhaseClock | None = None,
         generator: torch.Generator | None = None,
         compile_loss: bool = False,
     ) -> None:
@@ -50,7 +51,9 @@ class PPO:
         self.gradient_sync = gradient_sync
         self.generator = generator
         self.params = list(policy.parameters())
-        self.grads = FlatGradients(self.params)
+        self.clock = clock or PhaseClock()
+        """Where the update's phases are timed (the training loop's clock)."""
+        self.grads = FlatGradients(self.params, self.clock)
         # The fused kernel is several times faster than the per-tensor loop for small networks.
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
         self.loss_terms = compiled_if(compile_loss, self.loss, self.params[0].device)
@@ -80,7 +83,7 @@ class PPO:
         return {"skipped_minibatches": skipped, **{k: v / steps for k, v in totals.items()}}
 
     def minibatch_step(self, mb: RolloutBatch) -> dict[str, float]:
-        with phase("forward"):
+        with self.clock("forward"):
             loss, terms = self.loss_terms(mb)
             stats = {key: float(value) for key, value in terms.items()}
         grad_norm = self.grads.step(loss, self.optimizer, self.gradient_sync, len(mb), self.cfg.max_grad_norm)

@@ -23,7 +23,7 @@ from distrl.models.normalizer import RunningMeanStd
 from distrl.models.policies import acting_modules, ppo_normalizers
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
 from distrl.storage.transitions import TransitionSegment
-from distrl.timing import phase
+from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -122,9 +122,11 @@ class EnvCollector:
     """What a collector over a rank's own envs (or a worker's part of them) keeps between
     segments: the observation the next one starts from and the envs reset since the last one."""
 
-    def __init__(self, env: VecEnv, device: torch.device) -> None:
+    def __init__(self, env: VecEnv, device: torch.device, clock: PhaseClock | None) -> None:
         self.env = env
         self.device = device
+        self.clock = clock or PhaseClock()
+        """Where stepping and acting are timed (the training loop's clock; an env worker's own)."""
         self.obs: torch.Tensor | None = None
         self.restarted = torch.zeros(env.num_envs, dtype=torch.bool, device=device)
 
@@ -161,8 +163,9 @@ class RolloutCollector(EnvCollector):
         return_rms: RunningMeanStd | None,
         noise: ActionNoise,
         device: torch.device,
+        clock: PhaseClock | None = None,
     ) -> None:
-        super().__init__(env, device)
+        super().__init__(env, device, clock)
         self.cfg = cfg
         self.policy = policy
         self.obs_rms = obs_rms
@@ -196,9 +199,9 @@ class RolloutCollector(EnvCollector):
                 break
             store.raw_obs[t] = obs  # as the env gave it: the update skips a rollout with non-finite ones
             obs_t = self.normalize_obs(finite(obs))
-            with phase("inference"):
+            with self.clock("inference"):
                 actions, log_probs, values = self.act(obs_t, self.noise.draw())
-            with phase("env"):
+            with self.clock("env"):
                 result = self.env.step(self._to_env_actions(actions))
             reward, terminated, truncated = (x.to(self.device) for x in result[1:4])
             dones = terminated | truncated
@@ -206,7 +209,7 @@ class RolloutCollector(EnvCollector):
             rewards = self._scale_rewards(reward, dones, t)
             # A truncated episode did not end in the MDP: bootstrap from its final observation.
             if truncated.any():
-                with torch.no_grad(), phase("inference"):
+                with torch.no_grad(), self.clock("inference"):
                     final_obs = result.final_obs.to(self.device)
                     # A host check, in the rare branch that synchronised for truncated.any() anyway.
                     nonfinite_final_obs |= not torch.isfinite(final_obs).all()
@@ -215,7 +218,7 @@ class RolloutCollector(EnvCollector):
             store.add(obs_t, actions, log_probs, values, rewards, dones)
             obs = result.obs.to(self.device)
         self.obs = obs
-        with torch.no_grad(), phase("inference"):
+        with torch.no_grad(), self.clock("inference"):
             last_values = self.policy.value(self.normalize_obs(finite(obs)))
         return store.segment(last_values, self.take_restarted(), bool(nonfinite_final_obs))
 

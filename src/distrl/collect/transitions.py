@@ -17,7 +17,7 @@ from distrl.collect.rollout import ActionNoise, EnvCollector
 from distrl.envs import VecEnv
 from distrl.models.policies import make_q_network
 from distrl.storage.transitions import TransitionSegment
-from distrl.timing import phase
+from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -38,8 +38,9 @@ class TransitionCollector(EnvCollector):
         q_network: torch.nn.Module,
         noise: ActionNoise,
         device: torch.device,
+        clock: PhaseClock | None = None,
     ) -> None:
-        super().__init__(env, device)
+        super().__init__(env, device, clock)
         self.rollout_steps = cfg.algo.rollout_steps
         self.q_network = q_network
         self.noise = noise
@@ -55,12 +56,12 @@ class TransitionCollector(EnvCollector):
         obs = self.obs
         steps = []
         for _ in range(self.rollout_steps):
-            with phase("inference"):
+            with self.clock("inference"):
                 greedy = self.q_network(obs).argmax(dim=-1)
                 uniform = self.noise.draw()
                 random_actions = (uniform[:, 1] * num_actions).long().clamp_(max=num_actions - 1)
                 actions = torch.where(uniform[:, 0] < epsilon, random_actions, greedy)
-            with phase("env"):
+            with self.clock("env"):
                 result = self.env.step(actions.to(self.env.device))
             next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result)
             steps.append((obs, actions, reward, final_obs, terminated, terminated | truncated))

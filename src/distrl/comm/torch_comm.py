@@ -18,7 +18,7 @@ import torch.distributed as dist
 from distrl.comm.base import Comm
 from distrl.errors import PeerFailure
 from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
-from distrl.timing import phase
+from distrl.timing import PhaseClock
 
 
 class TorchComm(Comm):
@@ -58,21 +58,23 @@ class TorchComm(Comm):
         shifted = m2.double() + count * (mean.double() - global_mean) ** 2
         return total, global_mean, self.allreduce_sum_(shifted)
 
-    def sum_gradients_(self, bucket: torch.Tensor) -> None:
+    def sum_gradients_(self, bucket: torch.Tensor, clock: PhaseClock | None = None) -> None:
         """All-reduce sum of a flat gradient bucket (``FlatGradients.average_``'s hook), timed
-        in ``grad_sync_time_s`` and the ``sync`` phase; with ``time_sync_wait`` a one-number sum
-        first tells waiting for the slowest rank (``sync_wait``) from the transfer
-        (``sync_transfer``), at the cost of that extra collective."""
+        in ``grad_sync_time_s`` and, on ``clock`` (the training loop's), the ``sync`` phase;
+        with ``time_sync_wait`` a one-number sum first tells waiting for the slowest rank
+        (``sync_wait``) from the transfer (``sync_transfer``), at the cost of that extra
+        collective."""
         if self.world_size == 1:
             return
+        clock = clock or PhaseClock()
         start = time.perf_counter()
         if self.time_sync_wait:
-            with phase("sync_wait"):
+            with clock("sync_wait"):
                 self.sum_scalars([0.0])  # returns once the last rank has arrived
-            with phase("sync_transfer"):
+            with clock("sync_transfer"):
                 self.allreduce_sum_(bucket)
         else:
-            with phase("sync"):
+            with clock("sync"):
                 self.allreduce_sum_(bucket)
         self.grad_sync_time_s += time.perf_counter() - start
 

@@ -21,6 +21,7 @@ from distrl.envs import VecEnv, make_vec_env
 from distrl.io.train_state import SavedState, TrainState
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
+from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -78,6 +79,8 @@ class RunContext:
     restart_count: int = 0
     """Times the launcher restarted the process group in this job (torchrun's elastic restarts,
     a requeued SLURM job, Ray mode's rebuilt learners)."""
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    """The training loop's phase clock: what the runner builds times its phases on it."""
 
 
 @dataclass

@@ -27,7 +27,6 @@ from distrl.runners.jax_on_policy import JaxLearnerRunner, JaxPPOLearner, check_
 from distrl.runners.on_policy import minibatches_per_rank
 from distrl.seeding import env_seeds
 from distrl.sharding import shard_envs
-from distrl.timing import phase
 
 
 class EnvCarry(NamedTuple):
@@ -44,6 +43,7 @@ class EnvCarry(NamedTuple):
 class JaxCompiledRunner(JaxLearnerRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm = ctx.cfg, ctx.comm
+        self.clock = ctx.clock
         assert isinstance(comm, JaxComm), "ml_framework: jax runs on a JaxComm"
         self.cfg = cfg
         self.comm = comm
@@ -85,7 +85,7 @@ class JaxCompiledRunner(JaxLearnerRunner):
     def iteration(self, global_step: int) -> IterationResult:
         comm, learner = self.comm, self.learner
         lr = scheduled_learning_rate(self.cfg, global_step)
-        with phase("update"):  # collection and update are one call
+        with self.clock("update"):  # collection and update are one call
             params, opt_state, carry, stats, episodes = self._iteration(
                 *comm.replicate((learner.params, learner.opt_state)),
                 comm.stack_ranks(self.carry._replace(policy_key=learner.key)),

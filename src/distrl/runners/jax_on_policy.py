@@ -37,7 +37,6 @@ from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.on_policy import minibatches_per_rank
 from distrl.seeding import rank_seed
 from distrl.sharding import EnvShard
-from distrl.timing import phase
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -232,6 +231,7 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
 
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm = ctx.cfg, ctx.comm
+        self.clock = ctx.clock
         assert isinstance(comm, JaxComm), "ml_framework: jax runs on a JaxComm"
         self.cfg = cfg
         self.envs, self.env = rank_envs(ctx)
@@ -267,7 +267,7 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
         lr = scheduled_learning_rate(self.cfg, global_step)
         rollout, last_values, nonfinite = self.collect()
         collect_s = time.perf_counter() - start
-        with phase("update"):
+        with self.clock("update"):
             stats = self.learner.update(rollout, last_values, lr, nonfinite)
         collect_share = collect_s / (time.perf_counter() - start)
         return self._result(lr, stats, self.episodes.stats(), collect_share=collect_share)
@@ -283,12 +283,12 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
         for _ in range(steps):
             nonfinite |= not np.isfinite(obs).all()
             obs = _finite(obs)
-            with phase("inference"):
+            with self.clock("inference"):
                 actions, log_probs, values, self.learner.key = self._act(params, obs, self.learner.key)
                 env_actions = np.array(actions)  # writable: torch shares it
             if self.action_bounds is not None:
                 env_actions = np.clip(env_actions, *self.action_bounds)
-            with phase("env"):
+            with self.clock("env"):
                 result = self.env.step(torch.from_numpy(env_actions))
             reward, terminated, truncated = (x.cpu() for x in result[1:4])
             dones = terminated | truncated
@@ -297,7 +297,7 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
             if truncated.any():  # bootstrap a time limit from the final observation
                 final_obs = result.final_obs.cpu().numpy()
                 nonfinite |= not np.isfinite(final_obs).all()
-                with phase("inference"):
+                with self.clock("inference"):
                     final_values = np.asarray(self._value(params, _finite(final_obs)))
                 rewards = rewards + gamma * final_values * (truncated & ~terminated).numpy()
             for name, value in zip(
@@ -306,7 +306,7 @@ class JaxOnPolicyRunner(JaxLearnerRunner):
                 columns[name].append(value)
             obs = result.obs.cpu().numpy()
         self.obs = obs
-        with phase("inference"):
+        with self.clock("inference"):
             last_values = self._value(params, _finite(obs))
         rollout = Rollout(**{k: jnp.stack([jnp.asarray(v) for v in vs]) for k, vs in columns.items()})
         return rollout._replace(dones=rollout.dones.astype(jnp.float32)), last_values, nonfinite

@@ -28,7 +28,6 @@ from distrl.io.profile import UpdateProfiler
 from distrl.launch.preemption import PreemptionFlag
 from distrl.runners.base import IterationResult, RunContext, Runner
 from distrl.sharding import even_split
-from distrl.timing import phase
 from distrl.usage import ProcessUsage
 
 STOP_CHECK_SEED_OFFSET = 1_000_000
@@ -62,6 +61,7 @@ class TrainingLoop:
         """A fresh run, or one resumed from ``checkpoint`` (its files, the same on every rank)."""
         self.cfg = ctx.cfg
         self.comm = ctx.comm
+        self.clock = ctx.clock
         self.runner = runner
         self.run_dir = run_dir
         self.launch_index = ctx.launch_index
@@ -107,7 +107,7 @@ class TrainingLoop:
         profile = self.run_dir / "profile" / f"rank{self.comm.rank}.json"
         profiler = UpdateProfiler(self.cfg.log.profile_updates, profile)
         self.runner.start(fresh=self.global_step == 0)
-        phase.take()  # start-up is no update's time
+        self.clock.take()  # start-up is no update's time
         start_time, start_step = time.perf_counter(), self.global_step
         self._last_row_time = start_time
         self._last_checkpoint = (self.global_step, time.monotonic())
@@ -127,10 +127,10 @@ class TrainingLoop:
                     grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
                     time_s=time.perf_counter() - start_time,
                 )
-                with phase("eval"):
+                with self.clock("eval"):
                     solved = self._reached_stop_return(row)
                     self._evaluate_asynchronously(row)
-                with phase("log"):
+                with self.clock("log"):
                     logger.log(row)
                 self._count_bad_updates(result.skipped)
                 agreed = self._agree()
@@ -144,7 +144,7 @@ class TrainingLoop:
                 # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
                 healthy = not self.bad_updates_in_a_row
                 if agreed.checkpoint_due and healthy and self.global_step < total_steps:
-                    with phase("checkpoint"):
+                    with self.clock("checkpoint"):
                         self.save_checkpoint()
             self.save_checkpoint()
             if output is not None and self.comm.is_main:
@@ -163,7 +163,7 @@ class TrainingLoop:
         ranks in a single collective."""
         now = time.perf_counter()
         pass_s, self._last_row_time = now - self._last_row_time, now
-        my_phases = phase.take()
+        my_phases = self.clock.take()
         averaged = {**result.averaged, **{f"time/{k}": v for k, v in my_phases.items()}}
         averaged_keys, counted_keys = sorted(averaged), sorted(result.counted)
         episodes = result.episodes

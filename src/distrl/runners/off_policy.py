@@ -8,6 +8,7 @@ as in DD-PPO, so all ranks hold identical online and target networks.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -24,7 +25,6 @@ from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_l
 from distrl.runners.episodes import EpisodeTracker
 from distrl.sharding import even_split
 from distrl.storage.replay import ReplayBuffer
-from distrl.timing import phase
 
 
 class QLearningRunner(Runner):
@@ -49,7 +49,9 @@ class QLearningRunner(Runner):
         self.observation_space, self.action_space = observation_space, action_space
         self.q_network = make_q_network(cfg, observation_space, action_space).to(ctx.device)
         comm.broadcast_parameters_(self.q_network)
-        self.algo = DQN(self.q_network, cfg.algo, gradient_sync=comm.sum_gradients_)
+        self.clock = ctx.clock
+        sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
+        self.algo = DQN(self.q_network, cfg.algo, gradient_sync=sync, clock=ctx.clock)
         self.batch_share = even_split(cfg.algo.batch_size, comm.rank, comm.world_size)[1]
 
     def train_state(self) -> TrainState:
@@ -89,7 +91,9 @@ class OffPolicyRunner(QLearningRunner):
         self.collection: TransitionSource
         if rank_envs.env is not None:
             exploration = exploration_noise(rank_envs.noise_seed, self.envs.count, slice(None), device)
-            self.collection = TransitionCollector(cfg, rank_envs.env, self.q_network, exploration, device)
+            self.collection = TransitionCollector(
+                cfg, rank_envs.env, self.q_network, exploration, device, ctx.clock
+            )
         else:
             self.collection = ctx.workers.env.acting({"q_network": self.q_network}, device)
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.
@@ -149,7 +153,7 @@ class OffPolicyRunner(QLearningRunner):
         cfg = self.cfg.algo
         totals: dict[str, float] = {}
         for _ in range(cfg.gradient_steps):
-            with phase("replay"):
+            with self.clock("replay"):
                 batch = self.replay.sample(self.batch_share, cfg.n_step, cfg.gamma)
             for key, value in self.algo.gradient_step(batch).items():
                 totals[key] = totals.get(key, 0.0) + value

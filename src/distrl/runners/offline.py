@@ -32,7 +32,6 @@ from distrl.runners.base import IterationResult, RunContext
 from distrl.runners.off_policy import QLearningRunner
 from distrl.seeding import rank_seed, seed_torch
 from distrl.storage.replay import TransitionBatch
-from distrl.timing import phase
 
 if TYPE_CHECKING:
     from distrl.data.minari_dataset import MinariLoggedDataset
@@ -185,7 +184,7 @@ class OfflineRunner(QLearningRunner):
                 self.epoch += 1
                 self.step_in_epoch = 0
                 self.batches = self.stream.batches(self.batch_share, self.epoch)
-            with phase("data"):
+            with self.clock("data"):
                 batch = self._to_batch(next(self.batches, None))
             stats = self.algo.gradient_step(batch)
             self.step_in_epoch += 1
@@ -198,7 +197,7 @@ class OfflineRunner(QLearningRunner):
         self.iterations += 1
         estimates = {}
         if self.evaluator is not None and self.iterations % self.cfg.eval.cpe_every == 0:
-            with phase("eval"):
+            with self.clock("eval"):
                 estimates = self.evaluator.metrics(self.q_network)  # rank 0's row is the one logged
         global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
         counted = {}

@@ -8,6 +8,7 @@ ranks hold identical parameters.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import TYPE_CHECKING
@@ -27,7 +28,6 @@ from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
 from distrl.sharding import EnvShard
 from distrl.storage.rollout import RolloutSegment
-from distrl.timing import phase
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -74,6 +74,7 @@ class OnPolicyRunner(Runner):
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
         self.cfg = cfg
         self.comm = comm
+        self.clock = ctx.clock
         self.device = device
         rank_envs = start_rank_envs(ctx)
         self.envs = rank_envs.shard
@@ -91,7 +92,8 @@ class OnPolicyRunner(Runner):
             self.policy,
             cfg.algo,
             num_minibatches=minibatches_per_rank(cfg, self.envs, comm.world_size),
-            gradient_sync=comm.sum_gradients_,
+            gradient_sync=functools.partial(comm.sum_gradients_, clock=ctx.clock),
+            clock=ctx.clock,
             compile_loss=cfg.train.compile,
         )
         self.collection: Collection
@@ -100,7 +102,7 @@ class OnPolicyRunner(Runner):
                 self.policy, rank_envs.noise_seed, self.num_envs, slice(None), device
             )
             self.collection = RolloutCollector(
-                cfg, rank_envs.env, self.policy, self.obs_rms, self.return_rms, noise, device
+                cfg, rank_envs.env, self.policy, self.obs_rms, self.return_rms, noise, device, ctx.clock
             )
         else:
             modules = acting_modules(self.policy, self.obs_rms, self.return_rms)
@@ -177,7 +179,7 @@ class OnPolicyRunner(Runner):
         epochs; return the loss statistics and the env steps collected by all ranks. A rollout
         that saw a non-finite observation on any rank is skipped by all ranks and touches
         neither the normalisers nor the weights."""
-        with phase("returns"):
+        with self.clock("returns"):
             batch = rollout.batch(self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
         # One sum carries what the update needs from every rank: a non-finite observation
         # anywhere, the samples collected, and the advantages' global moments.
