@@ -30,7 +30,8 @@ SCENARIOS: dict[str, list[str]] = {
 }  # fmt: skip
 TWO_RANKS = "2 ranks"
 MACHINE_KEYS = re.compile(r"time|per_s|sps|cpu|rss|memory|usage|slowest|_share")
-"""Keys whose values depend on the clock or the machine, not on the training."""
+"""Keys whose values depend on the clock or the machine, not on the training (--out keeps them,
+--compare leaves them out)."""
 
 
 def run(name: str, args: list[str], run_dir: Path) -> list[dict[str, float]]:
@@ -45,7 +46,11 @@ def run(name: str, args: list[str], run_dir: Path) -> list[dict[str, float]]:
     )
     if done.returncode:
         raise SystemExit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def training_keys(rows: list[dict]) -> list[dict]:
+    """The rows without the keys that measure time or the machine."""
     return [{k: v for k, v in row.items() if not MACHINE_KEYS.search(k)} for row in rows]
 
 
@@ -60,7 +65,7 @@ def compare(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> int:
         if len(rows) != len(theirs):
             print(f"{name}: {len(rows)} rows before, {len(theirs)} after")
             differences += 1
-        for index, (old, new) in enumerate(zip(rows, theirs, strict=False)):
+        for index, (old, new) in enumerate(zip(training_keys(rows), training_keys(theirs), strict=False)):
             for key in sorted(old.keys() | new.keys()):
                 if old.get(key) != new.get(key):
                     print(f"{name}: row {index} {key}: {old.get(key)!r} -> {new.get(key)!r}")
