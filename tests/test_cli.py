@@ -50,6 +50,22 @@ def test_unknown_config_key_suggests_the_right_one(typo_config: Path, tmp_path: 
     assert_user_error(result, "unknown config key algo.learning_rte", "did you mean algo.learning_rate?")
 
 
+def test_every_config_problem_is_a_line_of_its_own(tmp_path: Path) -> None:
+    result = distrl(
+        "train", "--run-dir", str(tmp_path / "run"), "algo.learning_rate=-1", "train.total_steps=0",
+        "env.num_envs=many",
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("distrl: error: config: ") for line in lines), lines
+    assert [line.split(": ")[3] for line in lines] == [
+        "env.num_envs",
+        "algo.learning_rate",
+        "train.total_steps",
+    ]
+    assert not (tmp_path / "run").exists()
+
+
 def test_resume_without_checkpoint(tmp_path: Path) -> None:
     result = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--resume")
     assert_user_error(result, "--resume: no checkpoint in")

@@ -289,3 +289,42 @@ def test_status_of_a_run_dir_whose_driver_was_killed_is_one_line(tmp_path: Path)
     (tmp_path / RAY_JSON).write_text("{}")
     with pytest.raises(UserError, match="no job there runs its own local Ray instance"):
         local_job_cluster(tmp_path)
+
+
+_BROKEN_ACTOR = """
+import sys
+from pathlib import Path
+
+import ray
+
+from distrl.errors import UserError
+from distrl.ray.learners import ready
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+
+@ray.remote(num_cpus=0)
+class Broken:
+    def __init__(self):
+        raise ValueError("the env's assets are missing")
+
+
+try:
+    ready(ray, Broken.remote().__ray_ready__.remote(), 60, Path(sys.argv[2]))
+except UserError as exc:
+    print(exc)
+"""
+
+
+def test_an_actor_that_cannot_start_is_one_line_and_its_traceback_is_in_the_run_dir(
+    ray_head: str, tmp_path: Path
+) -> None:
+    result = run_python("-c", _BROKEN_ACTOR, ray_head, str(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = result.stdout.strip()
+    assert len(line.splitlines()) == 1, line
+    assert line.startswith("an actor of the job could not start: "), line
+    assert "ValueError" in line and f"(traceback in {tmp_path / 'errors.log'})" in line, line
+    log = (tmp_path / "errors.log").read_text()
+    # The remote frames down to the raise, and what was raised.
+    assert "line 16, in __init__" in log and "ValueError: the env's assets are missing" in log, log

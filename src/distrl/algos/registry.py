@@ -92,8 +92,9 @@ def learns_from(cfg: RunConfig) -> str:
     return LOGGED_DATA if cfg.data.path is not None else ENVS
 
 
-def runner_class(cfg: RunConfig) -> type:
-    """The ``Runner`` that trains ``cfg``'s algorithm from what it learns from."""
+def runner_reference(cfg: RunConfig) -> str:
+    """``module:Class`` of the ``Runner`` that trains ``cfg``'s algorithm from what it learns
+    from; one line when it has none (checked before anything starts, nothing imported)."""
     source = learns_from(cfg)
     able = [name for name, known in ALGORITHMS.items() if source in known.runners]
     if cfg.algo.name not in able:
@@ -101,9 +102,15 @@ def runner_class(cfg: RunConfig) -> type:
             raise UserError(f"ml_framework: jax trains {', '.join(able)} online; use torch for this run")
         where = "from logged data (data.path)" if source == LOGGED_DATA else "online"
         raise UserError(f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}")
-    if source in (JAX, JAX_NATIVE_ENVS):
+    return ALGORITHMS[cfg.algo.name].runners[source]
+
+
+def runner_class(cfg: RunConfig) -> type:
+    """The ``Runner`` that trains ``cfg``'s algorithm, its module imported now."""
+    reference = runner_reference(cfg)
+    if learns_from(cfg) in (JAX, JAX_NATIVE_ENVS):
         require_extra(*extras.JAX)
-    return load(ALGORITHMS[cfg.algo.name].runners[source])
+    return load(reference)
 
 
 def load(reference: str) -> Any:

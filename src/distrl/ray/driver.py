@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from distrl.algos.registry import load
+from distrl.algos.registry import load, runner_reference
 from distrl.config.run import RunConfig
 from distrl.config.sections import ClusterConfig, WorkersConfig
 from distrl.errors import UserError
@@ -111,7 +111,8 @@ def _run_learners(ray: Any, learners: LearnerGroup, max_restarts: int) -> int:
 
 
 def check_workers(cfg: RunConfig) -> None:
-    """The worker groups the run's algorithm can use, before Ray starts."""
+    """The run's algorithm trains as configured, and the worker groups it can use, before Ray starts."""
+    runner_reference(cfg)
     workers = cfg.workers
     if workers.policy > 1 and not workers.gpus_per_policy.is_integer():
         raise UserError(

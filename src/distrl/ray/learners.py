@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distrl.algos.registry import load
@@ -26,7 +27,7 @@ from distrl.launch.topology import Topology
 from distrl.ray.groups import WORKER_GROUPS
 from distrl.ray.placement import VirtualCluster
 from distrl.ray.status import LearnerStatus, UsageLog, sample
-from distrl.ray.workers import ActorProcess, actor_process, failure_cause
+from distrl.ray.workers import ActorProcess, actor_process, failure_cause, record_error
 
 if TYPE_CHECKING:
     from distrl.runners.base import RemoteWorkers
@@ -63,11 +64,11 @@ class LearnerGroup:
         # The learners start while the other workers do (every actor imports torch: seconds each).
         workers_ready = [actor.__ray_ready__.remote() for actor in self.actors.values()]
         where = [learner.node_id.remote() for learner in learners]
-        node_ids = ready(ray, [*where, *workers_ready], timeout_s)[: len(learners)]
+        node_ids = ready(ray, [*where, *workers_ready], timeout_s, self.run_dir.path)[: len(learners)]
         processes = [actor_process(learner) for learner in learners]  # ready: each has one
         # Learners all on one node listen on the loopback interface only.
         one_node = len(set(node_ids)) == 1
-        master = ready(ray, learners[0].free_address.remote(one_node), timeout_s)
+        master = ready(ray, learners[0].free_address.remote(one_node), timeout_s, self.run_dir.path)
         # Learners on one Ray node are one torchrun node: under data.layout=split they divide its part.
         node_ranks = {node: index for index, node in enumerate(dict.fromkeys(node_ids))}
         # A restarted group must never wipe the checkpoints it resumes from.
@@ -93,6 +94,7 @@ class LearnerGroup:
             processes,
             self.cfg.cluster.usage_every_s,
             lambda: self.usage.write(sample(ray, self.actors, "driver")),
+            self.run_dir.path,
         )
         if status:  # none left waiting in a collective until comm.timeout_s
             for learner in learners:
@@ -197,9 +199,10 @@ def learner_topology(
     )
 
 
-def ready(ray: Any, refs: Any, timeout_s: float) -> Any:
+def ready(ray: Any, refs: Any, timeout_s: float, run_dir: Path) -> Any:
     """``ray.get(refs)`` of actors just started: one line, not a hang or a traceback, when one
-    cannot start (its constructor or an import failed on its node, or no node has room)."""
+    cannot start (its constructor or an import failed on its node, or no node has room); the
+    remote traceback goes to the run dir's errors log."""
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
     try:
@@ -210,7 +213,10 @@ def ready(ray: Any, refs: Any, timeout_s: float) -> Any:
             "(see `ray status` and `ray logs`)"
         ) from None
     except (RayActorError, RayTaskError) as exc:
-        raise UserError(f"an actor of the job could not start: {failure_cause(exc)}") from None
+        log = record_error(run_dir, "an actor of the job could not start", exc)
+        raise UserError(
+            f"an actor of the job could not start: {failure_cause(exc)} (traceback in {log})"
+        ) from None
 
 
 def _wait(
@@ -219,12 +225,13 @@ def _wait(
     processes: list[ActorProcess | None],
     every_s: float,
     meanwhile: Callable[[], None],
+    run_dir: Path,
 ) -> tuple[int, int | None]:
     """(the first non-zero exit status, else 0; the rank of a learner that died, which ends the
     wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. Once a
     learner has failed the others get ``STOP_GRACE_S`` to end by themselves (a preempted group
     ends together) before the wait gives up on them. A learner's error and a death's cause are
-    one line each."""
+    one line each; a learner that raised has its traceback in the run dir's errors log."""
     from ray.exceptions import RayActorError, RayTaskError
 
     pending, status, stop_by = list(runs), 0, math.inf
@@ -241,7 +248,8 @@ def _wait(
             print(f"distrl: policy worker {rank} died: {cause}", file=sys.stderr, flush=True)
             return 1, rank
         except RayTaskError as exc:
-            code, error = 1, failure_cause(exc)
+            log = record_error(run_dir, f"policy worker {rank} raised", exc)
+            code, error = 1, f"{failure_cause(exc)} (traceback in {log})"
         for line in error.splitlines():
             print(f"distrl: error: policy worker {rank}: {line}", file=sys.stderr)
         if code and not status:

@@ -10,18 +10,17 @@ the learner looks them up by name and wraps each group in the object its runner 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import time
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distrl.errors import UserError
-
-if TYPE_CHECKING:  # the runners import torch, which the Ray driver never needs
-    pass
 
 REBUILD_WAIT_S = 60.0
 """How long a failed worker may take to come back (Ray restarts it) before it counts as failed again."""
@@ -66,7 +65,8 @@ def actor_process(handle: Any) -> ActorProcess | None:
 
     try:
         info = ray._private.state.actors(actor_id=handle._actor_id.hex())
-    except Exception:  # whatever Ray's private API raises
+    except Exception as exc:  # whatever Ray's private API raises
+        _unreadable("actor table", exc)
         return None
     if info.get("State") != "ALIVE" or not info.get("Pid"):
         return None
@@ -95,13 +95,40 @@ def failure_cause(exc: Exception, process: ActorProcess | None = None, wait_s: f
     return lines[-1] if lines else type(exc).__name__
 
 
+ERRORS_LOG = "errors.log"
+"""In the run dir: the whole remote error (its traceback) of each actor failure said in one line."""
+
+
+def record_error(run_dir: Path, what: str, exc: Exception) -> Path:
+    """Append ``exc`` as Ray gives it (the remote traceback included) to the run dir's errors log,
+    headed by ``what`` failed; the log's path, for the one line that says it."""
+    log = run_dir / ERRORS_LOG
+    with contextlib.suppress(OSError), log.open("a") as out:  # the one line is said regardless
+        out.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} {what}\n{exc}\n\n")
+    return log
+
+
 def why_it_ended(process: ActorProcess, wait_s: float = 0.0) -> str | None:
     """Why Ray's node and worker tables say ``process`` ended; None while they show it alive (or
     not at all) after ``wait_s`` seconds, or when they cannot be read."""
     try:
         return _read_why_it_ended(process, wait_s)
-    except Exception:  # Ray's private tables: a cause is a nicety, never a new failure
+    except Exception as exc:  # Ray's private tables: a cause is a nicety, never a new failure
+        _unreadable("node and worker tables", exc)
         return None
+
+
+_LOG = logging.getLogger(__name__)
+_said_unreadable: set[str] = set()
+"""Ray's tables that could not be read in this process, said once each (then logged at debug)."""
+
+
+def _unreadable(table: str, exc: Exception) -> None:
+    """What reading one of Ray's private tables raised: a warning the first time, a debug line
+    after (a newer Ray may have moved them; failure causes then fall back to Ray's own error)."""
+    level = logging.DEBUG if table in _said_unreadable else logging.WARNING
+    _said_unreadable.add(table)
+    _LOG.log(level, "distrl: Ray's %s could not be read (%s: %s)", table, type(exc).__name__, exc)
 
 
 def _read_why_it_ended(process: ActorProcess, wait_s: float) -> str | None:
