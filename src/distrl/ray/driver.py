@@ -97,13 +97,13 @@ def _run_learners(ray: Any, learners: LearnerGroup, max_restarts: int) -> int:
             return status
         if attempt < max_restarts:
             print(
-                f"distrl: policy worker {died} died; the learners' group is rebuilt and resumes from "
-                f"the newest checkpoint (restart {attempt + 1} of at most {max_restarts})",
+                f"distrl: learner {died} (a policy worker) died; the learners' group is rebuilt and "
+                f"resumes from the newest checkpoint (restart {attempt + 1} of at most {max_restarts})",
                 file=sys.stderr,
                 flush=True,
             )
     print(
-        f"distrl: error: a policy worker died {max_restarts + 1} times "
+        f"distrl: error: a learner (policy worker) died {max_restarts + 1} times "
         f"(workers.max_restarts={max_restarts}); the newest checkpoint is kept",
         file=sys.stderr,
     )

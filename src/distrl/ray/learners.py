@@ -245,13 +245,13 @@ def _wait(
             code, error = ray.get(done[0])
         except RayActorError as exc:
             cause = failure_cause(exc, processes[rank])
-            print(f"distrl: policy worker {rank} died: {cause}", file=sys.stderr, flush=True)
+            print(f"distrl: learner {rank} (a policy worker) died: {cause}", file=sys.stderr, flush=True)
             return 1, rank
         except RayTaskError as exc:
-            log = record_error(run_dir, f"policy worker {rank} raised", exc)
+            log = record_error(run_dir, f"learner {rank} raised", exc)
             code, error = 1, f"{failure_cause(exc)} (traceback in {log})"
         for line in error.splitlines():
-            print(f"distrl: error: policy worker {rank}: {line}", file=sys.stderr)
+            print(f"distrl: error: learner {rank}: {line}", file=sys.stderr)
         if code and not status:
             status, stop_by = code, time.monotonic() + STOP_GRACE_S
     return status, None
