@@ -41,7 +41,7 @@ contender once per repeat (or seed) in turn, medians reported (the machine is no
 
 Usage: python benchmarks/ray_bench.py [--only throughput rllib] [--repeats 3] [--seeds 1 2 3]
        [--env-workers 1 2 4] [--no-two-learners] [--rllib-runners 2] [--cpus-per-env 0.25]
-       [--running-cluster]
+       [--running-cluster] [--ref CHECKOUT]
        [--cartpole-steps 100000] [--halfcheetah-steps 40960] [--solve-budget 200000]
 RLlib is installed into benchmarks/.rllib-venv on first use (torch==2.13.0 first, the CPU wheel on
 local disk, then ``ray[rllib]==2.60.0``, which pins its own gymnasium).
@@ -100,7 +100,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cartpole_bench import CONFIG as CARTPOLE
@@ -502,6 +502,8 @@ class RllibResults:
     pairs: list[tuple[str, str]]
     """(distrl row, RLlib row) per number of env runners."""
     failure: str | None
+    ref_pairs: list[tuple[str, str]] = field(default_factory=list)
+    """(distrl row, the same at ``--ref``) per number of env runners."""
 
 
 def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
@@ -516,6 +518,11 @@ def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
         )
         for n in args.rllib_runners
     }
+    refs = (
+        {n: f"distrl Ray mode at {args.ref}, `workers.env={n}`" for n in args.rllib_runners}
+        if args.ref
+        else {}
+    )
     results = RllibResults({}, {}, list(rows.values()), None)
     python = None
     try:
@@ -533,10 +540,13 @@ def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
 
     for _ in range(args.repeats):
         for n, (distrl_row, rllib_row) in rows.items():
-            with cluster_for(sys.executable, args, tmp) as address:
-                contender = Contender(ray_args(n, args.cpus_per_env, tmp, address=address))
-                rate = distrl_rate(CARTPOLE, tmp / f"rllib-vs-{n}", args.cartpole_steps, contender)
-            results.rates.setdefault(distrl_row, []).append(rate)
+            for row, source in ((distrl_row, None), (refs.get(n), args.ref)):
+                if row is None:
+                    continue
+                with cluster_for(sys.executable, args, tmp) as address, distrl_from(source):
+                    contender = Contender(ray_args(n, args.cpus_per_env, tmp, address=address))
+                    rate = distrl_rate(CARTPOLE, tmp / f"rllib-vs-{n}", args.cartpole_steps, contender)
+                results.rates.setdefault(row, []).append(rate)
             with cluster_for(python, args, tmp) as address:
                 rllib(
                     lambda py, n=n, a=address: rllib_rate(
@@ -546,10 +556,13 @@ def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
                 )
     for seed in args.seeds:
         for n, (distrl_row, rllib_row) in rows.items():
-            with cluster_for(sys.executable, args, tmp) as address:
-                extra = ray_args(n, args.cpus_per_env, tmp, address=address)
-                solve = distrl_solve(tmp / f"solve-{n}-{seed}", seed, args.solve_budget, extra)
-            results.solves.setdefault(distrl_row, []).append(solve)
+            for row, source in ((distrl_row, None), (refs.get(n), args.ref)):
+                if row is None:
+                    continue
+                with cluster_for(sys.executable, args, tmp) as address, distrl_from(source):
+                    extra = ray_args(n, args.cpus_per_env, tmp, address=address)
+                    solve = distrl_solve(tmp / f"solve-{n}-{seed}", seed, args.solve_budget, extra)
+                results.solves.setdefault(row, []).append(solve)
             with cluster_for(python, args, tmp) as address:
                 rllib(
                     lambda py, n=n, seed=seed, a=address: rllib_solve(
@@ -558,6 +571,21 @@ def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
                     results.solves.setdefault(rllib_row, []),
                 )
     return results
+
+
+@contextlib.contextmanager
+def distrl_from(checkout: Path | None) -> Iterator[None]:
+    """The distrl runs started meanwhile import distrl from ``checkout``'s ``src`` (before the
+    installed one; Ray mode's workers too, which get the driver's PYTHONPATH); None: as installed."""
+    if checkout is None:
+        yield
+        return
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout.resolve() / "src"), saved]))
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
 
 
 @contextlib.contextmanager
@@ -636,6 +664,15 @@ def print_rllib(results: RllibResults, args: argparse.Namespace) -> None:
             f"| {stopped} | {checks} |"
         )
     print()
+    for distrl_row, ref_row in results.ref_pairs:
+        solve_d, solve_r = results.solves.get(distrl_row), results.solves.get(ref_row)
+        if solve_d and solve_r:
+            wall = statistics.median(s.wall_s for s in solve_r) / statistics.median(s.wall_s for s in solve_d)
+            print(f"- {ref_row} / this checkout, median wall to solve: **{wall:.2f}x**")
+        rate_d, rate_r = results.rates.get(distrl_row), results.rates.get(ref_row)
+        if rate_d and rate_r:
+            ratio = median_of(rate_d, lambda r: r.steady_sps) / median_of(rate_r, lambda r: r.steady_sps)
+            print(f"- this checkout / {ref_row}, median env steps/s: **{ratio:.2f}x**")
     for distrl_row, rllib_row in results.pairs:
         rate_d, rate_r = results.rates.get(distrl_row), results.rates.get(rllib_row)
         if rate_d and rate_r:
@@ -678,6 +715,11 @@ def main() -> None:
         dest="two_learners",
         action="store_false",
         help="throughput: leave out torchrun's 2 ranks against Ray mode's 2 learners",
+    )
+    parser.add_argument(
+        "--ref",
+        type=Path,
+        help="rllib: also run distrl from this checkout's src (e.g. a `git worktree` of an older commit)",
     )
     parser.add_argument("--cartpole-steps", type=int, default=100_000, help="CartPole throughput budget")
     parser.add_argument(
