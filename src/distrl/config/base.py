@@ -1,6 +1,6 @@
 """What every config section shares: strict keys, validated assignment, and the helpers for
 pairs of keys of which the user sets one (a global or a per-rank size, say). Kept apart from
-``distrl.config`` so that each algorithm's config can live next to its code."""
+``distrl.config.run`` so that each algorithm's config can live next to its code."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def _check_spaces(env_id: str, env: VecEnv) -> None:
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise UserError(
             f"env {env_id!r}: observation space {obs_space} is not supported "
-            "(PPO's MLP policy needs a flat Box)"
+            "(distrl's MLP policies, PPO's and DQN's, need a flat Box)"
         )
     if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
         raise UserError(f"env {env_id!r}: action space {act_space} is not supported (Discrete or Box only)")

@@ -149,7 +149,7 @@ def state_files(state: TrainState, meta: dict[str, Any]) -> ckpt.CheckpointFiles
 
 def snapshot(state: TrainState, meta: dict[str, Any]) -> SavedState:
     """The model part of ``state`` as a checkpoint would read back, copied to the CPU: what a
-    policy is rebuilt from elsewhere (``Runner.policy_from_checkpoint``) without files."""
+    policy is rebuilt from elsewhere (the algorithm registry's ``deployable_policy``) without files."""
     tensors = {k: v.detach().to("cpu", copy=True) for k, v in state.model_tensors().items()}
     return SavedState({**_header(state), **meta}, tensors)
 

@@ -1,3 +1,5 @@
-"""Launch layer: topology discovery and process-group set-up; the only code aware of launchers.
-
-Nothing is imported here: a launcher's driver (Ray mode's) imports only what it uses."""
+"""Launch layer: how this process started and how it meets its peers. Topology discovery
+(torchrun, SLURM, the file rendezvous, the JAX launcher, or alone), process-group and
+network-interface set-up, jax.distributed, preemption signals, and the file-rendezvous and JAX
+launchers' own process starting (one supervisor). Nothing of Ray: Ray mode, whose driver hands
+its learners their ``Topology`` as data, is ``distrl.ray``."""

@@ -23,24 +23,24 @@ LAUNCHER_FLAGS = {"--num-nodes": True, "--node-index": True, "--rendezvous-file"
 
 def procs_for_node(procs_per_node: int | None, use_all_devices: bool) -> int:
     """Every visible GPU with --use-all-available-devices, else --procs-per-node (default 1)."""
-    import torch  # here: the Ray driver imports this module for worker_argv, and needs no torch
+    import torch  # here: the node launcher starts processes and needs no torch otherwise
 
     if use_all_devices and torch.cuda.is_available():
         return torch.cuda.device_count()
     return procs_per_node or 1
 
 
-def worker_argv(argv: list[str], flags: dict[str, bool] = LAUNCHER_FLAGS) -> list[str]:
-    """``argv`` without a launcher's own ``flags`` (``--flag value`` and ``--flag=value`` forms;
-    True: the flag takes a value)."""
+def worker_argv(argv: list[str]) -> list[str]:
+    """``argv`` without the node launcher's own flags (``--flag value`` and ``--flag=value``
+    forms)."""
     out, skip = [], False
     for token in argv:
         if skip:
             skip = False
             continue
         name = token.split("=", 1)[0]
-        if name in flags:
-            skip = flags[name] and "=" not in token
+        if name in LAUNCHER_FLAGS:
+            skip = LAUNCHER_FLAGS[name] and "=" not in token
             continue
         out.append(token)
     return out

@@ -12,7 +12,7 @@ from torch import nn
 from distrl.models.linear import Linear
 from distrl.models.normalizer import RunningMeanStd
 
-if TYPE_CHECKING:  # distrl.config imports the algorithms, which import this module
+if TYPE_CHECKING:  # annotations only
     from distrl.config.sections import ModelConfig
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}

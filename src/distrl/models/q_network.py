@@ -9,7 +9,7 @@ from torch import nn
 
 from distrl.models.actor_critic import mlp
 
-if TYPE_CHECKING:  # distrl.config imports the algorithms, which import this module
+if TYPE_CHECKING:  # annotations only
     from distrl.config.sections import ModelConfig
 
 

@@ -204,14 +204,14 @@ def print_report(report: dict[str, Any]) -> None:
 
 def status(address: str, namespace: str, as_json: bool) -> int:
     """``distrl status``: the cluster's resources and the running jobs' workers, with state,
-    restarts, node, CPU, memory, GPU memory and work done (``ray_status``)."""
+    restarts, node, CPU, memory, GPU memory and work done."""
     ray = import_ray()
     join(ray, address, namespace, log_to_driver=False)
     try:
         total, available = ray.cluster_resources(), ray.available_resources()
         workers = job_actors(ray, namespace)
         alive = {w["name"]: w["group"] for w in workers if w["state"] == "ALIVE"}
-        # Learners cannot answer while they train (``ray_status``): they publish their usage.
+        # Learners cannot answer while they train: they publish their usage (``LearnerStatus``).
         learners = [name for name, group in alive.items() if group == "policy"]
         asked = [name for name, group in alive.items() if group != "policy"]
         usage = {

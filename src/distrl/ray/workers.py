@@ -296,7 +296,7 @@ class WorkerActor:
     the driver's ``workers.jsonl``), a count of the work it has done, and ``--profile``'s
     trace of its calls. (Learners are plain actors: ``usage()`` in a concurrency group of its own
     would move their training off the main thread, where signal handlers cannot be installed;
-    they publish their usage instead (``ray_status.LearnerStatus``), and it is in the run's
+    they publish their usage instead (``ray.status.LearnerStatus``), and it is in the run's
     metrics too; their traces are in the run dir's ``profile/``.)"""
 
     work_unit = ""
