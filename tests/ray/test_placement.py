@@ -25,3 +25,13 @@ def test_a_node_without_workers_has_no_bundles() -> None:
     bundles, slots = node_bundles(3, {"policy": (1, LEARNER), "env": (2, ENV)})
     assert bundles == [[LEARNER, ENV], [ENV], []]
     assert slots == {"policy": [(0, 0)], "env": [(0, 1), (1, 0)]}
+
+
+def test_every_worker_group_has_its_config_keys_and_every_config_group_its_actor() -> None:
+    """Ray mode's groups are declared once (``ray.groups``); the config sizes each of them."""
+    from distrl.config.sections import WorkersConfig
+    from distrl.ray.groups import WORKER_GROUPS
+
+    assert WorkersConfig.groups() == ["policy", *WORKER_GROUPS]
+    for group in WORKER_GROUPS:
+        assert {group, f"{group}_per_node", f"cpus_per_{group}"} <= set(WorkersConfig.model_fields)

@@ -16,7 +16,6 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from distrl.algos.registry import ALGORITHMS, algorithm
 from distrl.config.base import Section
 from distrl.config.sections import (
-    WORKER_GROUPS,
     CheckpointConfig,
     ClusterConfig,
     CommConfig,
@@ -68,7 +67,7 @@ class RunConfig(Section):
         workers = dict(data["workers"])
         cluster = data.get("cluster")
         nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
-        for group in WORKER_GROUPS:
+        for group in WorkersConfig.groups():
             key = f"{group}_per_node"
             per_node = workers.get(key)
             if per_node is None:

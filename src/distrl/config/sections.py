@@ -222,12 +222,10 @@ class ClusterConfig(Section):
     Unix sockets)."""
 
 
-WORKER_GROUPS = ("policy", "env", "eval", "data")
-"""Ray mode's worker groups, each sized by a total or a ``<group>_per_node`` count."""
-
-
 class WorkersConfig(Section):
-    """Ray mode's worker groups."""
+    """Ray mode's worker groups: the learners (``policy``, the seeds' "policy workers", which
+    train) and the env, eval and data workers beside them (``distrl.ray.groups``), each sized by
+    a total or a ``<group>_per_node`` count."""
 
     policy: PositiveInt = 1
     """Learner workers in all: the ranks of one torch.distributed group, each with its own envs
@@ -263,3 +261,8 @@ class WorkersConfig(Section):
     group is rebuilt from the newest checkpoint after a learner dies this many times in all."""
     retry_backoff_s: PositiveFloat = 0.5
     """Wait before the first retry; doubled on each further one."""
+
+    @classmethod
+    def groups(cls) -> list[str]:
+        """The groups, learners first: each a ``<group>`` total and a ``<group>_per_node`` count."""
+        return [key.removesuffix("_per_node") for key in cls.model_fields if key.endswith("_per_node")]
