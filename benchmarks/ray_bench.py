@@ -518,12 +518,8 @@ def rllib_comparison(args: argparse.Namespace, tmp: Path) -> RllibResults:
         )
         for n in args.rllib_runners
     }
-    refs = (
-        {n: f"distrl Ray mode at {args.ref}, `workers.env={n}`" for n in args.rllib_runners}
-        if args.ref
-        else {}
-    )
-    results = RllibResults({}, {}, list(rows.values()), None)
+    refs = {n: f"distrl Ray mode at {args.ref}, `workers.env={n}`" for n in args.rllib_runners if args.ref}
+    results = RllibResults({}, {}, list(rows.values()), None, [(rows[n][0], refs[n]) for n in refs])
     python = None
     try:
         python = ensure_rllib()
