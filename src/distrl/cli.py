@@ -125,7 +125,7 @@ def command_launch_ray(args: argparse.Namespace) -> int:
     run_dir = (args.run_dir or default_run_dir(args, cfg.env.id)).resolve()
     # Ray's own convention: a cluster named by RAY_ADDRESS is the one to join.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
-    return launch(cfg, address, args.namespace, RunDir(run_dir, args.resume, args.overwrite))
+    return launch(cfg, address, args.namespace, RunDir(run_dir, args.resume, args.overwrite), args.dry_run)
 
 
 def _train_config(args: argparse.Namespace) -> Any:

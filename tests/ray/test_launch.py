@@ -328,3 +328,15 @@ def test_an_actor_that_cannot_start_is_one_line_and_its_traceback_is_in_the_run_
     log = (tmp_path / "errors.log").read_text()
     # The remote frames down to the raise, and what was raised.
     assert "line 16, in __init__" in log and "ValueError: the env's assets are missing" in log, log
+
+
+def test_a_dry_run_joins_the_learners_and_trains_nothing(ray_head: str, tmp_path: Path) -> None:
+    result = ray_train(ray_head, tmp_path, "workers.policy=2", "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_jax_learners_under_ray_are_refused_before_ray_starts(ray_head: str, tmp_path: Path) -> None:
+    result = ray_train(ray_head, tmp_path, "ml_framework=jax")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("distrl: error: ml_framework: jax across processes needs")

@@ -55,6 +55,19 @@ class Topology:
     """Nodes of a file-rendezvous or JAX-launcher job (the other launchers are routed by their
     master address)."""
 
+    def torchrun_variables(self) -> dict[str, str]:
+        """The variables torchrun would give this rank (what user code that reads them expects)."""
+        return {
+            "RANK": str(self.rank),
+            "GROUP_RANK": str(self.node_rank),
+            "LOCAL_RANK": str(self.local_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "TORCHELASTIC_RESTART_COUNT": str(self.restart_count),
+        }
+
     @property
     def is_distributed(self) -> bool:
         return self.world_size > 1 or self.launcher != "single"

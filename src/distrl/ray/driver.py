@@ -39,10 +39,13 @@ from distrl.ray.status import UsageLog, forget_learners, remote_class
 from distrl.ray.workers import workers_spec
 
 
-def launch(cfg: RunConfig, address: str | None, namespace: str, run_dir: RunDir) -> int:
+def launch(
+    cfg: RunConfig, address: str | None, namespace: str, run_dir: RunDir, dry_run: bool = False
+) -> int:
     """Run the job on Ray (a local instance when ``address`` is None); returns its exit status.
     Every ``cluster.usage_every_s`` the driver records each worker's usage in the run dir's
-    ``workers.jsonl``."""
+    ``workers.jsonl``. ``dry_run``: the learners join their group and print what each sees, as
+    ``distrl train --dry-run`` does, and train nothing."""
     check_workers(cfg)
     with contextlib.ExitStack() as local:
         clear = False
@@ -53,11 +56,11 @@ def launch(cfg: RunConfig, address: str | None, namespace: str, run_dir: RunDir)
         else:
             ray, started = import_ray(), None
             join(ray, address, namespace, log_to_driver=True, runtime_env={"env_vars": worker_path()})
-        return _run_job(ray, cfg, namespace, run_dir, started, clear)
+        return _run_job(ray, cfg, namespace, run_dir, started, clear, dry_run)
 
 
 def _run_job(
-    ray: Any, cfg: RunConfig, namespace: str, run_dir: RunDir, started: str | None, clear: bool
+    ray: Any, cfg: RunConfig, namespace: str, run_dir: RunDir, started: str | None, clear: bool, dry_run: bool
 ) -> int:
     """Place the job's virtual cluster, start its workers and run its learners, launched again
     from the newest checkpoint when one dies; Ray is shut down at the end, whatever ends it.
@@ -79,7 +82,9 @@ def _run_job(
             for rank in range(cfg.workers.policy)
         ]
         usage = UsageLog(run_dir.path / "workers.jsonl")
-        learners = LearnerGroup(cluster, cfg, namespace, f"{job}-policy", run_dir, specs, actors, usage)
+        learners = LearnerGroup(
+            cluster, cfg, namespace, f"{job}-policy", run_dir, specs, actors, usage, dry_run
+        )
         return _run_learners(ray, learners, cfg.workers.max_restarts)
     finally:
         try:
@@ -133,6 +138,11 @@ def check_workers(cfg: RunConfig) -> None:
                 "unset it or set workers.env=0"
             )
         _one_per_learner_at_least("env", workers.env, workers.policy)
+    if cfg.ml_framework == "jax":
+        raise UserError(
+            "ml_framework: jax across processes needs distrl's JAX launcher, not ray: "
+            "python -m distrl.launch.jax --nproc_per_node=N -m distrl.train ... --ml-framework jax"
+        )
 
 
 def _check_data_workers(cfg: RunConfig) -> None:

@@ -41,8 +41,8 @@ from distrl.storage.transitions import TransitionSegment
 @dataclass(frozen=True)
 class ActingWeights:
     """What an env worker acts with for a segment: tensors by module name (the algorithm's acting
-    modules, as in its checkpoints), and their version (the learner's updates so far). A worker
-    loads a version once, however often a part is retried with it."""
+    modules, as in its checkpoints), and their version (the learner's collections so far in this
+    launch). A worker loads a version once, however often a part is retried with it."""
 
     version: int
     tensors: dict[str, dict[str, torch.Tensor]]

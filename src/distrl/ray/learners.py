@@ -11,6 +11,7 @@ newest checkpoint as a restarted torchrun job does.
 from __future__ import annotations
 
 import math
+import os
 import socket
 import sys
 import time
@@ -54,6 +55,8 @@ class LearnerGroup:
     """Every env, eval and data worker by name (the driver holds them: Ray ends an actor, named
     or not, once no handle to it is left)."""
     usage: UsageLog
+    dry_run: bool = False
+    """The learners join their group and print what each sees (``entry.dry_run``), no more."""
 
     def run(self, ray: Any, attempt: int) -> tuple[int, int | None]:
         """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
@@ -85,6 +88,7 @@ class LearnerGroup:
                 ),
                 run_dir,
                 self.workers[rank],
+                self.dry_run,
             )  # fmt: skip
             for rank, learner in enumerate(learners)
         ]
@@ -130,16 +134,20 @@ class Learner:
             return host, probe.getsockname()[1]
 
     def train(
-        self, cfg: RunConfig, topology: Topology, run_dir: RunDir, workers: dict[str, Any]
+        self, cfg: RunConfig, topology: Topology, run_dir: RunDir, workers: dict[str, Any], dry_run: bool
     ) -> tuple[int, str]:
         """The training process's exit status and, when it stopped on bad input or a failed
         collective, its error: values, not stderr text (Ray forwards actor output to the driver
         late or not at all once the job ends: the driver says it)."""
-        from distrl.entry import train_process
+        from distrl import entry
         from distrl.errors import CollectiveMismatch, PeerFailure
 
+        # torchrun's variables too, for a user's env class that reads them (the rank, say).
+        os.environ.update(topology.torchrun_variables())
         try:
-            return train_process(cfg, topology, run_dir, remote_workers(workers)), ""
+            if dry_run:
+                return entry.dry_run(cfg, topology), ""
+            return entry.train_process(cfg, topology, run_dir, remote_workers(workers)), ""
         except UserError as exc:
             return 2, str(exc)
         except (PeerFailure, CollectiveMismatch) as exc:

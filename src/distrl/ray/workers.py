@@ -1,4 +1,4 @@
-"""How a learner finds the worker actors the Ray launcher started for it, and what the worker
+"""How a learner finds the worker actors the driver started for it, and what the worker
 groups share: ``RestartableWorkers`` (calls retried with backoff on a restarted worker),
 ``WorkerActor`` (what every worker actor answers: usage, work done, profile), one line on why an
 actor failed.
@@ -103,8 +103,10 @@ def record_error(run_dir: Path, what: str, exc: Exception) -> Path:
     """Append ``exc`` as Ray gives it (the remote traceback included) to the run dir's errors log,
     headed by ``what`` failed; the log's path, for the one line that says it."""
     log = run_dir / ERRORS_LOG
-    with contextlib.suppress(OSError), log.open("a") as out:  # the one line is said regardless
-        out.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} {what}\n{exc}\n\n")
+    with contextlib.suppress(OSError):  # the one line is said regardless
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            out.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} {what}\n{exc}\n\n")
     return log
 
 
