@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -6,6 +8,7 @@ from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.seeding import env_seeds
 from distrl.sharding import shard_envs
+from tests.helpers import REPO, distrl
 
 
 def test_user_env_class_with_kwargs_and_time_limit() -> None:
@@ -42,3 +45,24 @@ def test_unsupported_spaces_are_user_errors() -> None:
         make_vec_env(EnvConfig(id="Blackjack-v1"), [0])
     with pytest.raises(UserError, match="has no attribute 'Nope'"):
         make_vec_env(EnvConfig(id="tests.envs.toy:Nope"), [0])
+
+
+def test_env_imports_register_third_party_ids_before_the_env_is_made() -> None:
+    """rl-zoo's --gym-packages habit: an id a package registers when imported (ALE/..., MiniGrid)."""
+    cfg = EnvConfig(id="DistrlToy/Counting-v0", num_envs=2)
+    with pytest.raises(UserError, match="name it in env.imports, e.g. env.imports=\\[ale_py\\]"):
+        make_vec_env(cfg, [0, 1])
+    env = make_vec_env(cfg.model_copy(update={"imports": ["tests.envs.registers_ids"]}), [0, 1])
+    assert env.reset().shape[0] == 2
+    env.close()
+    with pytest.raises(UserError, match="env.imports: no module 'no_such_env_package' is installed"):
+        make_vec_env(cfg.model_copy(update={"imports": ["no_such_env_package"]}), [0])
+
+
+def test_env_imports_through_the_command_line(tmp_path: Path) -> None:
+    result = distrl(
+        "train", "--env", "DistrlToy/Counting-v0", "--run-dir", str(tmp_path), "--total-steps", "256",
+        "env.imports=[tests.envs.registers_ids]", "algo.rollout_steps=16", "train.stop_return=null",
+        "log.tensorboard=false", cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr

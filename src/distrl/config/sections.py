@@ -53,6 +53,11 @@ class EnvConfig(Section):
     it are truncated, not terminated."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the env constructor."""
+    imports: list[str] = Field(default_factory=list)
+    """Modules imported before the env is made, for Gymnasium ids a third-party package registers
+    when it is imported (rl-zoo's ``--gym-packages``): e.g. ``[ale_py]`` for ``ALE/Pong-v5``,
+    ``[minigrid]`` for MiniGrid's ids. Every process that builds envs imports them (learners,
+    env and eval workers, ``distrl eval``)."""
 
     @model_validator(mode="before")
     @classmethod

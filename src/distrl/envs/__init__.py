@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable, Sequence
 
 import gymnasium as gym
@@ -42,9 +44,22 @@ def _backend(name: str) -> VecEnvBuilder:
 def make_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device | None = None) -> VecEnv:
     """Build ``len(seeds)`` envs (env i seeded from ``seeds[i]``) and check their spaces. Batched
     torch envs live on ``device`` (default CPU); host backends stay on the CPU."""
+    import_env_packages(cfg.imports)
     env = _backend(cfg.backend)(cfg, seeds, device or torch.device("cpu"))
     _check_spaces(cfg.id, env)
     return env
+
+
+def import_env_packages(modules: list[str]) -> None:
+    """Import ``env.imports`` (each registers its env ids when imported); one line for a module
+    that is not installed. An installed one that fails to import raises its own error."""
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            raise UserError(
+                f"env.imports: no module {module!r} is installed (install the package that "
+                "registers your env ids, or remove it from env.imports)"
+            )
+        importlib.import_module(module)
 
 
 def check_env(cfg: EnvConfig) -> None:

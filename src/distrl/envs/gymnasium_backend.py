@@ -31,7 +31,13 @@ def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
     try:
         gym.spec(cfg.id)
     except gym.error.Error as exc:
-        raise UserError(f"env.id {cfg.id!r}: {exc}") from None
+        # Third-party ids (ALE/..., MiniGrid-...) exist once their package is imported.
+        hint = (
+            ""
+            if cfg.imports
+            else "; if a package registers it, name it in env.imports, e.g. env.imports=[ale_py]"
+        )
+        raise UserError(f"env.id {cfg.id!r}: {exc}{hint}") from None
     return lambda: gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
 
 
