@@ -264,7 +264,7 @@ def command_export(args: argparse.Namespace) -> int:
     from distrl.io.export import export_policy
 
     loaded = load_policy(args.checkpoint)
-    export_policy(loaded.policy, loaded.obs_dim, args.format, args.out)
+    export_policy(loaded.policy, loaded.observation_space, args.format, args.out)
     print(
         f"distrl: exported the {loaded.algorithm} policy of {loaded.checkpoint} to {args.out} ({args.format})"
     )

@@ -1,5 +1,6 @@
 """DD-PPO math: 2 ranks holding parts of a batch take exactly the step 1 rank takes on all of it,
-also when the parts differ in size (a straggler's rollout was cut short)."""
+also when the parts differ in size (a straggler's rollout was cut short), for MLP policies
+(categorical, Gaussian) and a Nature-CNN policy on uint8 images."""
 
 from __future__ import annotations
 
@@ -25,20 +26,31 @@ EPOCHS = 3
 CFG = PPOConfig(num_minibatches=MINIBATCHES, update_epochs=EPOCHS, learning_rate=3e-3)
 
 
-def make_policy(continuous: bool) -> ActorCritic:
+IMAGE = gym.spaces.Box(0, 255, (3, 36, 36), np.uint8)
+"""The CNN case's observations (the smallest the Nature CNN takes)."""
+
+
+def make_policy(kind: str) -> ActorCritic:
+    """The CNN in float64: its sums run over thousands of terms, whose float32 rounding differs
+    with how a batch is split (~1e-6 after this update); the math is what is tested."""
     torch.manual_seed(0)
-    space = gym.spaces.Box(-1, 1, (2,)) if continuous else gym.spaces.Discrete(3)
+    space = gym.spaces.Box(-1, 1, (2,)) if kind == "gaussian" else gym.spaces.Discrete(3)
+    if kind == "cnn":
+        return ActorCritic(IMAGE, space, ModelConfig()).double()
     return ActorCritic(5, space, ModelConfig(hidden_sizes=[16, 16]))
 
 
 def full_batch(policy: ActorCritic) -> RolloutBatch:
     """A fixed batch of TOTAL samples; rank 0 holds the first ``split`` rows, rank 1 the rest."""
     gen = torch.Generator().manual_seed(1)
-    obs = torch.randn(TOTAL, 5, generator=gen)
+    if isinstance(policy.encoder, torch.nn.Identity):
+        obs = torch.randn(TOTAL, 5, generator=gen)
+    else:
+        obs = torch.randint(0, 256, (TOTAL, *IMAGE.shape), generator=gen, dtype=torch.uint8)
     draw = torch.randn if policy.continuous else torch.rand
     actions, log_probs, values = policy.act(obs, draw(policy.noise_shape(TOTAL), generator=gen))
-    advantages = torch.randn(TOTAL, generator=gen) * 2 + 1
-    returns = values + torch.randn(TOTAL, generator=gen)
+    advantages = (torch.randn(TOTAL, generator=gen) * 2 + 1).to(values.dtype)
+    returns = values + torch.randn(TOTAL, generator=gen).to(values.dtype)
     return RolloutBatch(obs, actions, log_probs, values, advantages, returns)
 
 
@@ -74,8 +86,8 @@ def flat_params(policy: ActorCritic) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]).numpy()
 
 
-def _rank_update(comm: TorchComm, continuous: bool, split: int, out: Path) -> None:
-    policy = make_policy(continuous)
+def _rank_update(comm: TorchComm, kind: str, split: int, out: Path) -> None:
+    policy = make_policy(kind)
     start, end, seed = rank_rows(comm.rank, split)
     batch = full_batch(policy).index(torch.arange(start, end))
     global_sums = comm.sum_scalars(advantage_sums(batch.advantages))
@@ -85,31 +97,24 @@ def _rank_update(comm: TorchComm, continuous: bool, split: int, out: Path) -> No
     np.save(out / f"rank{comm.rank}.npy", flat_params(policy))
 
 
-CASE_NAMES = {False: "categorical", True: "gaussian", TOTAL // 2: "equal-parts", 61: "unequal-parts"}
-
-
 @pytest.mark.parametrize(
-    ("continuous", "split", "cpu_sum"),
+    ("kind", "split", "cpu_sum"),
     [
-        (False, TOTAL // 2, "socket"),
-        (False, 61, "socket"),
-        (True, TOTAL // 2, "socket"),
-        (True, 61, "socket"),
+        ("categorical", TOTAL // 2, "socket"),
+        ("categorical", 61, "socket"),
+        ("gaussian", TOTAL // 2, "socket"),
+        ("gaussian", 61, "socket"),
+        ("cnn", 61, "socket"),
         # The same math over gloo's collectives (comm.cpu_sum=gloo, the fallback for other groups).
-        (False, 61, "gloo"),
-        (True, 61, "gloo"),
+        ("categorical", 61, "gloo"),
+        ("gaussian", 61, "gloo"),
     ],
-    ids=lambda v: {
-        False: "categorical",
-        True: "gaussian",
-        TOTAL // 2: "equal-parts",
-        61: "unequal-parts",
-    }.get(v, v),
+    ids=lambda v: {TOTAL // 2: "equal-parts", 61: "unequal-parts"}.get(v, v),
 )
 def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
-    tmp_path: Path, continuous: bool, split: int, cpu_sum: str
+    tmp_path: Path, kind: str, split: int, cpu_sum: str
 ) -> None:
-    policy = make_policy(continuous)
+    policy = make_policy(kind)
     before = flat_params(policy)
     batch = full_batch(policy)
     batch.advantages = normalize_advantages(batch.advantages, *advantage_sums(batch.advantages))
@@ -117,7 +122,7 @@ def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
     PPO(policy, CFG, MINIBATCHES).update(batch, sampler)
     expected = flat_params(policy)
 
-    run_ranks(_rank_update, 2, continuous, split, tmp_path, cpu_sum=cpu_sum)
+    run_ranks(_rank_update, 2, kind, split, tmp_path, cpu_sum=cpu_sum)
     rank0, rank1 = (np.load(tmp_path / f"rank{r}.npy") for r in range(2))
     np.testing.assert_array_equal(rank0, rank1)  # bit-identical across ranks
     assert np.abs(expected - before).max() > 1e-3  # the update really moved the weights

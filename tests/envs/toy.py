@@ -82,3 +82,31 @@ class CrashingEnv(CountingEnv):
                     continue
                 os._exit(1)
         return super().step(action)
+
+
+class BrightnessEnv(gym.Env):
+    """A tiny image task: each step shows a uint8 image, bright or dark (a seeded coin), and pays
+    1 for action 1 on a bright image and for action 0 on a dark one; 16 steps an episode. A
+    policy must read the pixels to beat 8 per episode. ``channels_last``: HWC instead of CHW."""
+
+    def __init__(self, channels: int = 3, channels_last: bool = False, size: int = 36) -> None:
+        shape = (size, size, channels) if channels_last else (channels, size, size)
+        self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.steps = 0
+        self.bright = False
+
+    def _obs(self) -> np.ndarray:
+        self.bright = bool(self.np_random.integers(2))
+        low, high = (160, 256) if self.bright else (0, 96)
+        return self.np_random.integers(low, high, self.observation_space.shape, dtype=np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == int(self.bright))
+        self.steps += 1
+        return self._obs(), reward, False, self.steps >= 16, {}

@@ -40,7 +40,7 @@ def assert_file_acts_like_checkpoint(file: Path, run_dir: Path) -> None:
     """The exported ``file`` (TorchScript or ``.onnx``) gives the actions of ``run_dir``'s final
     checkpoint as distrl rebuilds it, dtype and shape included."""
     loaded = load_policy(run_dir)
-    obs = observations(loaded.obs_dim)
+    obs = observations(loaded.observation_space.shape[0])
     with torch.no_grad():
         expected = loaded.policy(obs).numpy()
     if file.suffix == ".onnx":

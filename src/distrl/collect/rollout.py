@@ -18,6 +18,7 @@ from torch import nn
 
 from distrl.compile import compiled_if
 from distrl.envs import VecEnv
+from distrl.envs.base import obs_tensor_dtype
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.policies import acting_modules, ppo_normalizers
@@ -177,11 +178,12 @@ class RolloutCollector(EnvCollector):
         self.storage = RolloutStorage(
             cfg.algo.rollout_steps,
             env.num_envs,
-            env.observation_space.shape[0],
+            env.observation_space.shape,
             env.action_space.shape if continuous else (),
             torch.float32 if continuous else torch.int64,
             device,
             track_returns=return_rms is not None,
+            obs_dtype=obs_tensor_dtype(env.observation_space),
         )
         self.discounted_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
         self.action_bounds = _action_bounds(env.action_space, device)
@@ -197,7 +199,8 @@ class RolloutCollector(EnvCollector):
         for t in range(self.cfg.algo.rollout_steps):
             if should_stop(t):
                 break
-            store.raw_obs[t] = obs  # as the env gave it: the update skips a rollout with non-finite ones
+            if store.raw_obs is not store.obs:  # as the env gave it: the update skips non-finite ones
+                store.raw_obs[t] = obs
             obs_t = self.normalize_obs(finite(obs))
             with self.clock("inference"):
                 actions, log_probs, values = self.act(obs_t, self.noise.draw())
@@ -259,9 +262,8 @@ def env_worker_collector(
     among its learner's ``noise_rows``, so it draws the same action noise those envs would get
     in one process."""
     cpu = torch.device("cpu")
-    obs_dim = env.observation_space.shape[0]
-    policy = ActorCritic(obs_dim, env.action_space, cfg.model)
-    obs_rms, return_rms = ppo_normalizers(cfg, obs_dim, env.action_space)
+    policy = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    obs_rms, return_rms = ppo_normalizers(cfg, env.observation_space, env.action_space)
     noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
     collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
     return acting_modules(policy, obs_rms, return_rms), collector

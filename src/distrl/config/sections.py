@@ -70,6 +70,14 @@ class EnvConfig(Section):
 
 
 class ModelConfig(Section):
+    encoder: Literal["auto", "mlp", "nature_cnn"] = "auto"
+    """What turns observations into features: ``mlp`` for feature vectors, ``nature_cnn`` (Mnih
+    et al.'s three convolutions and 512 units) for images; ``auto`` picks by the observation
+    space (a rank-3 Box is an image). With a CNN, actor and critic share the encoder and each has
+    one linear head (CleanRL's Atari PPO)."""
+    channels: Literal["auto", "first", "last"] = "auto"
+    """Where an image keeps its channels: ``first`` (CHW), ``last`` (HWC), or ``auto``: the last
+    axis when it has at most 4 entries and the first has more, else the first."""
     hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [64, 64])
     """Hidden layer widths, shared by the separate actor and critic MLPs."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"

@@ -69,10 +69,10 @@ def check_env(cfg: EnvConfig) -> None:
 
 def _check_spaces(env_id: str, env: VecEnv) -> None:
     obs_space, act_space = env.observation_space, env.action_space
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) not in (1, 3):
         raise UserError(
-            f"env {env_id!r}: observation space {obs_space} is not supported "
-            "(distrl's MLP policies, PPO's and DQN's, need a flat Box)"
+            f"env {env_id!r}: observation space {obs_space} is not supported (a Box of features, "
+            "or of an image: height, width and channels in either order)"
         )
     if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
         raise UserError(f"env {env_id!r}: action space {act_space} is not supported (Discrete or Box only)")

@@ -18,7 +18,8 @@ import torch
 
 class StepResult(NamedTuple):
     obs: torch.Tensor
-    """``[num_envs, obs_dim]`` float32; the next episode's first observation where one ended."""
+    """``[num_envs, *obs_shape]``, float32 (integer images: their own dtype, ``obs_tensor_dtype``);
+    the next episode's first observation where one ended."""
     reward: torch.Tensor
     """``[num_envs]`` float32."""
     terminated: torch.Tensor
@@ -26,7 +27,16 @@ class StepResult(NamedTuple):
     truncated: torch.Tensor
     """``[num_envs]`` bool: the time limit was reached (may coincide with ``terminated``)."""
     final_obs: torch.Tensor
-    """``[num_envs, obs_dim]`` float32: the observation this step led to, before any reset."""
+    """Like ``obs``: the observation this step led to, before any reset."""
+
+
+def obs_tensor_dtype(space: gym.spaces.Space) -> torch.dtype:
+    """What a backend hands observations over as: an integer image (uint8 frames) keeps its
+    dtype, so it is stored and sent at its own size; everything else is float32."""
+    image = isinstance(space, gym.spaces.Box) and len(space.shape) == 3
+    if image and np.issubdtype(space.dtype, np.integer):
+        return torch.from_numpy(np.zeros(0, space.dtype)).dtype
+    return torch.float32
 
 
 def host_tensor(array: np.ndarray, dtype: type) -> torch.Tensor:

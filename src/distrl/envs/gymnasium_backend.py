@@ -11,7 +11,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from distrl.config.sections import EnvConfig
-from distrl.envs.base import StepResult, host_tensor
+from distrl.envs.base import StepResult, host_tensor, obs_tensor_dtype
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError
 
@@ -61,19 +61,20 @@ class GymnasiumVecEnv:
         self.num_envs = len(self._seeds)
         self.observation_space = self._env.single_observation_space
         self.action_space = self._env.single_action_space
+        self._obs_dtype = torch.empty(0, dtype=obs_tensor_dtype(self.observation_space)).numpy().dtype
 
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset(seed=self._seeds)
-        return host_tensor(obs, np.float32)
+        return host_tensor(obs, self._obs_dtype)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self._env.step(actions.numpy(force=True))
-        obs_tensor = host_tensor(obs, np.float32)
+        obs_tensor = host_tensor(obs, self._obs_dtype)
         final_obs = obs_tensor  # where no episode ended, the step led to obs itself
         if "_final_obs" in info:
             final_obs = obs_tensor.clone()
             for i in np.flatnonzero(info["_final_obs"]):
-                final_obs[i] = host_tensor(info["final_obs"][i], np.float32)
+                final_obs[i] = host_tensor(info["final_obs"][i], self._obs_dtype)
         return StepResult(
             obs_tensor,
             host_tensor(reward, np.float32),

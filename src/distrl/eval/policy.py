@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import gymnasium as gym
 from torch import nn
 
 from distrl.algos.registry import algorithm, load
@@ -21,7 +22,7 @@ class LoadedPolicy:
     policy: nn.Module
     """Raw observations in, env actions out (``Runner.deployable_policy``)."""
     algorithm: str
-    obs_dim: int
+    observation_space: gym.spaces.Box
     checkpoint: Path
     global_step: int
 
@@ -31,8 +32,9 @@ def load_policy(path: Path) -> LoadedPolicy:
     checkpoint = ckpt.resolve_checkpoint(path)
     saved = read_state(ckpt.load_checkpoint(checkpoint), str(checkpoint))
     cfg, policy = policy_from_saved(saved, str(checkpoint / "state.json"))
-    obs_dim = saved.observation_space.shape[0]
-    return LoadedPolicy(cfg, policy, saved.meta["algorithm"], obs_dim, checkpoint, saved.meta["global_step"])
+    return LoadedPolicy(
+        cfg, policy, saved.meta["algorithm"], saved.observation_space, checkpoint, saved.meta["global_step"]
+    )
 
 
 def policy_from_saved(saved: SavedState, where: str) -> tuple[RunConfig, nn.Module]:

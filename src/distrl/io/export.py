@@ -2,7 +2,8 @@
 in, env actions out, observation normalisation and action bounds inside.
 
 TorchScript (``torch.jit.trace``) runs with libtorch alone; ONNX runs with onnxruntime and needs
-the ``export`` extra. Both take a float32 batch ``[batch, obs_dim]`` of any batch size.
+the ``export`` extra. Both take a batch ``[batch, *obs_shape]`` of any batch size, float32 (uint8
+for integer images, as the env gives them).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import importlib.util
 import os
 from pathlib import Path
 
+import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
 
 
@@ -39,7 +42,9 @@ def check_can_export(fmt: str, out: Path, where: str) -> None:
         raise UserError(f"{where} {out}: cannot write there")
 
 
-def export_policy(policy: nn.Module, obs_dim: int, fmt: str, out: Path, where: str = "--out") -> None:
+def export_policy(
+    policy: nn.Module, observation_space: gym.spaces.Box, fmt: str, out: Path, where: str = "--out"
+) -> None:
     """Write ``policy`` as ``fmt`` (``torchscript`` or ``onnx``) to ``out``, replacing it only once
     the new file is whole. ``policy`` itself is left as it was (a copy is exported, on the CPU)."""
     check_can_export(fmt, out, where)
@@ -47,7 +52,9 @@ def export_policy(policy: nn.Module, obs_dim: int, fmt: str, out: Path, where: s
     policy = copy.deepcopy(policy).cpu().eval().requires_grad_(False)
     # A policy with more inputs than observations (parametric DQN's candidates) names them.
     examples = (
-        policy.example_inputs(obs_dim) if hasattr(policy, "example_inputs") else (torch.zeros(2, obs_dim),)
+        policy.example_inputs(observation_space.shape[0])
+        if hasattr(policy, "example_inputs")
+        else (torch.zeros(2, *observation_space.shape, dtype=obs_tensor_dtype(observation_space)),)
     )
     partial = out.with_name(out.name + ".partial")
     try:

@@ -9,6 +9,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.models.encoders import image_encoder, is_image
 from distrl.models.linear import Linear
 from distrl.models.normalizer import RunningMeanStd
 
@@ -37,14 +38,26 @@ def mlp(n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: flo
 
 class ActorCritic(nn.Module):
     """Categorical policy for Discrete actions, diagonal Gaussian with state-independent
-    log-std for Box actions; value head separate."""
+    log-std for Box actions. Feature vectors: separate actor and critic MLPs (CleanRL's PPO).
+    Images: one shared encoder (``model.encoder``) and a linear head each (CleanRL's Atari PPO)."""
 
-    def __init__(self, obs_dim: int, action_space: gym.spaces.Space, cfg: ModelConfig) -> None:
+    def __init__(
+        self, observation: int | gym.spaces.Box, action_space: gym.spaces.Space, cfg: ModelConfig
+    ) -> None:
+        """``observation``: the observation space, or the length of a feature vector."""
         super().__init__()
         self.continuous = isinstance(action_space, gym.spaces.Box)
         n_out = action_space.shape[0] if self.continuous else int(action_space.n)
-        self.actor = mlp(obs_dim, cfg.hidden_sizes, n_out, cfg.activation, out_gain=0.01)
-        self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
+        self.encoder: nn.Module = nn.Identity()
+        if isinstance(observation, gym.spaces.Box) and is_image(observation):
+            self.encoder = image_encoder(observation, cfg)
+            features = self.encoder.features
+            self.actor = nn.Sequential(_layer(features, n_out, 0.01))
+            self.critic = nn.Sequential(_layer(features, 1, 1.0))
+        else:
+            obs_dim = observation if isinstance(observation, int) else observation.shape[0]
+            self.actor = mlp(obs_dim, cfg.hidden_sizes, n_out, cfg.activation, out_gain=0.01)
+            self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
         if self.continuous:
             self.log_std = nn.Parameter(torch.full((n_out,), cfg.init_log_std))
 
@@ -52,7 +65,8 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-prob of ``actions``, entropy, value) for the PPO loss, with gradients."""
-        out = self.actor(obs)
+        features = self.encoder(obs)
+        out = self.actor(features)
         if self.continuous:
             log_probs = gaussian_log_prob(out, self.log_std, actions)
             entropy = gaussian_entropy(self.log_std).expand(out.shape[0])
@@ -60,10 +74,10 @@ class ActorCritic(nn.Module):
             log_p = out.log_softmax(-1)
             log_probs = log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(log_p.exp() * log_p).sum(-1)
-        return log_probs, entropy, self.value(obs)
+        return log_probs, entropy, self.critic(features).squeeze(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return self.critic(self.encoder(obs)).squeeze(-1)
 
     def noise_shape(self, rows: int) -> tuple[int, ...]:
         """Shape of the random numbers ``act`` needs for ``rows`` observations."""
@@ -75,7 +89,8 @@ class ActorCritic(nn.Module):
         uniform [0, 1) per row for the categorical (inverse CDF). Returns (actions, log-probs,
         values) for the rollout. The caller owns the noise, so a row's action does not depend
         on which other rows share the batch."""
-        out = self.actor(obs)
+        features = self.encoder(obs)
+        out = self.actor(features)
         if self.continuous:
             actions = out + self.log_std.exp() * noise
             log_probs = gaussian_log_prob(out, self.log_std, actions)
@@ -87,12 +102,12 @@ class ActorCritic(nn.Module):
             u = noise.unsqueeze(-1) * cdf[..., -1:]
             actions = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=out.shape[-1] - 1)
             log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return actions, log_probs, self.value(obs)
+        return actions, log_probs, self.critic(features).squeeze(-1)
 
     @torch.no_grad()
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The Gaussian mean, or the most likely discrete action."""
-        out = self.actor(obs)
+        out = self.actor(self.encoder(obs))
         return out if self.continuous else out.argmax(dim=-1)
 
 

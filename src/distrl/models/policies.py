@@ -11,8 +11,10 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.models.actor_critic import ActorCritic, DeterministicActor
+from distrl.models.encoders import is_image
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
 from distrl.models.q_network import GreedyPolicy, QNetwork
@@ -22,18 +24,29 @@ if TYPE_CHECKING:
     from distrl.io.train_state import SavedState
 
 
-def uses_obs_normalization(cfg: RunConfig, action_space: gym.spaces.Space) -> bool:
-    """Explicit setting wins; by default normalise observations for continuous control only."""
+def uses_obs_normalization(
+    cfg: RunConfig, observation_space: gym.spaces.Space, action_space: gym.spaces.Space
+) -> bool:
+    """Explicit setting wins; by default normalise feature vectors for continuous control only.
+    Images are never normalised: the encoder scales them."""
+    if is_image(observation_space):
+        if cfg.normalize.observations:
+            raise UserError(
+                "normalize.observations=true: image observations are scaled by 1/255 in the encoder, "
+                "not normalised; unset it"
+            )
+        return False
     if cfg.normalize.observations is not None:
         return cfg.normalize.observations
     return isinstance(action_space, gym.spaces.Box)
 
 
 def ppo_normalizers(
-    cfg: RunConfig, obs_dim: int, action_space: gym.spaces.Space
+    cfg: RunConfig, observation_space: gym.spaces.Space, action_space: gym.spaces.Space
 ) -> tuple[RunningMeanStd | None, RunningMeanStd | None]:
     """The observation statistics and the reward scale the config asks for (None: not used)."""
-    obs_rms = RunningMeanStd((obs_dim,)) if uses_obs_normalization(cfg, action_space) else None
+    normalize = uses_obs_normalization(cfg, observation_space, action_space)
+    obs_rms = RunningMeanStd(observation_space.shape) if normalize else None
     return obs_rms, RunningMeanStd(()) if cfg.normalize.rewards else None
 
 
@@ -53,7 +66,7 @@ def deterministic_actor(
 ) -> DeterministicActor:
     """The deployable policy held by checkpoint-named tensors (``policy.*``, and ``obs_rms.*``
     when observations were normalised), whichever learner wrote them."""
-    policy = ActorCritic(observation_space.shape[0], action_space, cfg.model)
+    policy = ActorCritic(observation_space, action_space, cfg.model)
     policy.load_state_dict(ckpt.strip_prefix(model_tensors, "policy."))
     obs_rms = None
     if rms_tensors := ckpt.strip_prefix(model_tensors, "obs_rms."):
@@ -72,7 +85,12 @@ def make_q_network(
     cfg: RunConfig, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
 ) -> nn.Module:
     """One value per action for Discrete actions; for parametric actions (a Box of one action's
-    features) a network scoring (state, action features) pairs."""
+    features) a network scoring (state, action features) pairs. Feature vectors only (so far)."""
+    if is_image(observation_space):
+        raise UserError(
+            f"algo.name=dqn: image observations {observation_space.shape} are not supported yet "
+            "(its Q-networks are MLPs); train them with algo.name=ppo"
+        )
     if isinstance(action_space, gym.spaces.Discrete):
         return QNetwork(observation_space.shape[0], int(action_space.n), cfg.model)
     return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model)

@@ -34,10 +34,11 @@ def evaluate_checkpoint_offline(
         )
     q_network = loaded.policy.q_network
     dataset = LoggedDataset(data)
-    if (dataset.obs_dim, dataset.num_actions) != (loaded.obs_dim, q_network.num_actions):
+    obs_dim = loaded.observation_space.shape[0]
+    if (dataset.obs_dim, dataset.num_actions) != (obs_dim, q_network.num_actions):
         raise UserError(
             f"--data {data}: {dataset.obs_dim} observation features and {dataset.num_actions} actions, "
-            f"but checkpoint {loaded.checkpoint} was trained on {loaded.obs_dim} and {q_network.num_actions}"
+            f"but checkpoint {loaded.checkpoint} was trained on {obs_dim} and {q_network.num_actions}"
         )
     evaluator = OfflineEvaluator.from_dataset(dataset, loaded.cfg.algo.gamma, bootstrap, max_rows)
     return {

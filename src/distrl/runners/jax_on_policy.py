@@ -132,6 +132,11 @@ class JaxPPOLearner:
     ) -> None:
         self.cfg = cfg
         self.comm = comm
+        if len(observation_space.shape) != 1:
+            raise UserError(
+                f"ml_framework: jax trains on feature vectors; observations of shape "
+                f"{observation_space.shape} (images) need ml_framework: torch"
+            )
         self.observation_space = observation_space
         self.action_space = action_space
         continuous = isinstance(action_space, gym.spaces.Box)

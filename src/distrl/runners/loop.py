@@ -328,8 +328,8 @@ class TrainingLoop:
 
     def _write_output(self, out: Path) -> None:
         """The final policy as one deployable file (ReAgent's node 0 saving the model)."""
-        obs_dim = self.runner.train_state().observation_space.shape[0]
-        export_policy(self.runner.deployable_policy(), obs_dim, format_of(out), out, "output.path")
+        space = self.runner.train_state().observation_space
+        export_policy(self.runner.deployable_policy(), space, format_of(out), out, "output.path")
 
     def _restore(self, files: ckpt.CheckpointFiles) -> None:
         """Load a checkpoint on every rank (the files came from rank 0); rank r takes rank r's

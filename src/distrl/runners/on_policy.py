@@ -81,12 +81,11 @@ class OnPolicyRunner(Runner):
         self.num_envs = self.envs.count
         self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
         self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
-        obs_dim = self.observation_space.shape[0]
-        self.policy = ActorCritic(obs_dim, self.action_space, cfg.model).to(device)
+        self.policy = ActorCritic(self.observation_space, self.action_space, cfg.model).to(device)
         comm.broadcast_parameters_(self.policy)
         self.obs_rms, self.return_rms = (
             rms.to(device) if rms is not None else None
-            for rms in ppo_normalizers(cfg, obs_dim, self.action_space)
+            for rms in ppo_normalizers(cfg, self.observation_space, self.action_space)
         )
         self.algo = PPO(
             self.policy,

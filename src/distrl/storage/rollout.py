@@ -68,7 +68,7 @@ class RolloutSegment:
     its collectors joined along the env axis."""
 
     obs: torch.Tensor
-    """As the policy saw them (normalised)."""
+    """As the policy saw them (normalised feature vectors; images as the env gave them)."""
     actions: torch.Tensor
     log_probs: torch.Tensor
     values: torch.Tensor
@@ -78,7 +78,8 @@ class RolloutSegment:
     env_rewards: torch.Tensor
     """As the envs gave them: the episode returns."""
     raw_obs: torch.Tensor
-    """As the envs gave them: the observation statistics and the non-finite check."""
+    """As the envs gave them: the observation statistics and the non-finite check (for integer
+    observations the same tensor as ``obs``)."""
     raw_returns: torch.Tensor
     """Discounted running returns behind the reward scale (``[steps, 0]`` without reward scaling)."""
     last_values: torch.Tensor
@@ -124,22 +125,30 @@ class RolloutStorage:
         self,
         num_steps: int,
         num_envs: int,
-        obs_dim: int,
+        obs_shape: int | tuple[int, ...],
         action_shape: tuple[int, ...],
         action_dtype: torch.dtype,
         device: torch.device,
         track_returns: bool = False,
+        obs_dtype: torch.dtype = torch.float32,
     ) -> None:
-        """``track_returns``: keep the discounted running returns (reward scaling)."""
+        """``obs_shape``: one observation's (a feature vector's length, or an image's shape),
+        stored in ``obs_dtype`` (uint8 frames as they are); ``track_returns``: keep the
+        discounted running returns (reward scaling)."""
         shape = (num_steps, num_envs)
-        self.obs = torch.zeros((*shape, obs_dim), device=device)
+        obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+        self.obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros((*shape, *action_shape), dtype=action_dtype, device=device)
         self.log_probs = torch.zeros(shape, device=device)
         self.values = torch.zeros(shape, device=device)
         self.rewards = torch.zeros(shape, device=device)
         self.dones = torch.zeros(shape, device=device)
         self.env_rewards = torch.zeros(shape, device=device)
-        self.raw_obs = torch.zeros((*shape, obs_dim), device=device)
+        # Integer observations are always finite and never normalised: the raw ones are the
+        # stored ones, not a second copy. Float ones are kept as the env gave them for the
+        # non-finite check (and the statistics when normalising).
+        floats = obs_dtype.is_floating_point
+        self.raw_obs = torch.zeros_like(self.obs) if floats else self.obs
         returns_shape = shape if track_returns else (num_steps, 0)
         self.raw_returns = torch.zeros(returns_shape, dtype=torch.float64, device=device)
         self.num_steps = num_steps

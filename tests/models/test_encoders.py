@@ -1,0 +1,96 @@
+"""Image observations: the Nature CNN reads CHW or HWC uint8 frames, a rollout keeps them as
+uint8 (one copy, no float raw copy), and images too small for the encoder, DQN on images and
+image normalisation are one line each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from distrl.collect.rollout import ActionNoise, RolloutCollector
+from distrl.config.run import load_config
+from distrl.config.sections import ModelConfig
+from distrl.envs import make_vec_env
+from distrl.errors import UserError
+from distrl.models.actor_critic import ActorCritic
+from distrl.models.encoders import NatureCNN, channels_last
+from tests.helpers import REPO, distrl, torchrun_train
+
+CPU = torch.device("cpu")
+IMAGES = ["--env", "tests.envs.toy:BrightnessEnv", "--num-envs", "8", "algo.rollout_steps=32",
+          "train.stop_return=null", "log.tensorboard=false"]  # fmt: skip
+PIXELS = [*IMAGES, "algo.minibatch_size=64"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "channels", "last"),
+    [((4, 84, 84), "auto", False), ((84, 84, 4), "auto", True), ((3, 36, 36), "auto", False),
+     ((36, 36, 3), "auto", True), ((36, 36, 3), "first", False), ((3, 36, 36), "last", True)],
+)  # fmt: skip
+def test_the_channel_axis_rule(shape: tuple[int, ...], channels: str, last: bool) -> None:
+    assert channels_last(shape, channels) == last
+
+
+def test_chw_and_hwc_frames_give_the_same_features() -> None:
+    """The same weights read a frame and its HWC transpose alike; uint8 is scaled by 1/255."""
+    torch.manual_seed(0)
+    chw = NatureCNN(gym.spaces.Box(0, 255, (3, 36, 36), np.uint8), ModelConfig())
+    hwc = NatureCNN(gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), ModelConfig())
+    hwc.load_state_dict(chw.state_dict())
+    frames = torch.randint(0, 256, (5, 3, 36, 36), dtype=torch.uint8)
+    torch.testing.assert_close(chw(frames), hwc(frames.permute(0, 2, 3, 1)))
+    as_floats = NatureCNN(gym.spaces.Box(0.0, 1.0, (3, 36, 36), np.float32), ModelConfig())
+    as_floats.load_state_dict(chw.state_dict())
+    torch.testing.assert_close(chw(frames), as_floats(frames.float() / 255))
+
+
+def test_a_rollout_keeps_uint8_frames_once() -> None:
+    cfg = load_config(None, ["env.id=tests.envs.toy:BrightnessEnv", "env.num_envs=4", "algo.rollout_steps=8"])
+    env = make_vec_env(cfg.env, [0, 1, 2, 3], CPU)
+    policy = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    collector = RolloutCollector(
+        cfg, env, policy, None, None, ActionNoise.for_policy(policy, [1], 4, slice(None), CPU), CPU
+    )
+    collector.reset()
+    segment = collector.rollout()
+    assert segment.obs.dtype == torch.uint8 and segment.obs.shape == (8, 4, 3, 36, 36)
+    assert segment.raw_obs.data_ptr() == segment.obs.data_ptr()  # no second copy
+    assert collector.storage.obs.nbytes == 8 * 4 * 3 * 36 * 36  # one byte a pixel
+
+
+def test_pixels_train_on_one_and_two_ranks(tmp_path: Path) -> None:
+    """The brightness task (8 of 16 by chance, 16 reading the pixels) is learnt from uint8
+    frames in 8,192 steps; the same config trains on 2 ranks under torchrun."""
+    one = distrl("train", *PIXELS, "--total-steps", "8192", "--run-dir", str(tmp_path / "one"), cwd=REPO)
+    assert one.returncode == 0, one.stderr
+    evaluated = distrl("eval", "--checkpoint", str(tmp_path / "one"), "--episodes", "4", "--json", cwd=REPO)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["return_mean"] >= 14
+    two = torchrun_train(2, *PIXELS, "--total-steps", "2048", "--run-dir", str(tmp_path / "two"))
+    assert two.returncode == 0, two.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.kwargs={size: 24}"], "pixels are too small for model.encoder=nature_cnn (at least 36x36)"),
+        (["algo.name=dqn"], "algo.name=dqn: image observations (3, 36, 36) are not supported yet"),
+        (["normalize.observations=true"], "normalize.observations=true: image observations are scaled"),
+        (["model.encoder=mlp"], "model.encoder=mlp: the observations are images"),
+    ],
+)
+def test_bad_image_setups_are_one_line(tmp_path: Path, overrides: list[str], message: str) -> None:
+    result = distrl("train", *IMAGES, "--run-dir", str(tmp_path), *overrides, cwd=REPO)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_an_image_too_small_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="too small"):
+        NatureCNN(gym.spaces.Box(0, 255, (3, 30, 30), np.uint8), ModelConfig())
