@@ -27,8 +27,22 @@ CRASHING = [
     [
         (CARTPOLE, BUDGET),
         (CARTPOLE_DQN, [*BUDGET, "train.total_steps=2048", "checkpoint.interval_steps=2048"]),  # 8 iterations
+        # uint8 frames through Ray's object store, read by a CNN on the learner.
+        (
+            CARTPOLE,
+            [
+                *BUDGET,
+                "--env",
+                "tests.envs.toy:BrightnessEnv",
+                "env.num_envs=8",
+                "algo.rollout_steps=32",
+                "algo.minibatch_size=64",
+                "train.total_steps=1024",
+                "checkpoint.interval_steps=1024",
+            ],
+        ),
     ],
-    ids=["ppo", "dqn"],
+    ids=["ppo", "dqn", "ppo-images"],
 )
 def test_one_learner_with_env_workers_trains_exactly_as_one_process(
     ray_head: str, tmp_path: Path, config: Path, budget: list[str]
