@@ -209,6 +209,10 @@ class RolloutCollector(EnvCollector):
             reward, terminated, truncated = (x.to(self.device) for x in result[1:4])
             dones = terminated | truncated
             store.env_rewards[t] = reward
+            store.episode_ends[t] = dones
+            if result.life_lost is not None:  # the agent's episode ends; the game goes on
+                terminated = terminated | result.life_lost.to(self.device)
+                dones = terminated | truncated
             rewards = self._scale_rewards(reward, dones, t)
             # A truncated episode did not end in the MDP: bootstrap from its final observation.
             if truncated.any():
@@ -231,6 +235,8 @@ class RolloutCollector(EnvCollector):
         return self.obs_rms.normalize(obs, self.cfg.normalize.clip)
 
     def _scale_rewards(self, rewards: torch.Tensor, dones: torch.Tensor, t: int) -> torch.Tensor:
+        if self.cfg.normalize.clip_rewards:
+            rewards = torch.sign(rewards)
         if self.return_rms is None:
             return rewards
         self.discounted_return = self.discounted_return * self.cfg.algo.gamma + rewards

@@ -63,7 +63,7 @@ class TransitionCollector(EnvCollector):
                 actions = torch.where(uniform[:, 0] < epsilon, random_actions, greedy)
             with self.clock("env"):
                 result = self.env.step(actions.to(self.env.device))
-            next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result)
+            next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result[:5])
             steps.append((obs, actions, reward, final_obs, terminated, terminated | truncated))
             obs = next_obs
         self.obs = obs

@@ -37,7 +37,7 @@ class EnvConfig(Section):
     num_envs_per_rank: PositiveInt | None = None
     """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
     scaling); the global batch then grows with the ranks."""
-    backend: Literal["gymnasium", "envpool", "torch", "gymnax", "brax"] = "gymnasium"
+    backend: Literal["gymnasium", "envpool", "torch", "gymnax", "brax", "ale"] = "gymnasium"
     """Vectorisation backend: Gymnasium's SyncVectorEnv; ``envpool``: EnvPool's C++ vectorised
     envs (the ``envpool`` extra); ``gymnax``: gymnax's JAX envs, stepped jitted on JAX's CPU device
     (the ``jax`` extra); ``brax``: Brax's physics envs (``inverted_pendulum``, ``halfcheetah``,
@@ -47,7 +47,9 @@ class EnvConfig(Section):
     Pendulum-v1 (same dynamics and time limits as Gymnasium's) or a user's ``module:Class`` with
     rsl_rl's VecEnv interface (``num_envs``, ``get_observations()``, ``step(actions) -> (obs,
     rewards, dones, extras)``, ``extras["time_outs"]``), built as
-    ``Class(num_envs=..., device=..., [seed=...], **kwargs)``."""
+    ``Class(num_envs=..., device=..., [seed=...], **kwargs)``; ``ale``: Atari games through
+    ale-py's vectorised env (the ``atari`` extra; ``ALE/Pong-v5``), CleanRL's preprocessing
+    (``distrl.envs.ale_backend``), uint8 frames."""
     max_episode_steps: PositiveInt | None = None
     """Override the env's own time limit (Brax envs have none: 1000 unless set); episodes cut by
     it are truncated, not terminated."""
@@ -90,6 +92,9 @@ class NormalizeConfig(Section):
     """Running observation normalisation; ``None`` means on for continuous actions only."""
     rewards: bool = False
     """Scale rewards by the running std of the discounted return (CleanRL's NormalizeReward)."""
+    clip_rewards: bool = False
+    """Train on the sign of each reward (Atari's reward clipping, as DQN's and CleanRL's Atari
+    PPO): the episode returns logged stay the env's own (the game score). PPO only."""
     clip: PositiveFloat = 10.0
     """Clip normalised observations and scaled rewards to [-clip, clip]."""
 

@@ -32,6 +32,10 @@ def _backend(name: str) -> VecEnvBuilder:
         from distrl.envs.gymnax_backend import make_gymnax_vec_env
 
         return make_gymnax_vec_env
+    if name == "ale":
+        from distrl.envs.ale_backend import make_ale_vec_env
+
+        return make_ale_vec_env
     if name == "brax":
         from distrl.envs.brax_backend import make_brax_vec_env
 

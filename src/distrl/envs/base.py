@@ -28,6 +28,10 @@ class StepResult(NamedTuple):
     """``[num_envs]`` bool: the time limit was reached (may coincide with ``terminated``)."""
     final_obs: torch.Tensor
     """Like ``obs``: the observation this step led to, before any reset."""
+    life_lost: torch.Tensor | None = None
+    """``[num_envs]`` bool, from games with lives under episodic life (``env.backend: ale``): the
+    agent's episode ended here for learning (nothing is bootstrapped past it), but the game, the
+    episode the statistics count, goes on. None: no such ends."""
 
 
 def obs_tensor_dtype(space: gym.spaces.Space) -> torch.dtype:

@@ -47,6 +47,7 @@ def check_jax_config(cfg: RunConfig, envs: EnvShard) -> None:
     unsupported = {
         "normalize.observations": cfg.normalize.observations,
         "normalize.rewards": cfg.normalize.rewards,
+        "normalize.clip_rewards": cfg.normalize.clip_rewards,
         "train.straggler_threshold": cfg.train.straggler_threshold is not None,
     }
     for key, value in unsupported.items():

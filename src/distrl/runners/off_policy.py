@@ -46,6 +46,8 @@ class QLearningRunner(Runner):
             )
         self.cfg = cfg
         self.device = ctx.device
+        if cfg.normalize.clip_rewards:
+            raise UserError("normalize.clip_rewards is for PPO so far; unset it for algo.name=dqn")
         self.observation_space, self.action_space = observation_space, action_space
         self.q_network = make_q_network(cfg, observation_space, action_space).to(ctx.device)
         comm.broadcast_parameters_(self.q_network)

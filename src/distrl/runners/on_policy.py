@@ -170,7 +170,7 @@ class OnPolicyRunner(Runner):
         self.stragglers.begin(self.rollouts)
         rollout = self.collection.rollout(self.stragglers.should_stop)
         self.stragglers.finish()
-        self.episodes.add_rollout(rollout.env_rewards, rollout.dones.bool(), rollout.restarted)
+        self.episodes.add_rollout(rollout.env_rewards, rollout.episode_ends, rollout.restarted)
         return rollout
 
     def update(self, rollout: RolloutSegment) -> tuple[dict[str, float], int]:

@@ -75,8 +75,11 @@ class RolloutSegment:
     rewards: torch.Tensor
     """Scaled, with truncations bootstrapped: what GAE reads."""
     dones: torch.Tensor
+    """Where the agent's episodes end for learning (a lost life under episodic life too)."""
     env_rewards: torch.Tensor
     """As the envs gave them: the episode returns."""
+    episode_ends: torch.Tensor
+    """``[steps, envs]`` bool: where the envs' episodes (whole games) end: the statistics'."""
     raw_obs: torch.Tensor
     """As the envs gave them: the observation statistics and the non-finite check (for integer
     observations the same tensor as ``obs``)."""
@@ -144,6 +147,7 @@ class RolloutStorage:
         self.rewards = torch.zeros(shape, device=device)
         self.dones = torch.zeros(shape, device=device)
         self.env_rewards = torch.zeros(shape, device=device)
+        self.episode_ends = torch.zeros(shape, dtype=torch.bool, device=device)
         # Integer observations are always finite and never normalised: the raw ones are the
         # stored ones, not a second copy. Float ones are kept as the env gave them for the
         # non-finite check (and the statistics when normalising).
@@ -163,8 +167,8 @@ class RolloutStorage:
         rewards: torch.Tensor,
         dones: torch.Tensor,
     ) -> None:
-        """Close step ``self.step`` (its ``raw_obs``, ``env_rewards`` and ``raw_returns`` rows
-        are written by the collector as they come)."""
+        """Close step ``self.step`` (its ``raw_obs``, ``env_rewards``, ``episode_ends`` and
+        ``raw_returns`` rows are written by the collector as they come)."""
         t = self.step
         self.obs[t] = obs
         self.actions[t] = actions
@@ -188,6 +192,7 @@ class RolloutStorage:
             rewards=self.rewards[:n],
             dones=self.dones[:n],
             env_rewards=self.env_rewards[:n],
+            episode_ends=self.episode_ends[:n],
             raw_obs=self.raw_obs[:n],
             raw_returns=self.raw_returns[:n],
             last_values=last_values,

@@ -1,0 +1,80 @@
+"""``env.backend: ale``: Atari through ale-py's vectorised env, CleanRL's preprocessing, uint8
+frames, episodic life read from the lives (the game, and the statistics' episode, go on), raw
+game scores with rewards clipped only for training, and the shipped Pong config training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from distrl.collect.rollout import ActionNoise, RolloutCollector
+from distrl.config.run import load_config
+from distrl.config.sections import EnvConfig
+from distrl.envs import make_vec_env
+from distrl.envs.ale_backend import game_name
+from distrl.errors import UserError
+from distrl.models.actor_critic import ActorCritic
+from tests.helpers import REPO, distrl
+
+pytest.importorskip("ale_py", reason="the atari extra is installed by make test")
+
+CPU = torch.device("cpu")
+PONG = REPO / "configs" / "atari_pong_ppo.yaml"
+
+
+def test_game_names_as_gymnasium_and_ale_py_write_them() -> None:
+    assert game_name("ALE/Pong-v5") == "pong"
+    assert game_name("ALE/BeamRider-v5") == "beam_rider"
+    assert game_name("breakout") == "breakout"
+    with pytest.raises(UserError, match="no Atari game 'no_such_game' in ale-py"):
+        game_name("ALE/NoSuchGame-v5")
+
+
+def test_frames_are_uint8_stacks_and_seeds_differ() -> None:
+    env = make_vec_env(EnvConfig(id="ALE/Breakout-v5", backend="ale"), [1, 2, 3])
+    obs = env.reset()
+    assert obs.dtype == torch.uint8 and obs.shape == (3, 4, 84, 84)
+    for _ in range(40):  # the no-op starts and the ball differ by seed
+        result = env.step(torch.ones(3, dtype=torch.int64))
+    assert not torch.equal(result.obs[0], result.obs[1])
+    env.close()
+
+
+def test_a_lost_life_ends_the_agents_episode_not_the_game() -> None:
+    """Random Breakout: lost lives end learning episodes (dones); whole games are the statistics'
+    episodes (episode_ends), each of several lives; the reward is the raw score, clipped for training."""
+    cfg = load_config(PONG, ["env.id=ALE/Breakout-v5", "env.num_envs=4", "algo.rollout_steps=256"])
+    env = make_vec_env(cfg.env, [0, 1, 2, 3], CPU)
+    policy = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    noise = ActionNoise.for_policy(policy, [5], 4, slice(None), CPU)
+    collector = RolloutCollector(cfg, env, policy, None, None, noise, CPU)
+    collector.reset()
+    segment = collector.rollout()
+    dones, ends = segment.dones.bool(), segment.episode_ends
+    assert (ends <= dones).all()  # a game's end is a learning end too
+    assert (dones & ~ends).sum() >= 4  # lives lost mid-game: at least one per env in 256 steps
+    assert torch.equal(segment.rewards, torch.sign(segment.env_rewards))  # no truncations here
+    env.close()
+
+
+def test_the_shipped_pong_config_trains(tmp_path: Path) -> None:
+    result = distrl(
+        "train", "--config", str(PONG), "--run-dir", str(tmp_path), "--total-steps", "2048",
+        "log.tensorboard=false", "checkpoint.interval_steps=2048",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["global_step"] for row in rows] == [1024, 2048]
+    assert all(row["skipped_minibatches"] == 0 for row in rows)
+
+
+def test_atari_options_distrl_sets_itself_are_one_line(tmp_path: Path) -> None:
+    result = distrl(
+        "train", "--config", str(PONG), "--run-dir", str(tmp_path), "env.kwargs.reward_clipping=true"
+    )
+    assert result.returncode == 2 and "reward clipping is normalize.clip_rewards" in result.stderr, (
+        result.stderr
+    )
