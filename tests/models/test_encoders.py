@@ -94,3 +94,38 @@ def test_bad_image_setups_are_one_line(tmp_path: Path, overrides: list[str], mes
 def test_an_image_too_small_is_a_user_error() -> None:
     with pytest.raises(UserError, match="too small"):
         NatureCNN(gym.spaces.Box(0, 255, (3, 30, 30), np.uint8), ModelConfig())
+
+
+def test_mixed_precision_runs_the_encoder_in_bf16_and_the_rest_in_float32() -> None:
+    """``train.mixed_precision``: the CNN's convolutions in bfloat16 under autocast, weights,
+    features and heads float32; ``auto`` only for image encoders where bf16 is native."""
+    from distrl.precision import low_precision, native_bf16
+
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    policy = ActorCritic(space, gym.spaces.Discrete(6), ModelConfig())
+    seen = []
+    policy.encoder.net[0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    policy.low_precision = torch.bfloat16
+    _, log_probs, values = policy.act(frames, torch.rand(2))
+    assert seen == [torch.bfloat16] and log_probs.dtype == values.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    policy.low_precision = None
+    policy.act(frames, torch.rand(2))
+    assert seen[-1] == torch.float32
+    native = native_bf16(CPU)
+    assert low_precision("auto", CPU, heavy_model=True) == (torch.bfloat16 if native else None)
+    assert low_precision("auto", CPU, heavy_model=False) is None  # feature-vector MLPs stay float32
+    assert low_precision("fp32", CPU, heavy_model=True) is None
+    assert low_precision("bf16", CPU, heavy_model=True) == torch.bfloat16
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_pixels_learn_in_either_precision(tmp_path: Path, precision: str) -> None:
+    result = distrl(
+        "train", *PIXELS, "--total-steps", "8192", "--run-dir", str(tmp_path),
+        f"train.mixed_precision={precision}", cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["episode_return_mean"] >= 13  # 8 by chance, 16 at best

@@ -20,8 +20,10 @@ from distrl.compile import compiled_if
 from distrl.envs import VecEnv
 from distrl.envs.base import obs_tensor_dtype
 from distrl.models.actor_critic import ActorCritic
+from distrl.models.encoders import is_image
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.policies import acting_modules, ppo_normalizers
+from distrl.precision import low_precision
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
 from distrl.storage.transitions import TransitionSegment
 from distrl.timing import PhaseClock
@@ -269,6 +271,7 @@ def env_worker_collector(
     in one process."""
     cpu = torch.device("cpu")
     policy = ActorCritic(env.observation_space, env.action_space, cfg.model)
+    policy.low_precision = low_precision(cfg.train.mixed_precision, cpu, is_image(env.observation_space))
     obs_rms, return_rms = ppo_normalizers(cfg, env.observation_space, env.action_space)
     noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
     collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)

@@ -119,6 +119,11 @@ class TrainConfig(Section):
     """Recent training episodes per rank averaged into the logged ``episode_return_mean``."""
     torch_threads: PositiveInt = 1
     """Intra-op threads per rank on CPU; one per rank keeps ranks from fighting over cores."""
+    mixed_precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """bfloat16 autocast of the model's heavy part (a CNN encoder), float32 weights, optimiser
+    and heads (``distrl.precision``). ``auto``: on for image encoders where the device computes
+    bfloat16 natively (CPUs with AVX512-BF16 or AMX, CUDA GPUs with bf16), off elsewhere and for
+    feature-vector MLPs; ``fp32``: float32 throughout; ``bf16``: on wherever there is an encoder."""
     compile: bool = False
     """Run PPO's loss with its backward pass, and the policy's acting during collection, through
     ``torch.compile`` (PPO with a torch learner; refused elsewhere): fused kernels for large

@@ -50,6 +50,9 @@ def export_policy(
     check_can_export(fmt, out, where)
     # A deployed policy's outputs need no graph.
     policy = copy.deepcopy(policy).cpu().eval().requires_grad_(False)
+    for module in policy.modules():  # a file for any CPU: float32 throughout
+        if hasattr(module, "low_precision"):
+            module.low_precision = None
     # A policy with more inputs than observations (parametric DQN's candidates) names them.
     examples = (
         policy.example_inputs(observation_space.shape[0])

@@ -49,6 +49,8 @@ class ActorCritic(nn.Module):
         self.continuous = isinstance(action_space, gym.spaces.Box)
         n_out = action_space.shape[0] if self.continuous else int(action_space.n)
         self.encoder: nn.Module = nn.Identity()
+        self.low_precision: torch.dtype | None = None
+        """The encoder's autocast dtype (``distrl.precision``); None: float32."""
         if isinstance(observation, gym.spaces.Box) and is_image(observation):
             self.encoder = image_encoder(observation, cfg)
             features = self.encoder.features
@@ -65,7 +67,7 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-prob of ``actions``, entropy, value) for the PPO loss, with gradients."""
-        features = self.encoder(obs)
+        features = self.features(obs)
         out = self.actor(features)
         if self.continuous:
             log_probs = gaussian_log_prob(out, self.log_std, actions)
@@ -76,8 +78,15 @@ class ActorCritic(nn.Module):
             entropy = -(log_p.exp() * log_p).sum(-1)
         return log_probs, entropy, self.critic(features).squeeze(-1)
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The encoder's output in float32 (run in ``low_precision`` where set)."""
+        if self.low_precision is None:
+            return self.encoder(obs)
+        with torch.autocast(obs.device.type, dtype=self.low_precision):
+            return self.encoder(obs).float()
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.encoder(obs)).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1)
 
     def noise_shape(self, rows: int) -> tuple[int, ...]:
         """Shape of the random numbers ``act`` needs for ``rows`` observations."""
@@ -89,7 +98,7 @@ class ActorCritic(nn.Module):
         uniform [0, 1) per row for the categorical (inverse CDF). Returns (actions, log-probs,
         values) for the rollout. The caller owns the noise, so a row's action does not depend
         on which other rows share the batch."""
-        features = self.encoder(obs)
+        features = self.features(obs)
         out = self.actor(features)
         if self.continuous:
             actions = out + self.log_std.exp() * noise
@@ -107,7 +116,7 @@ class ActorCritic(nn.Module):
     @torch.no_grad()
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The Gaussian mean, or the most likely discrete action."""
-        out = self.actor(self.encoder(obs))
+        out = self.actor(self.features(obs))
         return out if self.continuous else out.argmax(dim=-1)
 
 

@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from distrl.errors import UserError
-from distrl.models.linear import Linear
 
 if TYPE_CHECKING:  # annotations only
     from distrl.config.sections import ModelConfig
@@ -60,7 +59,7 @@ class NatureCNN(nn.Module):
             channels = out_channels
         layers += [
             nn.Flatten(),
-            _orthogonal(Linear(channels * math.prod(size), NATURE_CNN_FEATURES)),
+            _orthogonal(nn.Linear(channels * math.prod(size), NATURE_CNN_FEATURES)),
             nn.ReLU(),
         ]
         self.net = nn.Sequential(*layers)
@@ -70,6 +69,10 @@ class NatureCNN(nn.Module):
         x = obs.to(self.net[0].weight.dtype) * self.scale
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
+        if not torch.is_autocast_enabled(x.device.type):
+            # NHWC in memory for float32 convolutions (the weights stay as they are): faster on
+            # the CPU measured, and slower under bf16 autocast there (BENCHMARKS.md).
+            x = x.contiguous(memory_format=torch.channels_last)
         return self.net(x)
 
 

@@ -21,8 +21,10 @@ from distrl.collect.rollout import ActionNoise, Collection, RolloutCollector, fi
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.actor_critic import ActorCritic, DeterministicActor
+from distrl.models.encoders import is_image
 from distrl.models.normalizer import batch_moments
 from distrl.models.policies import acting_modules, ppo_normalizers
+from distrl.precision import low_precision
 from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate, start_rank_envs
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
@@ -82,6 +84,9 @@ class OnPolicyRunner(Runner):
         self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
         self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
         self.policy = ActorCritic(self.observation_space, self.action_space, cfg.model).to(device)
+        self.policy.low_precision = low_precision(
+            cfg.train.mixed_precision, device, is_image(self.observation_space)
+        )
         comm.broadcast_parameters_(self.policy)
         self.obs_rms, self.return_rms = (
             rms.to(device) if rms is not None else None
