@@ -97,7 +97,7 @@ def runner_reference(cfg: RunConfig) -> str:
     from; one line when it has none (checked before anything starts, nothing imported)."""
     source = learns_from(cfg)
     able = [name for name, known in ALGORITHMS.items() if source in known.runners]
-    if cfg.algo.name not in able:
+    if cfg.algo.name not in able or (source in (JAX, JAX_NATIVE_ENVS) and cfg.data.path is not None):
         if source in (JAX, JAX_NATIVE_ENVS):
             raise UserError(f"ml_framework: jax trains {', '.join(able)} online; use torch for this run")
         where = "from logged data (data.path)" if source == LOGGED_DATA else "online"

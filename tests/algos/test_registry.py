@@ -1,0 +1,49 @@
+"""The algorithm registry picks each run's runner by what it learns from, refuses what none
+trains in one line before anything is imported, and builds every algorithm's config section."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from distrl.algos.registry import ALGORITHMS, runner_reference
+from distrl.config.run import load_config
+from distrl.errors import UserError
+
+
+@pytest.mark.parametrize(
+    ("overrides", "runner"),
+    [
+        ([], "distrl.runners.on_policy:OnPolicyRunner"),
+        (["algo.name=dqn"], "distrl.runners.off_policy:OffPolicyRunner"),
+        (["algo.name=dqn", "data.path=/logs"], "distrl.runners.offline:OfflineRunner"),
+        (["ml_framework=jax"], "distrl.runners.jax_on_policy:JaxOnPolicyRunner"),
+        (["ml_framework=jax", "env.backend=gymnax"], "distrl.runners.jax_compiled:JaxCompiledRunner"),
+    ],
+)
+def test_each_run_gets_its_runner(overrides: list[str], runner: str) -> None:
+    assert runner_reference(load_config(None, overrides)) == runner
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.path=/logs"], "algo.name=ppo does not train from logged data (data.path); known: dqn"),
+        (["ml_framework=jax", "algo.name=dqn"], "ml_framework: jax trains ppo online"),
+        (["ml_framework=jax", "data.path=/logs"], "ml_framework: jax trains ppo online"),
+    ],
+)
+def test_what_no_runner_trains_is_one_line(overrides: list[str], message: str) -> None:
+    with pytest.raises(UserError, match=re.escape(message)):
+        runner_reference(load_config(None, overrides))
+
+
+def test_every_algorithm_names_modules_that_exist() -> None:
+    """Each ``module:attribute`` reference resolves (imported here, as a run would)."""
+    from distrl.algos.registry import load
+
+    for algorithm in ALGORITHMS.values():
+        for reference in [algorithm.deployable_policy, algorithm.env_worker, *algorithm.runners.values()]:
+            if reference is not None:
+                assert callable(load(reference)), reference
