@@ -15,16 +15,21 @@ import torch
 
 def native_bf16(device: torch.device) -> bool:
     """The device computes bfloat16 in hardware (not emulated through float32)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda":  # Ampere (sm_80) and later; earlier GPUs emulate it
+        return torch.cuda.get_device_capability(device) >= (8, 0)
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def resolved(setting: str, device: torch.device) -> str:
+    """``setting`` with ``auto`` decided for a learner on ``device``: what its env workers are
+    told, so that they act in the precision the learner updates in, whatever their own CPUs do."""
+    if setting != "auto":
+        return setting
+    return "bf16" if native_bf16(device) else "fp32"
 
 
 def low_precision(setting: str, device: torch.device, heavy_model: bool) -> torch.dtype | None:
     """The autocast dtype ``train.mixed_precision`` gives a model on ``device`` (None: float32).
     ``heavy_model``: it has a part worth it (an image encoder)."""
-    if setting == "bf16":
-        return torch.bfloat16
-    if setting == "auto" and heavy_model and native_bf16(device):
-        return torch.bfloat16
-    return None
+    setting = resolved(setting, device)
+    return torch.bfloat16 if setting == "bf16" and heavy_model else None

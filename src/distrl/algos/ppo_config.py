@@ -16,6 +16,8 @@ class PPOConfig(Section):
     """Clipped-surrogate PPO; ``algo.name: ppo`` (the default)."""
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = (
+        "model.encoder",
+        "model.channels",
         "model.hidden_sizes",
         "model.activation",
         "normalize.observations",

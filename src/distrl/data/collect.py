@@ -94,7 +94,7 @@ def collect_dataset(
     while writer.rows_written + writer.pending < steps:
         actions, probability = policy.act(obs, rng)
         step = env.step(torch.as_tensor(actions, device=env.device))
-        next_obs, reward, terminated, truncated, final_obs = (x.numpy(force=True) for x in step)
+        next_obs, reward, terminated, truncated, final_obs = (x.numpy(force=True) for x in step[:5])
         ended = terminated | truncated
         for i in range(env.num_envs):
             writer.add(

@@ -50,7 +50,7 @@ def make_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device | No
     torch envs live on ``device`` (default CPU); host backends stay on the CPU."""
     import_env_packages(cfg.imports)
     env = _backend(cfg.backend)(cfg, seeds, device or torch.device("cpu"))
-    _check_spaces(cfg.id, env)
+    _check_spaces(cfg, env)
     return env
 
 
@@ -71,12 +71,21 @@ def check_env(cfg: EnvConfig) -> None:
     make_vec_env(cfg, [0]).close()
 
 
-def _check_spaces(env_id: str, env: VecEnv) -> None:
-    obs_space, act_space = env.observation_space, env.action_space
+IMAGE_BACKENDS = ("gymnasium", "ale", "envpool")
+"""The backends that hand over image observations (the others' envs are feature vectors)."""
+
+
+def _check_spaces(cfg: EnvConfig, env: VecEnv) -> None:
+    env_id, obs_space, act_space = cfg.id, env.observation_space, env.action_space
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) not in (1, 3):
         raise UserError(
             f"env {env_id!r}: observation space {obs_space} is not supported (a Box of features, "
             "or of an image: height, width and channels in either order)"
+        )
+    if len(obs_space.shape) == 3 and cfg.backend not in IMAGE_BACKENDS:
+        raise UserError(
+            f"env {env_id!r}: observation space {obs_space} is not supported with env.backend={cfg.backend} "
+            f"(feature vectors only; image observations come from the {', '.join(IMAGE_BACKENDS)} backends)"
         )
     if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
         raise UserError(f"env {env_id!r}: action space {act_space} is not supported (Discrete or Box only)")

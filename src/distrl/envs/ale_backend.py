@@ -85,6 +85,11 @@ class AleVecEnv:
                 f"{', '.join(sorted(OPTIONS))}; reward clipping is normalize.clip_rewards)"
             )
         options = {**CLEANRL_PREPROCESSING, "num_threads": 1, **kwargs}
+        if not options["grayscale"]:
+            raise UserError(
+                "env.kwargs.grayscale=false: stacked colour frames are rank-4 observations, which "
+                "distrl's encoders do not take yet; keep grayscale"
+            )
         self.episodic_life = bool(options.pop("episodic_life", True))
         self._env = AtariVectorEnv(
             game, len(seeds), autoreset_mode="SameStep", episodic_life=False, reward_clipping=False, **options

@@ -34,7 +34,7 @@ import torch
 
 from distrl import extras
 from distrl.config.sections import EnvConfig
-from distrl.envs.base import StepResult, host_tensor
+from distrl.envs.base import StepResult, host_tensor, obs_tensor_dtype
 from distrl.errors import UserError
 from distrl.extras import require_extra
 
@@ -97,10 +97,11 @@ class EnvPoolVecEnv:
             warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
             self.observation_space = self._env.observation_space
             self.action_space = self._env.action_space
+        self._obs_dtype = torch.empty(0, dtype=obs_tensor_dtype(self.observation_space)).numpy().dtype
 
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset()
-        return host_tensor(obs, np.float32)
+        return host_tensor(obs, self._obs_dtype)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, _ = self._env.step(actions.numpy())
@@ -111,11 +112,11 @@ class EnvPoolVecEnv:
             obs = obs.copy()
             obs[info["env_id"]] = first_obs
         return StepResult(
-            obs=host_tensor(obs, np.float32),
+            obs=host_tensor(obs, self._obs_dtype),
             reward=host_tensor(reward, np.float32),
             terminated=host_tensor(terminated, np.bool_),
             truncated=host_tensor(truncated, np.bool_),
-            final_obs=host_tensor(final_obs, np.float32),
+            final_obs=host_tensor(final_obs, self._obs_dtype),
         )
 
     def close(self) -> None:

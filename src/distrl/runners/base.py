@@ -19,6 +19,7 @@ from distrl.collect.rollout import EnvWorkers, noise_seed
 from distrl.comm import Comm
 from distrl.envs import VecEnv, make_vec_env
 from distrl.io.train_state import SavedState, TrainState
+from distrl.precision import resolved
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
 from distrl.timing import PhaseClock
@@ -188,6 +189,11 @@ def start_rank_envs(ctx: RunContext) -> RankEnvs:
     shard, seeds = rank_env_seeds(ctx)
     noise = noise_seed(cfg.train.seed, ctx.comm.rank, ctx.launch_index)
     if ctx.workers.env is not None:
-        return RankEnvs(shard, noise, None, *ctx.workers.env.start(cfg, seeds, noise))
+        # The workers act in the precision this rank updates in, whatever their own CPUs do.
+        train = cfg.train.model_copy(
+            update={"mixed_precision": resolved(cfg.train.mixed_precision, ctx.device)}
+        )
+        spaces = ctx.workers.env.start(cfg.model_copy(update={"train": train}), seeds, noise)
+        return RankEnvs(shard, noise, None, *spaces)
     env = make_vec_env(cfg.env, seeds, ctx.device)
     return RankEnvs(shard, noise, env, env.observation_space, env.action_space)

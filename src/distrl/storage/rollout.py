@@ -114,11 +114,15 @@ class RolloutSegment:
     @classmethod
     def join(cls, parts: list[RolloutSegment], device: torch.device) -> RolloutSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
-        names = [f.name for f in fields(cls) if f.name != "nonfinite_final_obs"]
-        return cls(
-            **join_along_envs(parts, names, PER_ENV, device),
-            nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts),
+        # Integer frames are one tensor in each part (``raw_obs`` is ``obs``): one copy joined.
+        shared = all(p.raw_obs is p.obs for p in parts)
+        skipped = {"nonfinite_final_obs", "raw_obs"} if shared else {"nonfinite_final_obs"}
+        joined = join_along_envs(
+            parts, [f.name for f in fields(cls) if f.name not in skipped], PER_ENV, device
         )
+        if shared:
+            joined["raw_obs"] = joined["obs"]
+        return cls(**joined, nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts))
 
 
 class RolloutStorage:
