@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from distrl.config.run import RunConfig
+from distrl.config.run import RunConfig, config_from_dict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.export import check_can_export, format_of
@@ -58,7 +58,8 @@ def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.Che
         except UserError as exc:
             print(f"distrl: warning: skipping checkpoint {path}: {exc}", file=sys.stderr)
             continue
-        saved = json.loads(files["state.json"])["config"]
+        # Read as today's config: a key added since the checkpoint was written has its default.
+        saved = config_from_dict(json.loads(files["state.json"])["config"], str(path)).model_dump(mode="json")
         current = cfg.model_dump(mode="json")
         for key in fixed_keys:
             was, now = _dotted(saved, key), _dotted(current, key)
