@@ -34,13 +34,16 @@ class StepResult(NamedTuple):
     episode the statistics count, goes on. None: no such ends."""
 
 
-def obs_tensor_dtype(space: gym.spaces.Space) -> torch.dtype:
+def obs_array_dtype(space: gym.spaces.Space) -> np.dtype:
     """What a backend hands observations over as: an integer image (uint8 frames) keeps its
     dtype, so it is stored and sent at its own size; everything else is float32."""
     image = isinstance(space, gym.spaces.Box) and len(space.shape) == 3
-    if image and np.issubdtype(space.dtype, np.integer):
-        return torch.from_numpy(np.zeros(0, space.dtype)).dtype
-    return torch.float32
+    return space.dtype if image and np.issubdtype(space.dtype, np.integer) else np.dtype(np.float32)
+
+
+def obs_tensor_dtype(space: gym.spaces.Space) -> torch.dtype:
+    """``obs_array_dtype`` as a torch dtype."""
+    return torch.from_numpy(np.zeros(0, obs_array_dtype(space))).dtype
 
 
 def host_tensor(array: np.ndarray, dtype: type) -> torch.Tensor:

@@ -34,7 +34,7 @@ import torch
 
 from distrl import extras
 from distrl.config.sections import EnvConfig
-from distrl.envs.base import StepResult, host_tensor, obs_tensor_dtype
+from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.errors import UserError
 from distrl.extras import require_extra
 
@@ -97,7 +97,7 @@ class EnvPoolVecEnv:
             warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
             self.observation_space = self._env.observation_space
             self.action_space = self._env.action_space
-        self._obs_dtype = torch.empty(0, dtype=obs_tensor_dtype(self.observation_space)).numpy().dtype
+        self._obs_dtype = obs_array_dtype(self.observation_space)
 
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset()

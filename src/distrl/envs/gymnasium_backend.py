@@ -11,7 +11,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from distrl.config.sections import EnvConfig
-from distrl.envs.base import StepResult, host_tensor, obs_tensor_dtype
+from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError
 
@@ -61,7 +61,7 @@ class GymnasiumVecEnv:
         self.num_envs = len(self._seeds)
         self.observation_space = self._env.single_observation_space
         self.action_space = self._env.single_action_space
-        self._obs_dtype = torch.empty(0, dtype=obs_tensor_dtype(self.observation_space)).numpy().dtype
+        self._obs_dtype = obs_array_dtype(self.observation_space)
 
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset(seed=self._seeds)
