@@ -20,10 +20,8 @@ from distrl.compile import compiled_if
 from distrl.envs import VecEnv
 from distrl.envs.base import obs_tensor_dtype
 from distrl.models.actor_critic import ActorCritic
-from distrl.models.encoders import is_image
 from distrl.models.normalizer import RunningMeanStd
-from distrl.models.policies import acting_modules, ppo_normalizers
-from distrl.precision import low_precision
+from distrl.models.policies import acting_modules, ppo_actor_critic, ppo_normalizers
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
 from distrl.storage.transitions import TransitionSegment
 from distrl.timing import PhaseClock
@@ -270,8 +268,7 @@ def env_worker_collector(
     among its learner's ``noise_rows``, so it draws the same action noise those envs would get
     in one process."""
     cpu = torch.device("cpu")
-    policy = ActorCritic(env.observation_space, env.action_space, cfg.model)
-    policy.low_precision = low_precision(cfg.train.mixed_precision, cpu, is_image(env.observation_space))
+    policy = ppo_actor_critic(cfg, env.observation_space, env.action_space, cpu)
     obs_rms, return_rms = ppo_normalizers(cfg, env.observation_space, env.action_space)
     noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
     collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)

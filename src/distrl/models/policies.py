@@ -18,6 +18,7 @@ from distrl.models.encoders import is_image
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
 from distrl.models.q_network import GreedyPolicy, QNetwork
+from distrl.precision import low_precision
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -48,6 +49,16 @@ def ppo_normalizers(
     normalize = uses_obs_normalization(cfg, observation_space, action_space)
     obs_rms = RunningMeanStd(observation_space.shape) if normalize else None
     return obs_rms, RunningMeanStd(()) if cfg.normalize.rewards else None
+
+
+def ppo_actor_critic(
+    cfg: RunConfig, observation_space: gym.spaces.Space, action_space: gym.spaces.Space, device: torch.device
+) -> ActorCritic:
+    """PPO's actor-critic on ``device`` (a learner's or an env worker's), its encoder in the
+    precision ``train.mixed_precision`` gives there."""
+    policy = ActorCritic(observation_space, action_space, cfg.model).to(device)
+    policy.low_precision = low_precision(cfg.train.mixed_precision, device, is_image(observation_space))
+    return policy
 
 
 def acting_modules(

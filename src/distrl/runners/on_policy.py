@@ -20,11 +20,9 @@ from distrl.algos.ppo import PPO, minibatches_per_epoch
 from distrl.collect.rollout import ActionNoise, Collection, RolloutCollector, finite
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
-from distrl.models.actor_critic import ActorCritic, DeterministicActor
-from distrl.models.encoders import is_image
+from distrl.models.actor_critic import DeterministicActor
 from distrl.models.normalizer import batch_moments
-from distrl.models.policies import acting_modules, ppo_normalizers
-from distrl.precision import low_precision
+from distrl.models.policies import acting_modules, ppo_actor_critic, ppo_normalizers
 from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate, start_rank_envs
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
@@ -83,10 +81,7 @@ class OnPolicyRunner(Runner):
         self.num_envs = self.envs.count
         self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
         self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
-        self.policy = ActorCritic(self.observation_space, self.action_space, cfg.model).to(device)
-        self.policy.low_precision = low_precision(
-            cfg.train.mixed_precision, device, is_image(self.observation_space)
-        )
+        self.policy = ppo_actor_critic(cfg, self.observation_space, self.action_space, device)
         comm.broadcast_parameters_(self.policy)
         self.obs_rms, self.return_rms = (
             rms.to(device) if rms is not None else None
