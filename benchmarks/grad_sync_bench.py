@@ -49,7 +49,8 @@ class ActionStats(nn.Module):
 
 def make_batch(policy: ActorCritic, obs_dim: int) -> RolloutBatch:
     obs = torch.randn(MINIBATCH, obs_dim)
-    actions, log_probs, values = policy.act(obs, torch.rand(policy.noise_shape(MINIBATCH)))
+    noise = torch.rand(policy.noise_shape(MINIBATCH))
+    actions, log_probs, values, _ = policy.act(obs, noise, policy.initial_state(MINIBATCH))
     return RolloutBatch(obs, actions, log_probs, values, torch.randn(MINIBATCH), torch.randn(MINIBATCH))
 
 

@@ -48,7 +48,8 @@ def full_batch(policy: ActorCritic) -> RolloutBatch:
     else:
         obs = torch.randint(0, 256, (TOTAL, *IMAGE.shape), generator=gen, dtype=torch.uint8)
     draw = torch.randn if policy.continuous else torch.rand
-    actions, log_probs, values = policy.act(obs, draw(policy.noise_shape(TOTAL), generator=gen))
+    noise = draw(policy.noise_shape(TOTAL), generator=gen)
+    actions, log_probs, values, _ = policy.act(obs, noise, policy.initial_state(TOTAL))
     advantages = (torch.randn(TOTAL, generator=gen) * 2 + 1).to(values.dtype)
     returns = values + torch.randn(TOTAL, generator=gen).to(values.dtype)
     return RolloutBatch(obs, actions, log_probs, values, advantages, returns)
@@ -89,7 +90,7 @@ def flat_params(policy: ActorCritic) -> np.ndarray:
 def _rank_update(comm: TorchComm, kind: str, split: int, out: Path) -> None:
     policy = make_policy(kind)
     start, end, seed = rank_rows(comm.rank, split)
-    batch = full_batch(policy).index(torch.arange(start, end))
+    batch = full_batch(policy).chunks(torch.arange(start, end))
     global_sums = comm.sum_scalars(advantage_sums(batch.advantages))
     batch.advantages = normalize_advantages(batch.advantages, *global_sums)
     sampler = local_sampler(perms(end - start, seed))

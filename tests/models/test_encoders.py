@@ -107,11 +107,11 @@ def test_mixed_precision_runs_the_encoder_in_bf16_and_the_rest_in_float32() -> N
     policy.encoder.net[0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
     frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
     policy.low_precision = torch.bfloat16
-    _, log_probs, values = policy.act(frames, torch.rand(2))
+    _, log_probs, values, _ = policy.act(frames, torch.rand(2), policy.initial_state(2))
     assert seen == [torch.bfloat16] and log_probs.dtype == values.dtype == torch.float32
     assert all(p.dtype == torch.float32 for p in policy.parameters())
     policy.low_precision = None
-    policy.act(frames, torch.rand(2))
+    policy.act(frames, torch.rand(2), policy.initial_state(2))
     assert seen[-1] == torch.float32
     native = native_bf16(CPU)
     assert low_precision("auto", CPU, heavy_model=True) == (torch.bfloat16 if native else None)

@@ -31,7 +31,7 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None
     rollout = runner.collect()
     final_obs = torch.tensor([[3.0, 1.0]])
     with torch.no_grad():
-        bootstrap = 1.0 + 0.5 * float(runner.policy.value(final_obs))
+        bootstrap = 1.0 + 0.5 * float(runner.policy.value(final_obs, runner.policy.initial_state(1)))
     # Steps 2 and 5 end an episode by truncation: reward 1 plus gamma * V(final obs).
     expected = torch.tensor([1.0, 1.0, bootstrap, 1.0, 1.0, bootstrap])
     for env_index in range(2):

@@ -37,6 +37,7 @@ def test_a_rollout_cut_short_yields_only_its_steps_bootstrapped_from_where_it_st
             torch.full((2,), 0.5),
             torch.ones(2),
             torch.zeros(2),
+            torch.zeros(2, 0),
         )
     batch = storage.segment(torch.full((2,), 2.0), torch.zeros(2, dtype=torch.bool), False).batch(
         gamma=0.5, gae_lambda=1.0
@@ -60,8 +61,8 @@ def test_a_minibatch_is_the_indexed_rows_with_indices_from_the_cpu(device: str) 
     rows = torch.arange(10.0, device=device)
     batch = RolloutBatch(rows.unsqueeze(-1).expand(10, 3), *(rows + k for k in range(5)))
     idx = torch.tensor([7, 2, 2, 9])  # the samplers draw on the CPU whatever the device
-    minibatch = batch.index(idx)
+    minibatch = batch.chunks(idx)
     expected = torch.tensor([7.0, 2.0, 2.0, 9.0], device=device)
     torch.testing.assert_close(minibatch.obs, expected.unsqueeze(-1).expand(4, 3))
-    for k, field in enumerate(minibatch._fields()[1:]):
+    for k, (_, field) in enumerate(minibatch._tensors()[1:]):
         torch.testing.assert_close(field, expected + k)

@@ -21,7 +21,8 @@ from distrl.storage.rollout import RolloutBatch
 from distrl.timing import PhaseClock
 
 MinibatchSampler = Callable[[int], list[torch.Tensor]]
-"""Given the batch size, return one epoch's minibatch index tensors."""
+"""Given the batch's number of chunks (its samples, without memory), return one epoch's
+minibatches as chunk index tensors."""
 
 
 def minibatches_per_epoch(cfg: PPOConfig, global_batch: int) -> int:
@@ -62,8 +63,9 @@ class PPO:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def random_minibatches(self, batch_size: int) -> list[torch.Tensor]:
-        perm = torch.randperm(batch_size, generator=self.generator)
+    def random_minibatches(self, num_chunks: int) -> list[torch.Tensor]:
+        """Whole chunks, shuffled: a recurrent update never splits the steps it replays."""
+        perm = torch.randperm(num_chunks, generator=self.generator)
         # Always num_minibatches parts (chunk() may return fewer): every rank must make the same
         # number of gradient syncs even when a cut-short rollout left it fewer samples.
         return list(perm.tensor_split(self.num_minibatches))
@@ -74,8 +76,8 @@ class PPO:
         totals: dict[str, float] = {"skipped_minibatches": 0.0}
         steps = 0
         for _ in range(self.cfg.update_epochs):
-            for idx in sampler(len(batch)):
-                stats = self.minibatch_step(batch.index(idx))
+            for idx in sampler(batch.num_chunks):
+                stats = self.minibatch_step(batch.chunks(idx))
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 steps += 1
@@ -96,7 +98,9 @@ class PPO:
         the local minibatch (so the cross-rank mean of gradients is the global-batch gradient),
         and its terms as detached scalars (no host sync, so ``torch.compile`` sees one graph)."""
         cfg = self.cfg
-        new_log_probs, entropy, values = self.policy.action_stats(mb.obs, mb.actions)
+        new_log_probs, entropy, values = self.policy.action_stats(
+            mb.obs, mb.actions, mb.start_states(), mb.dones
+        )
         entropy = entropy.mean()
         log_ratio = new_log_probs - mb.log_probs
         ratio = log_ratio.exp()

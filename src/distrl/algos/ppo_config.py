@@ -20,6 +20,8 @@ class PPOConfig(Section):
         "model.channels",
         "model.hidden_sizes",
         "model.activation",
+        "model.memory",
+        "model.memory_size",
         "normalize.observations",
         "normalize.rewards",
     )
@@ -54,6 +56,11 @@ class PPOConfig(Section):
     normalize_advantages: bool = True
     """Normalise advantages with the mean/std of the whole global rollout (all ranks)."""
     adam_eps: PositiveFloat = 1e-5
+    bptt_len: PositiveInt | None = None
+    """With ``model.memory``: the update replays the rollout in chunks of this many steps of one
+    env (truncated backpropagation through time), each from the state acting had at its first
+    step; minibatches are whole chunks. It must divide ``rollout_steps``; unset: the whole
+    rollout is one chunk per env (CleanRL's LSTM PPO)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -63,3 +70,17 @@ class PPOConfig(Section):
     @model_validator(mode="after")
     def _one_minibatch_rule(self) -> PPOConfig:
         return at_most_one(self, "algo", "minibatch_size", "num_minibatches")
+
+    @model_validator(mode="after")
+    def _whole_chunks(self) -> PPOConfig:
+        if self.bptt_len is not None and self.rollout_steps % self.bptt_len:
+            raise ValueError(
+                f"algo.bptt_len={self.bptt_len} does not divide algo.rollout_steps={self.rollout_steps}; "
+                "use a divisor of it"
+            )
+        return self
+
+    def sequence_length(self, memory: bool) -> int:
+        """Steps of one env per chunk in the update: ``bptt_len`` (or the whole rollout) with
+        memory; single steps without."""
+        return (self.bptt_len or self.rollout_steps) if memory else 1

@@ -49,6 +49,8 @@ class Algorithm:
     env_worker: str | None = None
     """``module:function`` of ``(RunConfig, VecEnv, noise_seed, noise_rows, part) -> (acting
     modules by checkpoint name, collector)``: what a Ray env worker acts and collects with."""
+    memory_runners: tuple[str, ...] = ()
+    """The keys of ``runners`` that train policies with memory (``model.memory``)."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -64,6 +66,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                 JAX_NATIVE_ENVS: "distrl.runners.jax_compiled:JaxCompiledRunner",
             },
             env_worker="distrl.collect.rollout:env_worker_collector",
+            memory_runners=(ENVS,),
         ),
         Algorithm(
             "dqn",
@@ -102,7 +105,15 @@ def runner_reference(cfg: RunConfig) -> str:
             raise UserError(f"ml_framework: jax trains {', '.join(able)} online; use torch for this run")
         where = "from logged data (data.path)" if source == LOGGED_DATA else "online"
         raise UserError(f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}")
-    return ALGORITHMS[cfg.algo.name].runners[source]
+    known = ALGORITHMS[cfg.algo.name]
+    if cfg.model.memory != "none" and source not in known.memory_runners:
+        learner = "the JAX learner" if source in (JAX, JAX_NATIVE_ENVS) else f"algo.name={known.name}"
+        with_memory = [name for name, a in ALGORITHMS.items() if a.memory_runners]
+        raise UserError(
+            f"model.memory={cfg.model.memory}: {learner} has no recurrent policies yet; use "
+            f"model.memory=none, or {' or '.join(with_memory)} with ml_framework: torch"
+        )
+    return known.runners[source]
 
 
 def runner_class(cfg: RunConfig) -> type:

@@ -20,6 +20,7 @@ from distrl.compile import compiled_if
 from distrl.envs import VecEnv
 from distrl.envs.base import obs_tensor_dtype
 from distrl.models.actor_critic import ActorCritic
+from distrl.models.memory import reset_ended
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.policies import acting_modules, ppo_actor_critic, ppo_normalizers
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
@@ -153,7 +154,9 @@ class EnvCollector:
 
 
 class RolloutCollector(EnvCollector):
-    """Steps ``env`` with ``policy`` and the normalisers (read here, updated by the learner)."""
+    """Steps ``env`` with ``policy`` and the normalisers (read here, updated by the learner).
+    A policy with memory carries a state per env across rollouts, zeroed after a step that ends
+    the agent's episode and when the envs are reset (a new launch, a rebuilt env worker)."""
 
     def __init__(
         self,
@@ -184,17 +187,23 @@ class RolloutCollector(EnvCollector):
             device,
             track_returns=return_rms is not None,
             obs_dtype=obs_tensor_dtype(env.observation_space),
+            state_size=policy.state_size,
         )
+        self.memory_state = policy.initial_state(env.num_envs, device)
         self.discounted_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
         self.action_bounds = _action_bounds(env.action_space, device)
 
     def segment(self) -> RolloutSegment:
         return self.rollout()
 
+    def reset(self) -> torch.Tensor:
+        self.memory_state.zero_()
+        return super().reset()
+
     def rollout(self, should_stop: Callable[[int], bool] = lambda steps: False) -> RolloutSegment:
         gamma = self.cfg.algo.gamma
         store = self.storage
-        obs = self.obs
+        obs, state = self.obs, self.memory_state
         nonfinite_final_obs = False
         for t in range(self.cfg.algo.rollout_steps):
             if should_stop(t):
@@ -203,7 +212,7 @@ class RolloutCollector(EnvCollector):
                 store.raw_obs[t] = obs
             obs_t = self.normalize_obs(finite(obs))
             with self.clock("inference"):
-                actions, log_probs, values = self.act(obs_t, self.noise.draw())
+                actions, log_probs, values, next_state = self.act(obs_t, self.noise.draw(), state)
             with self.clock("env"):
                 result = self.env.step(self._to_env_actions(actions))
             reward, terminated, truncated = (x.to(self.device) for x in result[1:4])
@@ -214,19 +223,20 @@ class RolloutCollector(EnvCollector):
                 terminated = terminated | result.life_lost.to(self.device)
                 dones = terminated | truncated
             rewards = self._scale_rewards(reward, dones, t)
-            # A truncated episode did not end in the MDP: bootstrap from its final observation.
+            # A truncated episode did not end in the MDP: bootstrap from its final observation,
+            # seen with the state the episode had (not the reset one).
             if truncated.any():
                 with torch.no_grad(), self.clock("inference"):
                     final_obs = result.final_obs.to(self.device)
                     # A host check, in the rare branch that synchronised for truncated.any() anyway.
                     nonfinite_final_obs |= not torch.isfinite(final_obs).all()
-                    final_values = self.policy.value(self.normalize_obs(finite(final_obs)))
+                    final_values = self.policy.value(self.normalize_obs(finite(final_obs)), next_state)
                 rewards = rewards + gamma * final_values * (truncated & ~terminated)
-            store.add(obs_t, actions, log_probs, values, rewards, dones)
-            obs = result.obs.to(self.device)
-        self.obs = obs
+            store.add(obs_t, actions, log_probs, values, rewards, dones, state)
+            obs, state = result.obs.to(self.device), reset_ended(next_state, dones)
+        self.obs, self.memory_state = obs, state
         with torch.no_grad(), self.clock("inference"):
-            last_values = self.policy.value(self.normalize_obs(finite(obs)))
+            last_values = self.policy.value(self.normalize_obs(finite(obs)), state)
         return store.segment(last_values, self.take_restarted(), bool(nonfinite_final_obs))
 
     def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,12 @@ class ModelConfig(Section):
     hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [64, 64])
     """Hidden layer widths, shared by the separate actor and critic MLPs."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
+    memory: Literal["none", "lstm", "gru"] = "none"
+    """A recurrent core between the encoder and the heads, shared by actor and critic (PPO with
+    the torch learner): its state carries what single observations do not show. Trained by
+    backpropagation through ``algo.bptt_len``-step chunks of the rollout."""
+    memory_size: PositiveInt = 128
+    """The recurrent core's hidden units (an LSTM's state is twice this: hidden and cell)."""
     init_log_std: float = 0.0
     """Initial state-independent log standard deviation for continuous actions."""
 

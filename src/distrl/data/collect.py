@@ -53,11 +53,20 @@ def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
     """``random`` | ``epsilon-greedy:CHECKPOINT:EPS`` | ``checkpoint:CHECKPOINT``."""
     from distrl.eval.policy import load_policy
 
+    def feed_forward(checkpoint: str) -> nn.Module:
+        policy = load_policy(Path(checkpoint)).policy
+        if getattr(policy, "state_size", 0):
+            raise UserError(
+                f"--policy {spec!r}: the checkpoint's policy has memory (model.memory), which logged "
+                "rows do not carry; log with a policy without memory"
+            )
+        return policy
+
     kind, _, rest = spec.partition(":")
     if kind == "random" and not rest:
         return LoggingPolicy(num_actions)
     if kind == "checkpoint" and rest:
-        return LoggingPolicy(num_actions, 0.0, load_policy(Path(rest)).policy)
+        return LoggingPolicy(num_actions, 0.0, feed_forward(rest))
     if kind == "epsilon-greedy" and rest:
         checkpoint, _, eps = rest.rpartition(":")
         try:
@@ -65,7 +74,7 @@ def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
         except ValueError:
             epsilon = -1.0
         if checkpoint and 0.0 <= epsilon <= 1.0:
-            return LoggingPolicy(num_actions, epsilon, load_policy(Path(checkpoint)).policy)
+            return LoggingPolicy(num_actions, epsilon, feed_forward(checkpoint))
     raise UserError(
         f"--policy {spec!r}: expected random, epsilon-greedy:CHECKPOINT:EPS (EPS in [0, 1]) or "
         "checkpoint:CHECKPOINT"

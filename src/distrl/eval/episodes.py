@@ -1,5 +1,6 @@
 """Deterministic evaluation: episodes played with a policy (mean action / arg-max, no
-exploration noise), each on its own seed."""
+exploration noise), each on its own seed. A policy with memory (``state_size`` > 0) is called
+with each env's state, which starts at zeros."""
 
 from __future__ import annotations
 
@@ -33,8 +34,14 @@ def _run_episodes(cfg: RunConfig, policy: nn.Module, seeds: list[int]) -> list[f
     obs = env.reset()
     totals = torch.zeros(len(seeds), dtype=torch.float64, device=device)
     running = torch.ones(len(seeds), dtype=torch.bool, device=device)
+    state_size = getattr(policy, "state_size", 0)
+    state = torch.zeros(len(seeds), state_size, device=device)
     while running.any():
-        result = env.step(policy(obs.to(device)).to(env.device))
+        if state_size:  # an env's episode counts once: its state needs no reset
+            actions, state = policy(obs.to(device), state)
+        else:
+            actions = policy(obs.to(device))
+        result = env.step(actions.to(env.device))
         reward, terminated, truncated = (x.to(device) for x in result[1:4])
         totals += reward * running
         running &= ~(terminated | truncated)

@@ -3,7 +3,9 @@ in, env actions out, observation normalisation and action bounds inside.
 
 TorchScript (``torch.jit.trace``) runs with libtorch alone; ONNX runs with onnxruntime and needs
 the ``export`` extra. Both take a batch ``[batch, *obs_shape]`` of any batch size, float32 (uint8
-for integer images, as the env gives them).
+for integer images, as the env gives them). A policy with memory takes its states ``[batch,
+state_size]`` as a second input (``state``: zeros when an episode starts) and gives the next
+ones as a second output (``next_state``).
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ def export_policy(
     for module in policy.modules():  # a file for any CPU: float32 throughout
         if hasattr(module, "low_precision"):
             module.low_precision = None
-    # A policy with more inputs than observations (parametric DQN's candidates) names them.
+    # A policy with more inputs than observations (parametric DQN's candidates, a memory state)
+    # names them and gives examples.
     examples = (
-        policy.example_inputs(observation_space.shape[0])
+        policy.example_inputs(observation_space)
         if hasattr(policy, "example_inputs")
         else (torch.zeros(2, *observation_space.shape, dtype=obs_tensor_dtype(observation_space)),)
     )
@@ -64,24 +67,29 @@ def export_policy(
         if fmt == "torchscript":
             torch.jit.save(torch.jit.trace(policy, examples), str(partial))
         else:
-            _export_onnx(policy, examples, getattr(policy, "input_names", ("obs",)), partial)
+            _export_onnx(policy, examples, partial)
         os.replace(partial, out)
     except OSError as exc:
         raise UserError(f"{where} {out}: cannot write: {exc.strerror or exc}") from None
 
 
-def _export_onnx(
-    policy: nn.Module, examples: tuple[torch.Tensor, ...], names: tuple[str, ...], out: Path
-) -> None:
-    """Any batch size; for inputs with a second axis beyond the observation's features (candidate
-    sets), any size of that axis too."""
-    batch, candidates = torch.export.Dim("batch", min=1), torch.export.Dim("candidates", min=1)
-    dynamic = {name: {0: batch} if i == 0 else {0: batch, 1: candidates} for i, name in enumerate(names)}
+def _export_onnx(policy: nn.Module, examples: tuple[torch.Tensor, ...], out: Path) -> None:
+    """Any batch size, and any size of the axes the policy's ``dynamic_axes`` names (candidate
+    sets); inputs and outputs named as the policy names them."""
+    input_names = getattr(policy, "input_names", ("obs",))
+    named_axes: dict[str, dict[int, str]] = getattr(policy, "dynamic_axes", {})
+    dims = {"batch": torch.export.Dim("batch", min=1)}
+    dynamic = {}
+    for name in input_names:
+        axes = {0: "batch", **named_axes.get(name, {})}
+        dynamic[name] = {
+            axis: dims.setdefault(dim, torch.export.Dim(dim, min=1)) for axis, dim in axes.items()
+        }
     program = torch.onnx.export(
         policy,
         examples,
-        input_names=list(names),
-        output_names=["action"],
+        input_names=list(input_names),
+        output_names=list(getattr(policy, "output_names", ("action",))),
         dynamic_shapes=dynamic,
         dynamo=True,
         external_data=False,

@@ -1,4 +1,5 @@
-"""MLP actor-critic with separate actor and critic networks (as in CleanRL's PPO)."""
+"""PPO's actor-critic: an encoder, an optional recurrent core (``distrl.models.memory``), and an
+actor and a critic head."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.envs.base import obs_tensor_dtype
 from distrl.models.encoders import image_encoder, is_image
 from distrl.models.linear import Linear
+from distrl.models.memory import RecurrentCore
 from distrl.models.normalizer import RunningMeanStd
 
 if TYPE_CHECKING:  # annotations only
@@ -39,7 +42,10 @@ def mlp(n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: flo
 class ActorCritic(nn.Module):
     """Categorical policy for Discrete actions, diagonal Gaussian with state-independent
     log-std for Box actions. Feature vectors: separate actor and critic MLPs (CleanRL's PPO).
-    Images: one shared encoder (``model.encoder``) and a linear head each (CleanRL's Atari PPO)."""
+    Images: one shared encoder (``model.encoder``) and a linear head each (CleanRL's Atari PPO).
+    With ``model.memory`` a recurrent core shared by both sits before the heads (MLPs take its
+    output instead of the observation), and every call takes and gives the memory state
+    (``[rows, state_size]``, width 0 without memory)."""
 
     def __init__(
         self, observation: int | gym.spaces.Box, action_space: gym.spaces.Space, cfg: ModelConfig
@@ -51,23 +57,53 @@ class ActorCritic(nn.Module):
         self.encoder: nn.Module = nn.Identity()
         self.low_precision: torch.dtype | None = None
         """The encoder's autocast dtype (``distrl.precision``); None: float32."""
-        if isinstance(observation, gym.spaces.Box) and is_image(observation):
+        image = isinstance(observation, gym.spaces.Box) and is_image(observation)
+        if image:
             self.encoder = image_encoder(observation, cfg)
             features = self.encoder.features
+        else:
+            features = observation if isinstance(observation, int) else observation.shape[0]
+        self.memory: RecurrentCore | None = None
+        if cfg.memory != "none":
+            self.memory = RecurrentCore(cfg.memory, features, cfg.memory_size)
+            features = self.memory.size
+        if image:
             self.actor = nn.Sequential(_layer(features, n_out, 0.01))
             self.critic = nn.Sequential(_layer(features, 1, 1.0))
         else:
-            obs_dim = observation if isinstance(observation, int) else observation.shape[0]
-            self.actor = mlp(obs_dim, cfg.hidden_sizes, n_out, cfg.activation, out_gain=0.01)
-            self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
+            self.actor = mlp(features, cfg.hidden_sizes, n_out, cfg.activation, out_gain=0.01)
+            self.critic = mlp(features, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
         if self.continuous:
             self.log_std = nn.Parameter(torch.full((n_out,), cfg.init_log_std))
 
+    @property
+    def state_size(self) -> int:
+        """Width of one env's memory state (0 without memory)."""
+        return 0 if self.memory is None else self.memory.state_size
+
+    def initial_state(self, rows: int, device: torch.device | None = None) -> torch.Tensor:
+        """The state an episode starts from: zeros, in the parameters' dtype."""
+        weight = self.actor[-1].weight
+        return torch.zeros(rows, self.state_size, dtype=weight.dtype, device=device or weight.device)
+
     def action_stats(
-        self, obs: torch.Tensor, actions: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        start_states: torch.Tensor | None = None,
+        dones: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log-prob of ``actions``, entropy, value) for the PPO loss, with gradients."""
+        """(log-prob of ``actions``, entropy, value) for the PPO loss, with gradients. With memory
+        the rows are chunks of consecutive steps, step-major (``[steps * chunks]``), each chunk
+        starting from its row of ``start_states`` and reset after the steps ``dones`` marks."""
         features = self.features(obs)
+        if self.memory is not None:
+            assert start_states is not None and dones is not None, (
+                "a recurrent update needs its chunks' states"
+            )
+            chunks = start_states.shape[0]
+            steps = features.view(-1, chunks, features.shape[-1])
+            features = self.memory.sequence(steps, start_states, dones.view(-1, chunks)).flatten(0, 1)
         out = self.actor(features)
         if self.continuous:
             log_probs = gaussian_log_prob(out, self.log_std, actions)
@@ -85,20 +121,28 @@ class ActorCritic(nn.Module):
         with torch.autocast(obs.device.type, dtype=self.low_precision):
             return self.encoder(obs).float()
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.features(obs)).squeeze(-1)
+    def remember(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: (the heads' input, the next state); without memory the encoder's features and
+        ``state`` as it was."""
+        features = self.features(obs)
+        return (features, state) if self.memory is None else self.memory.step(features, state)
+
+    def value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.remember(obs, state)[0]).squeeze(-1)
 
     def noise_shape(self, rows: int) -> tuple[int, ...]:
         """Shape of the random numbers ``act`` needs for ``rows`` observations."""
         return (rows, self.log_std.shape[0]) if self.continuous else (rows,)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, noise: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions from given noise: standard normal ``noise_shape`` for the Gaussian,
         uniform [0, 1) per row for the categorical (inverse CDF). Returns (actions, log-probs,
-        values) for the rollout. The caller owns the noise, so a row's action does not depend
-        on which other rows share the batch."""
-        features = self.features(obs)
+        values, next memory states) for the rollout. The caller owns the noise, so a row's
+        action does not depend on which other rows share the batch."""
+        features, next_state = self.remember(obs, state)
         out = self.actor(features)
         if self.continuous:
             actions = out + self.log_std.exp() * noise
@@ -111,13 +155,14 @@ class ActorCritic(nn.Module):
             u = noise.unsqueeze(-1) * cdf[..., -1:]
             actions = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=out.shape[-1] - 1)
             log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return actions, log_probs, self.critic(features).squeeze(-1)
+        return actions, log_probs, self.critic(features).squeeze(-1), next_state
 
     @torch.no_grad()
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        """The Gaussian mean, or the most likely discrete action."""
-        out = self.actor(self.features(obs))
-        return out if self.continuous else out.argmax(dim=-1)
+    def act_deterministic(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian mean, or the most likely discrete action; and the next memory state."""
+        features, next_state = self.remember(obs, state)
+        out = self.actor(features)
+        return (out if self.continuous else out.argmax(dim=-1)), next_state
 
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -138,6 +183,9 @@ class DeterministicActor(nn.Module):
     normalisation, then the most likely discrete action or the Gaussian mean clipped to the
     action bounds)."""
 
+    state_size = 0
+    """Width of the memory state it takes and gives (``RecurrentActor``); 0: none."""
+
     def __init__(
         self,
         actor_critic: ActorCritic,
@@ -154,9 +202,40 @@ class DeterministicActor(nn.Module):
             self.register_buffer("action_high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.step(obs, self.actor_critic.initial_state(obs.shape[0], obs.device))[0]
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.obs_rms is not None:
             obs = self.obs_rms.normalize(obs, self.obs_clip)
-        action = self.actor_critic.act_deterministic(obs)
+        action, next_state = self.actor_critic.act_deterministic(obs, state)
         if self.actor_critic.continuous:
             action = torch.maximum(torch.minimum(action, self.action_high), self.action_low)
-        return action
+        return action, next_state
+
+
+class RecurrentActor(DeterministicActor):
+    """A deployable policy with memory: (observations, states) in, (actions, next states) out.
+    An episode starts from zeros; the caller zeroes an env's state when its episode ends."""
+
+    input_names = ("obs", "state")
+    output_names = ("action", "next_state")
+
+    @property
+    def state_size(self) -> int:  # type: ignore[override]
+        return self.actor_critic.state_size
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return self.step(obs, state)
+
+    def example_inputs(self, observation_space: gym.spaces.Box) -> tuple[torch.Tensor, ...]:
+        """Inputs to trace an export with: 2 rows (a traced size of 1 would be fixed in the file)."""
+        obs = torch.zeros(2, *observation_space.shape, dtype=obs_tensor_dtype(observation_space))
+        return obs, self.actor_critic.initial_state(2)
+
+
+def deployable_actor(
+    actor_critic: ActorCritic, obs_rms: RunningMeanStd | None, obs_clip: float, action_space: gym.spaces.Space
+) -> DeterministicActor:
+    """``actor_critic`` as a deployable policy: a ``RecurrentActor`` when it has memory."""
+    kind = DeterministicActor if actor_critic.memory is None else RecurrentActor
+    return kind(actor_critic, obs_rms, obs_clip, action_space)

@@ -11,6 +11,8 @@ from torch import nn
 from distrl.models.actor_critic import mlp
 
 if TYPE_CHECKING:  # annotations only
+    import gymnasium as gym
+
     from distrl.config.sections import ModelConfig
 
 
@@ -31,6 +33,8 @@ class ParametricGreedyPolicy(nn.Module):
     (``candidate_mask``) of highest Q out."""
 
     input_names = ("obs", "candidates", "candidate_mask")
+    dynamic_axes = {"candidates": {1: "candidates"}, "candidate_mask": {1: "candidates"}}
+    """Input axes beyond the batch whose size a deployed file leaves open (``io.export``)."""
 
     def __init__(self, q_network: ParametricQNetwork) -> None:
         super().__init__()
@@ -41,11 +45,11 @@ class ParametricGreedyPolicy(nn.Module):
     ) -> torch.Tensor:
         return self.q_network(obs, candidates).masked_fill(~candidate_mask, -torch.inf).argmax(dim=-1)
 
-    def example_inputs(self, obs_dim: int) -> tuple[torch.Tensor, ...]:
+    def example_inputs(self, observation_space: gym.spaces.Box) -> tuple[torch.Tensor, ...]:
         """Inputs to trace an export with: 2 states of 3 candidates each (not 1: a traced size
         of 1 would be fixed in the file)."""
         return (
-            torch.zeros(2, obs_dim),
+            torch.zeros(2, observation_space.shape[0]),
             torch.zeros(2, 3, self.q_network.action_dim),
             torch.ones(2, 3, dtype=torch.bool),
         )

@@ -13,7 +13,7 @@ from torch import nn
 
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
-from distrl.models.actor_critic import ActorCritic, DeterministicActor
+from distrl.models.actor_critic import ActorCritic, DeterministicActor, deployable_actor
 from distrl.models.encoders import is_image
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
@@ -83,7 +83,7 @@ def deterministic_actor(
     if rms_tensors := ckpt.strip_prefix(model_tensors, "obs_rms."):
         obs_rms = RunningMeanStd(observation_space.shape)
         obs_rms.load_state_dict(rms_tensors)
-    return DeterministicActor(policy, obs_rms, cfg.normalize.clip, action_space)
+    return deployable_actor(policy, obs_rms, cfg.normalize.clip, action_space)
 
 
 def ppo_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:

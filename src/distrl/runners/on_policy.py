@@ -20,7 +20,7 @@ from distrl.algos.ppo import PPO, minibatches_per_epoch
 from distrl.collect.rollout import ActionNoise, Collection, RolloutCollector, finite
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
-from distrl.models.actor_critic import DeterministicActor
+from distrl.models.actor_critic import deployable_actor
 from distrl.models.normalizer import batch_moments
 from distrl.models.policies import acting_modules, ppo_actor_critic, ppo_normalizers
 from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate, start_rank_envs
@@ -51,18 +51,21 @@ def normalize_advantages(
     return ((advantages - mean) / (std + 1e-8)).reshape(-1)
 
 
-def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int) -> int:
+def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int, sequence_length: int) -> int:
     """Parts each rank splits its rollout into per epoch, by the size rule (README, "Adding
-    ranks"): the global minibatch stays ``minibatch_size`` however many ranks there are, so each
-    rank's share of a minibatch shrinks as ranks grow."""
+    ranks"): the global minibatch stays ``minibatch_size`` samples however many ranks there are,
+    so each rank's share of a minibatch shrinks as ranks grow. A part is whole chunks of
+    ``sequence_length`` steps (single samples without memory)."""
     rollout = cfg.algo.rollout_steps
     count = minibatches_per_epoch(cfg.algo, rollout * envs.global_count)
-    smallest_rank_batch = rollout * envs.min_count
-    if count > smallest_rank_batch:
+    smallest_rank_chunks = rollout // sequence_length * envs.min_count
+    if count > smallest_rank_chunks:
+        unit = "samples" if sequence_length == 1 else f"chunks of algo.bptt_len={sequence_length} steps"
         raise UserError(
             f"algo.minibatch_size={cfg.algo.minibatch_size} gives {count} minibatches per epoch, "
-            f"more than the {smallest_rank_batch} samples a rank collects per update; raise it to at "
-            f"least {world_size}"
+            f"more than the {smallest_rank_chunks} {unit} a rank collects per update; raise it to at "
+            f"least {world_size * sequence_length}"
+            + ("" if sequence_length == 1 else " or lower algo.bptt_len")
         )
     return count
 
@@ -82,6 +85,12 @@ class OnPolicyRunner(Runner):
         self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
         self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
         self.policy = ppo_actor_critic(cfg, self.observation_space, self.action_space, device)
+        self.sequence_length = cfg.algo.sequence_length(memory=self.policy.memory is not None)
+        if self.policy.memory is not None and cfg.train.straggler_threshold is not None:
+            raise UserError(
+                f"train.straggler_threshold={cfg.train.straggler_threshold} with model.memory="
+                f"{cfg.model.memory}: a cut rollout would split the update's chunks; unset one of them"
+            )
         comm.broadcast_parameters_(self.policy)
         self.obs_rms, self.return_rms = (
             rms.to(device) if rms is not None else None
@@ -90,7 +99,7 @@ class OnPolicyRunner(Runner):
         self.algo = PPO(
             self.policy,
             cfg.algo,
-            num_minibatches=minibatches_per_rank(cfg, self.envs, comm.world_size),
+            num_minibatches=minibatches_per_rank(cfg, self.envs, comm.world_size, self.sequence_length),
             gradient_sync=functools.partial(comm.sum_gradients_, clock=ctx.clock),
             clock=ctx.clock,
             compile_loss=cfg.train.compile,
@@ -158,7 +167,7 @@ class OnPolicyRunner(Runner):
         )
 
     def deployable_policy(self) -> nn.Module:
-        return DeterministicActor(self.policy, self.obs_rms, self.cfg.normalize.clip, self.action_space)
+        return deployable_actor(self.policy, self.obs_rms, self.cfg.normalize.clip, self.action_space)
 
     def close(self) -> None:
         self.collection.close()
@@ -179,7 +188,7 @@ class OnPolicyRunner(Runner):
         that saw a non-finite observation on any rank is skipped by all ranks and touches
         neither the normalisers nor the weights."""
         with self.clock("returns"):
-            batch = rollout.batch(self.cfg.algo.gamma, self.cfg.algo.gae_lambda)
+            batch = rollout.batch(self.cfg.algo.gamma, self.cfg.algo.gae_lambda, self.sequence_length)
         # One sum carries what the update needs from every rank: a non-finite observation
         # anywhere, the samples collected, and the advantages' global moments.
         nonfinite_obs = rollout.nonfinite_final_obs or not torch.isfinite(rollout.raw_obs).all()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, fields, replace
 
 import torch
 
@@ -11,7 +11,9 @@ from distrl.storage.segments import join_along_envs
 
 @dataclass
 class RolloutBatch:
-    """Flat (steps * envs) training batch consumed by the PPO update."""
+    """Flat training batch consumed by the PPO update: chunks of ``sequence_length`` consecutive
+    steps of one env, step-major (row ``step * chunks + chunk``). Without memory a chunk is one
+    step and the rows are the (steps * envs) samples."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -19,16 +21,32 @@ class RolloutBatch:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    memory_states: torch.Tensor | None = None
+    """With memory: the state acting had at each step (a chunk replays from its first step's)."""
+    dones: torch.Tensor | None = None
+    """With memory: where episodes ended (the state is reset after those steps)."""
+    sequence_length: int = 1
 
     def __len__(self) -> int:
         return self.obs.shape[0]
 
-    def index(self, idx: torch.Tensor) -> RolloutBatch:
-        idx = idx.to(self.obs.device)  # index_select, unlike t[idx], wants the index on t's device
-        return RolloutBatch(*(t.index_select(0, idx) for t in self._fields()))
+    @property
+    def num_chunks(self) -> int:
+        return len(self) // self.sequence_length
 
-    def _fields(self) -> tuple[torch.Tensor, ...]:
-        return (self.obs, self.actions, self.log_probs, self.values, self.advantages, self.returns)
+    def chunks(self, idx: torch.Tensor) -> RolloutBatch:
+        """The batch of chunks ``idx`` (in that order), step-major as this one."""
+        idx = idx.to(self.obs.device)  # index_select, unlike t[idx], wants the index on t's device
+        steps = torch.arange(self.sequence_length, device=idx.device).unsqueeze(-1)
+        rows = (steps * self.num_chunks + idx).reshape(-1)
+        return replace(self, **{f.name: t.index_select(0, rows) for f, t in self._tensors()})
+
+    def start_states(self) -> torch.Tensor | None:
+        """Each chunk's state at its first step (the first ``num_chunks`` rows)."""
+        return None if self.memory_states is None else self.memory_states[: self.num_chunks]
+
+    def _tensors(self) -> list[tuple[Field, torch.Tensor]]:
+        return [(f, t) for f in fields(self) if isinstance(t := getattr(self, f.name), torch.Tensor)]
 
 
 def compute_gae(
@@ -85,6 +103,9 @@ class RolloutSegment:
     observations the same tensor as ``obs``)."""
     raw_returns: torch.Tensor
     """Discounted running returns behind the reward scale (``[steps, 0]`` without reward scaling)."""
+    memory_states: torch.Tensor
+    """``[steps, envs, state_size]``: the memory state each step was acted from (width 0 without
+    memory)."""
     last_values: torch.Tensor
     """``[envs]``: values of the observation after the last step."""
     restarted: torch.Tensor
@@ -97,18 +118,18 @@ class RolloutSegment:
     def steps(self) -> int:
         return self.obs.shape[0]
 
-    def batch(self, gamma: float, gae_lambda: float) -> RolloutBatch:
-        """GAE over the segment, flattened to (steps * envs) samples."""
+    def batch(self, gamma: float, gae_lambda: float, sequence_length: int = 1) -> RolloutBatch:
+        """GAE over the segment, as chunks of ``sequence_length`` steps (which divides the
+        segment's steps; 1: the (steps * envs) samples) for the update."""
         advantages, returns = compute_gae(
             self.rewards, self.values, self.dones, self.last_values, gamma, gae_lambda
         )
+        steps = (self.obs, self.actions, self.log_probs, self.values, advantages, returns)
+        if sequence_length == 1:
+            return RolloutBatch(*(t.flatten(0, 1) for t in steps))
+        memory = (self.memory_states, self.dones)
         return RolloutBatch(
-            obs=self.obs.flatten(0, 1),
-            actions=self.actions.flatten(0, 1),
-            log_probs=self.log_probs.flatten(0, 1),
-            values=self.values.flatten(0, 1),
-            advantages=advantages.flatten(0, 1),
-            returns=returns.flatten(0, 1),
+            *(_step_major_chunks(t, sequence_length) for t in (*steps, *memory)), sequence_length
         )
 
     @classmethod
@@ -125,6 +146,13 @@ class RolloutSegment:
         return cls(**joined, nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts))
 
 
+def _step_major_chunks(t: torch.Tensor, length: int) -> torch.Tensor:
+    """``[steps, envs, ...]`` as rows ``step_in_chunk * chunks + chunk``, a chunk being ``length``
+    consecutive steps of one env (chunk index ``chunk_of_rollout * envs + env``)."""
+    steps, envs = t.shape[:2]
+    return t.reshape(steps // length, length, envs, *t.shape[2:]).transpose(0, 1).reshape(-1, *t.shape[2:])
+
+
 class RolloutStorage:
     """Preallocated [steps, envs, ...] tensors, filled one step at a time."""
 
@@ -138,10 +166,12 @@ class RolloutStorage:
         device: torch.device,
         track_returns: bool = False,
         obs_dtype: torch.dtype = torch.float32,
+        state_size: int = 0,
     ) -> None:
         """``obs_shape``: one observation's (a feature vector's length, or an image's shape),
         stored in ``obs_dtype`` (uint8 frames as they are); ``track_returns``: keep the
-        discounted running returns (reward scaling)."""
+        discounted running returns (reward scaling); ``state_size``: the policy's memory
+        state's width."""
         shape = (num_steps, num_envs)
         obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
@@ -159,6 +189,7 @@ class RolloutStorage:
         self.raw_obs = torch.zeros_like(self.obs) if floats else self.obs
         returns_shape = shape if track_returns else (num_steps, 0)
         self.raw_returns = torch.zeros(returns_shape, dtype=torch.float64, device=device)
+        self.memory_states = torch.zeros((*shape, state_size), device=device)
         self.num_steps = num_steps
         self.step = 0
 
@@ -170,11 +201,13 @@ class RolloutStorage:
         values: torch.Tensor,
         rewards: torch.Tensor,
         dones: torch.Tensor,
+        memory_states: torch.Tensor,
     ) -> None:
         """Close step ``self.step`` (its ``raw_obs``, ``env_rewards``, ``episode_ends`` and
         ``raw_returns`` rows are written by the collector as they come)."""
         t = self.step
         self.obs[t] = obs
+        self.memory_states[t] = memory_states
         self.actions[t] = actions
         self.log_probs[t] = log_probs
         self.values[t] = values
@@ -199,6 +232,7 @@ class RolloutStorage:
             episode_ends=self.episode_ends[:n],
             raw_obs=self.raw_obs[:n],
             raw_returns=self.raw_returns[:n],
+            memory_states=self.memory_states[:n],
             last_values=last_values,
             restarted=restarted,
             nonfinite_final_obs=nonfinite_final_obs,
