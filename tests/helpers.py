@@ -12,6 +12,8 @@ from tests.distributed import free_port
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = REPO / "configs" / "cartpole_ppo.yaml"
 CARTPOLE_DQN = REPO / "configs" / "cartpole_dqn.yaml"
+CARTPOLE_MEMORY = REPO / "configs" / "cartpole_positions_lstm_ppo.yaml"
+"""Positions-only CartPole with an LSTM policy."""
 OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID")
 

@@ -32,6 +32,12 @@ def test_each_run_gets_its_runner(overrides: list[str], runner: str) -> None:
         (["data.path=/logs"], "algo.name=ppo does not train from logged data (data.path); known: dqn"),
         (["ml_framework=jax", "algo.name=dqn"], "ml_framework: jax trains ppo online"),
         (["ml_framework=jax", "data.path=/logs"], "ml_framework: jax trains ppo online"),
+        (
+            ["algo.name=dqn", "model.memory=lstm"],
+            "model.memory=lstm: algo.name=dqn has no recurrent policies yet; use model.memory=none, "
+            "or ppo with ml_framework: torch",
+        ),
+        (["ml_framework=jax", "model.memory=gru"], "model.memory=gru: the JAX learner has no recurrent"),
     ],
 )
 def test_what_no_runner_trains_is_one_line(overrides: list[str], message: str) -> None:

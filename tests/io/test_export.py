@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from distrl.eval.policy import load_policy
-from tests.helpers import CARTPOLE, CARTPOLE_DQN, REPO, distrl
+from distrl.models.memory import policy_state_size
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, CARTPOLE_MEMORY, REPO, distrl
 
 PENDULUM = REPO / "configs" / "pendulum_ppo.yaml"
 SHORT = ["--total-steps", "1024", "train.stop_return=null", "log.tensorboard=false"]
@@ -19,6 +21,8 @@ CASES = {
     # Normalised observations and clipped actions: both must travel inside the file.
     "ppo-continuous": (PENDULUM, ["env.num_envs=2", "algo.rollout_steps=256"]),
     "dqn": (CARTPOLE_DQN, ["algo.learning_starts=256", "algo.gradient_steps=4"]),
+    # The memory state is an input and an output of the file.
+    "ppo-lstm": (CARTPOLE_MEMORY, ["algo.update_epochs=2"]),
 }
 
 
@@ -36,19 +40,46 @@ def observations(obs_dim: int) -> torch.Tensor:
     return torch.randn(64, obs_dim, generator=torch.Generator().manual_seed(0)) * 5
 
 
+def file_outputs(file: Path) -> Callable[..., list[np.ndarray]]:
+    """The exported ``file`` as a function: tensors in (observations, then the state where it has
+    memory), its outputs out as arrays."""
+    if file.suffix == ".onnx":
+        session = onnxruntime.InferenceSession(str(file))
+        names = [i.name for i in session.get_inputs()]
+        return lambda *inputs: session.run(None, {n: x.numpy() for n, x in zip(names, inputs, strict=True)})
+    module = torch.jit.load(str(file))
+
+    def run(*inputs: torch.Tensor) -> list[np.ndarray]:
+        out = module(*inputs)
+        return [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+
+    return run
+
+
 def assert_file_acts_like_checkpoint(file: Path, run_dir: Path) -> None:
     """The exported ``file`` (TorchScript or ``.onnx``) gives the actions of ``run_dir``'s final
     checkpoint as distrl rebuilds it, dtype and shape included."""
     loaded = load_policy(run_dir)
     obs = observations(loaded.observation_space.shape[0])
-    with torch.no_grad():
-        expected = loaded.policy(obs).numpy()
-    if file.suffix == ".onnx":
-        actions = onnxruntime.InferenceSession(str(file)).run(None, {"obs": obs.numpy()})[0]
-    else:
-        actions = torch.jit.load(str(file))(obs).numpy()
-    assert actions.shape == expected.shape and actions.dtype == expected.dtype
-    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+    run = file_outputs(file)
+    if not policy_state_size(loaded.policy):
+        with torch.no_grad():
+            expected = loaded.policy(obs).numpy()
+        (actions,) = run(obs)
+        assert actions.shape == expected.shape and actions.dtype == expected.dtype
+        np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+        return
+    # With memory: three steps, each from the states the file gave at the one before.
+    state = expected_state = torch.zeros(len(obs), policy_state_size(loaded.policy))
+    for _ in range(3):
+        with torch.no_grad():
+            expected, expected_state = loaded.policy(obs, expected_state)
+        actions, next_state = run(obs, state)
+        state = torch.from_numpy(next_state)
+        assert actions.shape == expected.shape and actions.dtype == expected.numpy().dtype
+        np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(next_state, expected_state, rtol=1e-5, atol=1e-5)
+    assert expected_state.abs().max() > 0
 
 
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])

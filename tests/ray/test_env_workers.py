@@ -12,7 +12,7 @@ import pytest
 from distrl.config.run import load_config
 from distrl.errors import UserError
 from distrl.ray.driver import check_workers
-from tests.helpers import CARTPOLE, CARTPOLE_DQN, distrl
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, CARTPOLE_MEMORY, distrl
 from tests.ray_cluster import BUDGET, final_row, param_digests, ray_train, ray_train_killing
 
 CRASHING = [
@@ -41,8 +41,10 @@ CRASHING = [
                 "checkpoint.interval_steps=1024",
             ],
         ),
+        # Each worker carries its envs' LSTM states from rollout to rollout.
+        (CARTPOLE_MEMORY, [*BUDGET, "env.max_episode_steps=20", "train.total_steps=1024"]),
     ],
-    ids=["ppo", "dqn", "ppo-images"],
+    ids=["ppo", "dqn", "ppo-images", "ppo-lstm"],
 )
 def test_one_learner_with_env_workers_trains_exactly_as_one_process(
     ray_head: str, tmp_path: Path, config: Path, budget: list[str]

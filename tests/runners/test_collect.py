@@ -14,7 +14,10 @@ from distrl.runners.on_policy import OnPolicyRunner, advantage_sums, normalize_a
 from tests.helpers import REPO
 
 
-def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None:
+@pytest.mark.parametrize("memory", ["none", "gru"])
+def test_truncation_bootstraps_with_the_value_of_the_final_observation(memory: str) -> None:
+    """With memory, the final observation is valued with the state the episode had after its
+    last step (not the reset state the next episode starts from)."""
     cfg = load_config(
         None,
         [
@@ -24,16 +27,24 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation() -> None
             "algo.rollout_steps=6",
             "algo.gamma=0.5",
             "normalize.observations=false",
+            f"model.memory={memory}",
         ],
     )
     runner = OnPolicyRunner(RunContext(cfg, TorchComm(), torch.device("cpu")))
     runner.start(fresh=True)
     rollout = runner.collect()
+    policy = runner.policy
     final_obs = torch.tensor([[3.0, 1.0]])
+    bootstraps = []
     with torch.no_grad():
-        bootstrap = 1.0 + 0.5 * float(runner.policy.value(final_obs, runner.policy.initial_state(1)))
-    # Steps 2 and 5 end an episode by truncation: reward 1 plus gamma * V(final obs).
-    expected = torch.tensor([1.0, 1.0, bootstrap, 1.0, 1.0, bootstrap])
+        for t in (2, 5):  # steps 2 and 5 end an episode by truncation
+            _, episode_state = policy.remember(rollout.obs[t, :1], rollout.memory_states[t, :1])
+            bootstraps.append(1.0 + 0.5 * float(policy.value(final_obs, episode_state)))
+            if memory != "none":
+                reset_value = 1.0 + 0.5 * float(policy.value(final_obs, policy.initial_state(1)))
+                assert abs(bootstraps[-1] - reset_value) > 1e-4  # the two states give other values
+    # Reward 1 plus gamma * V(final obs).
+    expected = torch.tensor([1.0, 1.0, bootstraps[0], 1.0, 1.0, bootstraps[1]])
     for env_index in range(2):
         torch.testing.assert_close(rollout.rewards[:, env_index], expected)
         assert rollout.dones[:, env_index].tolist() == [0, 0, 1, 0, 0, 1]

@@ -52,10 +52,11 @@ class LoggingPolicy:
 def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
     """``random`` | ``epsilon-greedy:CHECKPOINT:EPS`` | ``checkpoint:CHECKPOINT``."""
     from distrl.eval.policy import load_policy
+    from distrl.models.memory import policy_state_size
 
     def feed_forward(checkpoint: str) -> nn.Module:
         policy = load_policy(Path(checkpoint)).policy
-        if getattr(policy, "state_size", 0):
+        if policy_state_size(policy):
             raise UserError(
                 f"--policy {spec!r}: the checkpoint's policy has memory (model.memory), which logged "
                 "rows do not carry; log with a policy without memory"

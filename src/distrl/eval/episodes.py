@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from distrl.envs import make_vec_env
+from distrl.models.memory import policy_state_size
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -34,7 +35,7 @@ def _run_episodes(cfg: RunConfig, policy: nn.Module, seeds: list[int]) -> list[f
     obs = env.reset()
     totals = torch.zeros(len(seeds), dtype=torch.float64, device=device)
     running = torch.ones(len(seeds), dtype=torch.bool, device=device)
-    state_size = getattr(policy, "state_size", 0)
+    state_size = policy_state_size(policy)
     state = torch.zeros(len(seeds), state_size, device=device)
     while running.any():
         if state_size:  # an env's episode counts once: its state needs no reset

@@ -54,3 +54,8 @@ def reset_ended(state: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
     if state.shape[-1] == 0:  # no memory: nothing to reset, and acting's every step skips the work
         return state
     return state * (1.0 - dones.to(state.dtype)).unsqueeze(-1)
+
+
+def policy_state_size(policy: nn.Module) -> int:
+    """The width of the memory state a deployable policy takes and gives (0: it has none)."""
+    return getattr(policy, "state_size", 0)

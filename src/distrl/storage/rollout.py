@@ -129,7 +129,7 @@ class RolloutSegment:
             return RolloutBatch(*(t.flatten(0, 1) for t in steps))
         memory = (self.memory_states, self.dones)
         return RolloutBatch(
-            *(_step_major_chunks(t, sequence_length) for t in (*steps, *memory)), sequence_length
+            *(step_major_chunks(t, sequence_length) for t in (*steps, *memory)), sequence_length
         )
 
     @classmethod
@@ -146,7 +146,7 @@ class RolloutSegment:
         return cls(**joined, nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts))
 
 
-def _step_major_chunks(t: torch.Tensor, length: int) -> torch.Tensor:
+def step_major_chunks(t: torch.Tensor, length: int) -> torch.Tensor:
     """``[steps, envs, ...]`` as rows ``step_in_chunk * chunks + chunk``, a chunk being ``length``
     consecutive steps of one env (chunk index ``chunk_of_rollout * envs + env``)."""
     steps, envs = t.shape[:2]
