@@ -4,7 +4,10 @@ Trains the shipped configs as a user would (``distrl train`` on 1 rank, torchrun
 judges every run by ``distrl eval`` (10 deterministic episodes on the evaluation seeds):
   * CartPole-v1, seeds 1..10, at 1, 2 and 4 ranks: solved (eval >= 475) and env steps until the
     stop check ended the run (200k if it never did);
-  * Pendulum-v1 and HalfCheetah-v5, seeds 1..3, at 1 and 2 ranks: final eval return.
+  * Pendulum-v1 and HalfCheetah-v5, seeds 1..3, at 1 and 2 ranks: final eval return;
+  * memory: positions-only CartPole (velocities hidden), seeds 1..10, at 1 and 2 ranks, 100k env
+    steps at most: solved or not, with the shipped LSTM policy (``memory``) and with the same
+    config without memory (``memory-mlp``: ``model.memory=none``).
 ``--per-rank-sizes`` adds the rule distrl had before (every rank its own copy of the config's
 envs and minibatch count, so the global batch grows with the ranks) for comparison.
 
@@ -47,7 +50,13 @@ SUITES = {
     "cartpole": ("cartpole_ppo.yaml", list(range(1, 11)), [1, 2, 4]),
     "pendulum": ("pendulum_ppo.yaml", [1, 2, 3], [1, 2]),
     "halfcheetah": ("halfcheetah_ppo.yaml", [1, 2, 3], [1, 2]),
+    "memory": ("cartpole_positions_lstm_ppo.yaml", list(range(1, 11)), [1, 2]),
+    "memory-mlp": ("cartpole_positions_lstm_ppo.yaml", list(range(1, 11)), [1, 2]),
 }
+SUITE_OVERRIDES = {"memory-mlp": ["model.memory=none"]}
+"""What a suite changes in its config."""
+SOLVED_SUITES = ("cartpole", "memory", "memory-mlp")
+"""Suites judged by how many seeds solve (eval >= 475) rather than by their return."""
 # distrl's rule before global sizes: each rank had the config's env count and minibatch count.
 OLD_MINIBATCHES = {"cartpole": 2, "pendulum": 8, "halfcheetah": 32}
 
@@ -149,7 +158,7 @@ def plan(
         _, suite_seeds, suite_ranks = SUITES[suite]
         for seed in seeds or suite_seeds:
             for rank_count in ranks or suite_ranks:
-                runs.append(Run(suite, "global (shipped)", rank_count, seed))
+                runs.append(Run(suite, "global (shipped)", rank_count, seed, SUITE_OVERRIDES.get(suite, [])))
                 if per_rank_sizes and rank_count > 1:
                     old_rule = per_rank_overrides(suite)
                     runs.append(Run(suite, "per rank (old rule)", rank_count, seed, old_rule))
@@ -223,7 +232,7 @@ def main() -> None:
         config = SUITES[suite][0]
         print(f"\n## {suite} — configs/{config}")
         suite_runs = [r for r in done if r.suite == suite]
-        (cartpole_table if suite == "cartpole" else return_table)(suite_runs)
+        (cartpole_table if suite in SOLVED_SUITES else return_table)(suite_runs)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """``env.backend: ale``: Atari through ale-py's vectorised env, CleanRL's preprocessing, uint8
 frames, episodic life read from the lives (the game, and the statistics' episode, go on), raw
-game scores with rewards clipped only for training, and the shipped Pong config training."""
+game scores with rewards clipped only for training, and the shipped Pong configs (a frame stack,
+an LSTM) training."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ pytest.importorskip("ale_py", reason="the atari extra is installed by make test"
 
 CPU = torch.device("cpu")
 PONG = REPO / "configs" / "atari_pong_ppo.yaml"
+PONG_LSTM = REPO / "configs" / "atari_pong_lstm_ppo.yaml"
 
 
 def test_game_names_as_gymnasium_and_ale_py_write_them() -> None:
@@ -60,9 +62,10 @@ def test_a_lost_life_ends_the_agents_episode_not_the_game() -> None:
     env.close()
 
 
-def test_the_shipped_pong_config_trains(tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", [PONG, PONG_LSTM], ids=["frame-stack", "lstm"])
+def test_the_shipped_pong_configs_train(tmp_path: Path, config: Path) -> None:
     result = distrl(
-        "train", "--config", str(PONG), "--run-dir", str(tmp_path), "--total-steps", "2048",
+        "train", "--config", str(config), "--run-dir", str(tmp_path), "--total-steps", "2048",
         "log.tensorboard=false", "checkpoint.interval_steps=2048",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

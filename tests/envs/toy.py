@@ -110,3 +110,31 @@ class BrightnessEnv(gym.Env):
         reward = float(int(action) == int(self.bright))
         self.steps += 1
         return self._obs(), reward, False, self.steps >= 16, {}
+
+
+class DialsEnv(gym.Env):
+    """MultiDiscrete actions: two dials (3 and 2 positions); each step shows the target setting
+    (one-hot, 5 features) and pays 1 for each dial set to it; 16 steps an episode. Chance earns
+    about 13 per episode, reading the targets 32."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (5,), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete([3, 2])
+        self.steps = 0
+        self.target = np.zeros(2, dtype=np.int64)
+
+    def _obs(self) -> np.ndarray:
+        self.target = np.array([self.np_random.integers(3), self.np_random.integers(2)])
+        obs = np.zeros(5, dtype=np.float32)
+        obs[self.target[0]] = obs[3 + self.target[1]] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float((np.asarray(action) == self.target).sum())
+        self.steps += 1
+        return self._obs(), reward, False, self.steps >= 16, {}

@@ -18,7 +18,7 @@ from distrl.config.sections import ModelConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.models.actor_critic import ActorCritic
-from distrl.models.encoders import NatureCNN, channels_last
+from distrl.models.encoders import ImpalaCNN, NatureCNN, channels_last
 from tests.helpers import REPO, distrl, torchrun_train
 
 CPU = torch.device("cpu")
@@ -89,6 +89,31 @@ def test_bad_image_setups_are_one_line(tmp_path: Path, overrides: list[str], mes
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize(("shape", "rows"), [((3, 36, 36), 5), ((84, 84, 4), 2), ((1, 7, 7), 3)])
+def test_the_impala_encoder_reads_any_frame_size_into_256_features(shape: tuple[int, ...], rows: int) -> None:
+    space = gym.spaces.Box(0, 255, shape, np.uint8)
+    encoder = ImpalaCNN(space, ModelConfig(encoder="impala_cnn"))
+    frames = torch.randint(0, 256, (rows, *shape), dtype=torch.uint8)
+    features = encoder(frames)
+    assert features.shape == (rows, 256) and torch.isfinite(features).all()
+    features.sum().backward()
+    assert all(p.grad is not None for p in encoder.parameters())
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["model.encoder=impala_cnn"], ["model.memory=gru", "model.memory_size=32", "algo.bptt_len=8"]],
+    ids=["impala", "nature-gru"],
+)
+def test_each_encoder_and_core_trains_on_pixels(tmp_path: Path, overrides: list[str]) -> None:
+    result = distrl(
+        "train", *PIXELS, "--total-steps", "512", "--run-dir", str(tmp_path), *overrides, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
+    evaluated = distrl("eval", "--checkpoint", str(tmp_path), "--episodes", "2", "--json", cwd=REPO)
+    assert evaluated.returncode == 0, evaluated.stderr
 
 
 def test_an_image_too_small_is_a_user_error() -> None:

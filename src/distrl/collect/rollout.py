@@ -182,7 +182,7 @@ class RolloutCollector(EnvCollector):
             cfg.algo.rollout_steps,
             env.num_envs,
             env.observation_space.shape,
-            env.action_space.shape if continuous else (),
+            env.action_space.shape,  # () for Discrete, one entry per dimension for MultiDiscrete
             torch.float32 if continuous else torch.int64,
             device,
             track_returns=return_rms is not None,

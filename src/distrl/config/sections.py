@@ -72,10 +72,11 @@ class EnvConfig(Section):
 
 
 class ModelConfig(Section):
-    encoder: Literal["auto", "mlp", "nature_cnn"] = "auto"
+    encoder: Literal["auto", "mlp", "nature_cnn", "impala_cnn"] = "auto"
     """What turns observations into features: ``mlp`` for feature vectors, ``nature_cnn`` (Mnih
-    et al.'s three convolutions and 512 units) for images; ``auto`` picks by the observation
-    space (a rank-3 Box is an image). With a CNN, actor and critic share the encoder and each has
+    et al.'s three convolutions and 512 units) or ``impala_cnn`` (Espeholt et al.'s three
+    residual stages and 256 units) for images; ``auto`` picks by the observation space (a rank-3
+    Box is an image: the Nature CNN). With a CNN, actor and critic share the encoder and each has
     one linear head (CleanRL's Atari PPO)."""
     channels: Literal["auto", "first", "last"] = "auto"
     """Where an image keeps its channels: ``first`` (CHW), ``last`` (HWC), or ``auto``: the last

@@ -87,7 +87,9 @@ def _check_spaces(cfg: EnvConfig, env: VecEnv) -> None:
             f"env {env_id!r}: observation space {obs_space} is not supported with env.backend={cfg.backend} "
             f"(feature vectors only; image observations come from the {', '.join(IMAGE_BACKENDS)} backends)"
         )
-    if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
-        raise UserError(f"env {env_id!r}: action space {act_space} is not supported (Discrete or Box only)")
-    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) != 1:
-        raise UserError(f"env {env_id!r}: action space {act_space} must be a flat Box")
+    if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete | gym.spaces.Box):
+        raise UserError(
+            f"env {env_id!r}: action space {act_space} is not supported (Discrete, MultiDiscrete or Box)"
+        )
+    if not isinstance(act_space, gym.spaces.Discrete) and len(act_space.shape) != 1:
+        raise UserError(f"env {env_id!r}: action space {act_space} must be flat (one axis)")

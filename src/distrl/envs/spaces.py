@@ -11,6 +11,8 @@ import numpy as np
 def space_to_json(space: gym.spaces.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": [int(n) for n in space.nvec]}
     if isinstance(space, gym.spaces.Box):
         return {
             "type": "Box",
@@ -26,6 +28,8 @@ def space_to_json(space: gym.spaces.Space) -> dict[str, Any]:
 def space_from_json(data: dict[str, Any]) -> gym.spaces.Space:
     if data["type"] == "Discrete":
         return gym.spaces.Discrete(data["n"])
+    if data["type"] == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(data["nvec"])
     if data["type"] == "Box":
         low = np.array([-np.inf if x is None else x for x in data["low"]], dtype=data["dtype"])
         high = np.array([np.inf if x is None else x for x in data["high"]], dtype=data["dtype"])

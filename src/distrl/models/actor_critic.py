@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -40,12 +41,12 @@ def mlp(n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: flo
 
 
 class ActorCritic(nn.Module):
-    """Categorical policy for Discrete actions, diagonal Gaussian with state-independent
-    log-std for Box actions. Feature vectors: separate actor and critic MLPs (CleanRL's PPO).
-    Images: one shared encoder (``model.encoder``) and a linear head each (CleanRL's Atari PPO).
-    With ``model.memory`` a recurrent core shared by both sits before the heads (MLPs take its
-    output instead of the observation), and every call takes and gives the memory state
-    (``[rows, state_size]``, width 0 without memory)."""
+    """Categorical policy for Discrete actions (one per dimension for MultiDiscrete), diagonal
+    Gaussian with state-independent log-std for Box actions. Feature vectors: separate actor and
+    critic MLPs (CleanRL's PPO). Images: one shared encoder (``model.encoder``) and a linear head
+    each (CleanRL's Atari PPO). With ``model.memory`` a recurrent core shared by both sits before
+    the heads (MLPs take its output instead of the observation), and every call takes and gives
+    the memory state (``[rows, state_size]``, width 0 without memory)."""
 
     def __init__(
         self, observation: int | gym.spaces.Box, action_space: gym.spaces.Space, cfg: ModelConfig
@@ -53,7 +54,10 @@ class ActorCritic(nn.Module):
         """``observation``: the observation space, or the length of a feature vector."""
         super().__init__()
         self.continuous = isinstance(action_space, gym.spaces.Box)
-        n_out = action_space.shape[0] if self.continuous else int(action_space.n)
+        self.multi_discrete = isinstance(action_space, gym.spaces.MultiDiscrete)
+        self.action_sizes = categorical_sizes(action_space)
+        """Choices of each categorical sub-action (one for Discrete); empty for Box actions."""
+        n_out = action_space.shape[0] if self.continuous else sum(self.action_sizes)
         self.encoder: nn.Module = nn.Identity()
         self.low_precision: torch.dtype | None = None
         """The encoder's autocast dtype (``distrl.precision``); None: float32."""
@@ -109,10 +113,20 @@ class ActorCritic(nn.Module):
             log_probs = gaussian_log_prob(out, self.log_std, actions)
             entropy = gaussian_entropy(self.log_std).expand(out.shape[0])
         else:
-            log_p = out.log_softmax(-1)
-            log_probs = log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(log_p.exp() * log_p).sum(-1)
+            log_ps = self.categorical_log_probs(out)
+            chosen = actions.long().view(out.shape[0], len(log_ps))
+            log_probs = torch.cat([lp.gather(-1, chosen[:, i : i + 1]) for i, lp in enumerate(log_ps)], -1)
+            log_probs = log_probs.sum(-1)
+            entropy = torch.stack([-(lp.exp() * lp).sum(-1) for lp in log_ps], -1).sum(-1)
         return log_probs, entropy, self.critic(features).squeeze(-1)
+
+    def categorical_log_probs(self, logits: torch.Tensor) -> list[torch.Tensor]:
+        """Each categorical sub-action's log-probabilities (one for Discrete actions)."""
+        return [part.log_softmax(-1) for part in logits.split(self.action_sizes, dim=-1)]
+
+    def _as_actions(self, per_sub_action: torch.Tensor) -> torch.Tensor:
+        """``[rows, sub-actions]`` as the env takes them: ``[rows]`` for Discrete."""
+        return per_sub_action if self.multi_discrete else per_sub_action.squeeze(-1)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """The encoder's output in float32 (run in ``low_precision`` where set)."""
@@ -132,14 +146,16 @@ class ActorCritic(nn.Module):
 
     def noise_shape(self, rows: int) -> tuple[int, ...]:
         """Shape of the random numbers ``act`` needs for ``rows`` observations."""
-        return (rows, self.log_std.shape[0]) if self.continuous else (rows,)
+        if self.continuous:
+            return (rows, self.log_std.shape[0])
+        return (rows, len(self.action_sizes)) if self.multi_discrete else (rows,)
 
     @torch.no_grad()
     def act(
         self, obs: torch.Tensor, noise: torch.Tensor, state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions from given noise: standard normal ``noise_shape`` for the Gaussian,
-        uniform [0, 1) per row for the categorical (inverse CDF). Returns (actions, log-probs,
+        uniform [0, 1) per row and sub-action for the categorical (inverse CDF). Returns (actions, log-probs,
         values, next memory states) for the rollout. The caller owns the noise, so a row's
         action does not depend on which other rows share the batch."""
         features, next_state = self.remember(obs, state)
@@ -148,13 +164,18 @@ class ActorCritic(nn.Module):
             actions = out + self.log_std.exp() * noise
             log_probs = gaussian_log_prob(out, self.log_std, actions)
         else:
-            log_p = out.log_softmax(-1)
-            cdf = log_p.exp().cumsum(-1)
-            # The first action whose cumulative probability exceeds u * total: never one with
-            # probability 0, even where the float sum ends short of 1 or u is 0.
-            u = noise.unsqueeze(-1) * cdf[..., -1:]
-            actions = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=out.shape[-1] - 1)
-            log_probs = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            uniform = noise.view(out.shape[0], -1)
+            chosen, chosen_log_probs = [], []
+            for i, log_p in enumerate(self.categorical_log_probs(out)):
+                cdf = log_p.exp().cumsum(-1)
+                # The first action whose cumulative probability exceeds u * total: never one with
+                # probability 0, even where the float sum ends short of 1 or u is 0.
+                u = uniform[:, i : i + 1] * cdf[..., -1:]
+                action = torch.searchsorted(cdf, u, right=True).clamp_(max=log_p.shape[-1] - 1)
+                chosen.append(action)
+                chosen_log_probs.append(log_p.gather(-1, action))
+            actions = self._as_actions(torch.cat(chosen, -1))
+            log_probs = torch.cat(chosen_log_probs, -1).sum(-1)
         return actions, log_probs, self.critic(features).squeeze(-1), next_state
 
     @torch.no_grad()
@@ -162,7 +183,20 @@ class ActorCritic(nn.Module):
         """The Gaussian mean, or the most likely discrete action; and the next memory state."""
         features, next_state = self.remember(obs, state)
         out = self.actor(features)
-        return (out if self.continuous else out.argmax(dim=-1)), next_state
+        if self.continuous:
+            return out, next_state
+        most_likely = [part.argmax(-1, keepdim=True) for part in out.split(self.action_sizes, dim=-1)]
+        return self._as_actions(torch.cat(most_likely, -1)), next_state
+
+
+def categorical_sizes(action_space: gym.spaces.Space) -> list[int]:
+    """The number of choices of each categorical sub-action: one entry for Discrete, one per
+    dimension for MultiDiscrete, none for Box."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return [int(action_space.n)]
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        return [int(n) for n in np.asarray(action_space.nvec).reshape(-1)]
+    return []
 
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # annotations only
 NATURE_CNN_FEATURES = 512
 NATURE_CNN_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 """(channels, kernel, stride) of each convolution (Mnih et al. 2015)."""
+IMPALA_CHANNELS = (16, 32, 32)
+IMPALA_FEATURES = 256
 
 
 def is_image(space: gym.spaces.Space) -> bool:
@@ -38,32 +40,25 @@ def channels_last(shape: tuple[int, ...], channels: str) -> bool:
     return shape[-1] <= 4 < shape[0]
 
 
-class NatureCNN(nn.Module):
-    """Three convolutions and a 512-unit layer, ReLU throughout (DQN's and CleanRL's Atari PPO
-    encoder), orthogonal weights with gain sqrt(2) and zero biases as CleanRL initialises them."""
+class ImageEncoder(nn.Module):
+    """What image encoders share: where the channels are, the 1/255 scale of integer frames, and
+    the memory layout the convolutions read. A subclass builds ``net`` and sets ``features``."""
 
     def __init__(self, space: gym.spaces.Box, cfg: ModelConfig) -> None:
         super().__init__()
         self.channels_last = channels_last(space.shape, cfg.channels)
-        channels, *size = (space.shape[2], *space.shape[:2]) if self.channels_last else space.shape
+        self.channels, *size = (space.shape[2], *space.shape[:2]) if self.channels_last else space.shape
+        self.size: tuple[int, int] = tuple(size)
+        """Height and width of a frame."""
         self.scale = 1.0 / 255.0 if np.issubdtype(space.dtype, np.integer) else 1.0
-        layers: list[nn.Module] = []
-        for out_channels, kernel, stride in NATURE_CNN_LAYERS:
-            size = [(s - kernel) // stride + 1 for s in size]
-            if min(size) < 1:
-                raise UserError(
-                    f"image observations of {space.shape[:2] if self.channels_last else space.shape[1:]} "
-                    "pixels are too small for model.encoder=nature_cnn (at least 36x36)"
-                )
-            layers += [_orthogonal(nn.Conv2d(channels, out_channels, kernel, stride)), nn.ReLU()]
-            channels = out_channels
-        layers += [
-            nn.Flatten(),
-            _orthogonal(nn.Linear(channels * math.prod(size), NATURE_CNN_FEATURES)),
-            nn.ReLU(),
-        ]
-        self.net = nn.Sequential(*layers)
-        self.features = NATURE_CNN_FEATURES
+        self.net: nn.Sequential
+        self.features: int
+
+    def too_small(self, name: str, smallest: str) -> UserError:
+        return UserError(
+            f"image observations of {self.size[0]}x{self.size[1]} pixels are too small for "
+            f"model.encoder={name} (at least {smallest})"
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.to(self.net[0].weight.dtype) * self.scale
@@ -76,16 +71,81 @@ class NatureCNN(nn.Module):
         return self.net(x)
 
 
+class NatureCNN(ImageEncoder):
+    """Three convolutions and a 512-unit layer, ReLU throughout (DQN's and CleanRL's Atari PPO
+    encoder), orthogonal weights with gain sqrt(2) and zero biases as CleanRL initialises them."""
+
+    def __init__(self, space: gym.spaces.Box, cfg: ModelConfig) -> None:
+        super().__init__(space, cfg)
+        channels, size = self.channels, list(self.size)
+        layers: list[nn.Module] = []
+        for out_channels, kernel, stride in NATURE_CNN_LAYERS:
+            size = [(s - kernel) // stride + 1 for s in size]
+            if min(size) < 1:
+                raise self.too_small("nature_cnn", "36x36")
+            layers += [_orthogonal(nn.Conv2d(channels, out_channels, kernel, stride)), nn.ReLU()]
+            channels = out_channels
+        layers += [
+            nn.Flatten(),
+            _orthogonal(nn.Linear(channels * math.prod(size), NATURE_CNN_FEATURES)),
+            nn.ReLU(),
+        ]
+        self.net = nn.Sequential(*layers)
+        self.features = NATURE_CNN_FEATURES
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.convs(x)
+
+
+class ImpalaCNN(ImageEncoder):
+    """IMPALA's deep encoder (Espeholt et al. 2018, CleanRL's Procgen PPO): three stages of a 3x3
+    convolution, a 3x3 max-pool of stride 2 and two residual blocks (16, 32, 32 channels), then
+    ReLU, a 256-unit layer and ReLU."""
+
+    def __init__(self, space: gym.spaces.Box, cfg: ModelConfig) -> None:
+        super().__init__(space, cfg)
+        channels, size = self.channels, list(self.size)
+        layers: list[nn.Module] = []
+        for out_channels in IMPALA_CHANNELS:
+            layers += [
+                nn.Conv2d(channels, out_channels, 3, padding=1),
+                nn.MaxPool2d(3, stride=2, padding=1),
+                ResidualBlock(out_channels),
+                ResidualBlock(out_channels),
+            ]
+            channels, size = out_channels, [(s + 1) // 2 for s in size]
+        layers += [
+            nn.Flatten(),
+            nn.ReLU(),
+            _orthogonal(nn.Linear(channels * math.prod(size), IMPALA_FEATURES)),
+            nn.ReLU(),
+        ]
+        self.net = nn.Sequential(*layers)
+        self.features = IMPALA_FEATURES
+
+
 def _orthogonal(layer: nn.Module) -> nn.Module:
     nn.init.orthogonal_(layer.weight, math.sqrt(2))
     nn.init.zeros_(layer.bias)
     return layer
 
 
-def image_encoder(space: gym.spaces.Box, cfg: ModelConfig) -> NatureCNN:
+def image_encoder(space: gym.spaces.Box, cfg: ModelConfig) -> ImageEncoder:
     """The encoder ``model.encoder`` names for image observations (``auto``: the Nature CNN)."""
     if cfg.encoder == "mlp":
         raise UserError(
-            f"model.encoder=mlp: the observations are images {space.shape}; use nature_cnn (or auto)"
+            f"model.encoder=mlp: the observations are images {space.shape}; use nature_cnn, impala_cnn "
+            "(or auto)"
         )
-    return NatureCNN(space, cfg)
+    return ImpalaCNN(space, cfg) if cfg.encoder == "impala_cnn" else NatureCNN(space, cfg)

@@ -138,6 +138,8 @@ class JaxPPOLearner:
                 f"ml_framework: jax trains on feature vectors; observations of shape "
                 f"{observation_space.shape} (images) need ml_framework: torch"
             )
+        if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
+            raise UserError(f"ml_framework: jax acts in Discrete or Box spaces; {action_space} needs torch")
         self.observation_space = observation_space
         self.action_space = action_space
         continuous = isinstance(action_space, gym.spaces.Box)
