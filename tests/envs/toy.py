@@ -138,3 +138,46 @@ class DialsEnv(gym.Env):
         reward = float((np.asarray(action) == self.target).sum())
         self.steps += 1
         return self._obs(), reward, False, self.steps >= 16, {}
+
+
+class DictCueEnv(gym.Env):
+    """Dict observations: copy a cue (0 or 1) as the action; 16 steps an episode, chance earns 8,
+    reading the cue 16. Beside the cue, distractors: a float vector, two random bits, and a
+    mission text distrl cannot encode (left out with ``env.obs_keys``). ``image``: the cue is
+    shown only as a 36x36 uint8 frame's brightness (``frame`` replaces ``cue``)."""
+
+    def __init__(self, image: bool = False) -> None:
+        cue = gym.spaces.Box(0, 255, (3, 36, 36), np.uint8) if image else gym.spaces.Discrete(2)
+        self.observation_space = gym.spaces.Dict(
+            {
+                "frame" if image else "cue": cue,
+                "noise": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "flags": gym.spaces.MultiBinary(2),
+                "mission": gym.spaces.Text(8),
+            }
+        )
+        self.action_space = gym.spaces.Discrete(2)
+        self.image = image
+        self.steps = 0
+        self.cue = 0
+
+    def _obs(self) -> dict:
+        self.cue = int(self.np_random.integers(2))
+        low, high = (160, 256) if self.cue else (0, 96)
+        shown = self.np_random.integers(low, high, (3, 36, 36), dtype=np.uint8) if self.image else self.cue
+        return {
+            "frame" if self.image else "cue": shown,
+            "noise": self.np_random.uniform(-1, 1, 2).astype(np.float32),
+            "flags": self.np_random.integers(0, 2, 2, dtype=np.int8),
+            "mission": "copy",
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.cue)
+        self.steps += 1
+        return self._obs(), reward, False, self.steps >= 16, {}

@@ -43,8 +43,22 @@ CRASHING = [
         ),
         # Each worker carries its envs' LSTM states from rollout to rollout.
         (CARTPOLE_MEMORY, [*BUDGET, "env.max_episode_steps=20", "train.total_steps=1024"]),
+        # Dict observations packed into one tensor; the space travels to the learner.
+        (
+            CARTPOLE,
+            [
+                *BUDGET,
+                "--env",
+                "tests.envs.toy:DictCueEnv",
+                "env.obs_keys=[cue,noise,flags]",
+                "env.num_envs=8",
+                "algo.rollout_steps=32",
+                "algo.minibatch_size=64",
+                "train.total_steps=1024",
+            ],
+        ),  # fmt: skip
     ],
-    ids=["ppo", "dqn", "ppo-images", "ppo-lstm"],
+    ids=["ppo", "dqn", "ppo-images", "ppo-lstm", "ppo-dict"],
 )
 def test_one_learner_with_env_workers_trains_exactly_as_one_process(
     ray_head: str, tmp_path: Path, config: Path, budget: list[str]

@@ -60,6 +60,10 @@ class EnvConfig(Section):
     when it is imported (rl-zoo's ``--gym-packages``): e.g. ``[ale_py]`` for ``ALE/Pong-v5``,
     ``[minigrid]`` for MiniGrid's ids. Every process that builds envs imports them (learners,
     env and eval workers, ``distrl eval``)."""
+    obs_keys: list[str] = Field(default_factory=list)
+    """For Dict observations: the keys the policy sees, in this order (empty: all). Leave out
+    keys distrl cannot encode (a mission text, say); Box, Discrete and MultiBinary keys are
+    packed into one vector (``distrl.envs.dict_obs``)."""
 
     @model_validator(mode="before")
     @classmethod

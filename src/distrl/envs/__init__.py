@@ -10,8 +10,10 @@ import gymnasium as gym
 import torch
 
 from distrl.config.sections import EnvConfig
+from distrl import extras
 from distrl.envs.base import StepResult, VecEnv
 from distrl.errors import UserError
+from distrl.extras import require_extra
 
 __all__ = ["StepResult", "VecEnv", "check_env", "make_vec_env"]
 
@@ -58,6 +60,8 @@ def import_env_packages(modules: list[str]) -> None:
     """Import ``env.imports`` (each registers its env ids when imported); one line for a module
     that is not installed. An installed one that fails to import raises its own error."""
     for module in modules:
+        if module in extras.ENV_PACKAGES:
+            require_extra(extras.ENV_PACKAGES[module], (module,), f"env.imports: {module}")
         if importlib.util.find_spec(module) is None:
             raise UserError(
                 f"env.imports: no module {module!r} is installed (install the package that "

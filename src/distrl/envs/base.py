@@ -15,6 +15,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from distrl.envs.dict_obs import PackedDict
+
 
 class StepResult(NamedTuple):
     obs: torch.Tensor
@@ -36,7 +38,10 @@ class StepResult(NamedTuple):
 
 def obs_array_dtype(space: gym.spaces.Space) -> np.dtype:
     """What a backend hands observations over as: an integer image (uint8 frames) keeps its
-    dtype, so it is stored and sent at its own size; everything else is float32."""
+    dtype, so it is stored and sent at its own size, and so does a packed Dict (uint8 when all
+    its keys fit a byte); everything else is float32."""
+    if isinstance(space, PackedDict):
+        return space.dtype
     image = isinstance(space, gym.spaces.Box) and len(space.shape) == 3
     return space.dtype if image and np.issubdtype(space.dtype, np.integer) else np.dtype(np.float32)
 

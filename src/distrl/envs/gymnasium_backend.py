@@ -4,6 +4,7 @@ subprocess vector envs), for a registered id or a user's ``gymnasium.Env`` class
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
+from distrl.envs.dict_obs import PackedDict, packed
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError
 
@@ -45,7 +47,7 @@ def make_gymnasium_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.d
     """Gymnasium steps on the host: ``device`` is ignored, the runner moves what it needs."""
     make_env = env_factory(cfg)
     try:
-        return GymnasiumVecEnv(make_env, seeds)
+        return GymnasiumVecEnv(make_env, seeds, cfg.id, cfg.obs_keys)
     except (TypeError, gym.error.Error) as exc:
         raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
 
@@ -55,26 +57,46 @@ class GymnasiumVecEnv:
 
     device = torch.device("cpu")
 
-    def __init__(self, make_env: Callable[[], gym.Env], seeds: Sequence[int]) -> None:
+    def __init__(
+        self,
+        make_env: Callable[[], gym.Env],
+        seeds: Sequence[int],
+        env_id: str = "",
+        obs_keys: Sequence[str] = (),
+    ) -> None:
+        """``obs_keys``: for Dict observations, the keys packed into the one tensor handed over."""
         self._env = SyncVectorEnv([make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
         self._seeds = [int(s) for s in seeds]
         self.num_envs = len(self._seeds)
         self.observation_space = self._env.single_observation_space
+        self._packed: PackedDict | None = None
+        if isinstance(self.observation_space, gym.spaces.Dict):
+            self._packed = packed(self.observation_space, obs_keys, env_id)
+            self.observation_space = self._packed
+        elif obs_keys:
+            raise UserError(
+                f"env.obs_keys: env {env_id!r}'s observations are {self.observation_space}, not a Dict"
+            )
         self.action_space = self._env.single_action_space
         self._obs_dtype = obs_array_dtype(self.observation_space)
 
+    def _tensor(self, obs: Any, batched: bool = True) -> torch.Tensor:
+        if self._packed is not None:
+            obs = self._packed.pack(obs, batched)
+        return host_tensor(obs, self._obs_dtype)
+
     def reset(self) -> torch.Tensor:
         obs, _ = self._env.reset(seed=self._seeds)
-        return host_tensor(obs, self._obs_dtype)
+        return self._tensor(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self._env.step(actions.numpy(force=True))
-        obs_tensor = host_tensor(obs, self._obs_dtype)
+        obs_tensor = self._tensor(obs)
         final_obs = obs_tensor  # where no episode ended, the step led to obs itself
         if "_final_obs" in info:
             final_obs = obs_tensor.clone()
             for i in np.flatnonzero(info["_final_obs"]):
-                final_obs[i] = host_tensor(info["final_obs"][i], self._obs_dtype)
+                final_obs[i] = self._tensor(info["final_obs"][i], batched=False)
         return StepResult(
             obs_tensor,
             host_tensor(reward, np.float32),

@@ -7,12 +7,22 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from distrl.envs.dict_obs import PackedDict
+
 
 def space_to_json(space: gym.spaces.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n)}
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": [int(n) for n in space.nvec]}
+    if isinstance(space, PackedDict):
+        # A list, not an object: the packing order is the keys' order, which JSON objects lose.
+        return {
+            "type": "PackedDict",
+            "entries": [[key, space_to_json(s)] for key, s in space.entries.items()],
+        }
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": int(space.n) if np.ndim(space.n) == 0 else list(space.n)}
     if isinstance(space, gym.spaces.Box):
         return {
             "type": "Box",
@@ -27,9 +37,13 @@ def space_to_json(space: gym.spaces.Space) -> dict[str, Any]:
 
 def space_from_json(data: dict[str, Any]) -> gym.spaces.Space:
     if data["type"] == "Discrete":
-        return gym.spaces.Discrete(data["n"])
+        return gym.spaces.Discrete(data["n"], start=data.get("start", 0))
     if data["type"] == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(data["nvec"])
+    if data["type"] == "PackedDict":
+        return PackedDict({key: space_from_json(entry) for key, entry in data["entries"]})
+    if data["type"] == "MultiBinary":
+        return gym.spaces.MultiBinary(data["n"])
     if data["type"] == "Box":
         low = np.array([-np.inf if x is None else x for x in data["low"]], dtype=data["dtype"])
         high = np.array([np.inf if x is None else x for x in data["high"]], dtype=data["dtype"])

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from distrl.envs.base import obs_tensor_dtype
-from distrl.models.encoders import image_encoder, is_image
+from distrl.envs.dict_obs import PackedDict
+from distrl.models.encoders import DictEncoder, image_encoder, is_image
 from distrl.models.linear import Linear
 from distrl.models.memory import RecurrentCore
 from distrl.models.normalizer import RunningMeanStd
@@ -64,6 +65,9 @@ class ActorCritic(nn.Module):
         image = isinstance(observation, gym.spaces.Box) and is_image(observation)
         if image:
             self.encoder = image_encoder(observation, cfg)
+            features = self.encoder.features
+        elif isinstance(observation, PackedDict):
+            self.encoder = DictEncoder(observation, cfg)
             features = self.encoder.features
         else:
             features = observation if isinstance(observation, int) else observation.shape[0]

@@ -16,7 +16,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
+from distrl.envs.dict_obs import PackedDict
 from distrl.errors import UserError
 
 if TYPE_CHECKING:  # annotations only
@@ -82,7 +84,7 @@ class NatureCNN(ImageEncoder):
         for out_channels, kernel, stride in NATURE_CNN_LAYERS:
             size = [(s - kernel) // stride + 1 for s in size]
             if min(size) < 1:
-                raise self.too_small("nature_cnn", "36x36")
+                raise self.too_small("nature_cnn", "36x36; model.encoder=impala_cnn reads any size")
             layers += [_orthogonal(nn.Conv2d(channels, out_channels, kernel, stride)), nn.ReLU()]
             channels = out_channels
         layers += [
@@ -139,6 +141,39 @@ def _orthogonal(layer: nn.Module) -> nn.Module:
     nn.init.orthogonal_(layer.weight, math.sqrt(2))
     nn.init.zeros_(layer.bias)
     return layer
+
+
+class DictEncoder(nn.Module):
+    """A packed Dict observation (``distrl.envs.dict_obs``) read key by key: each image key
+    through its own image encoder (``model.encoder``; with ``mlp``, its values flattened as they
+    are, for symbolic grids such as MiniGrid's), Discrete keys one-hot, Box vectors and
+    MultiBinary bits as they are; all concatenated for the heads' MLPs."""
+
+    def __init__(self, space: PackedDict, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.space = space
+        images = {k: s for k, s in space.entries.items() if is_image(s) and cfg.encoder != "mlp"}
+        self.images = nn.ModuleDict({key: image_encoder(entry, cfg) for key, entry in images.items()})
+        self.features = 0
+        for key, entry in space.entries.items():
+            if key in self.images:
+                self.features += self.images[key].features
+            else:
+                self.features += (
+                    int(entry.n) if isinstance(entry, gym.spaces.Discrete) else math.prod(entry.shape)
+                )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        parts = []
+        for key, entry in self.space.entries.items():
+            values = obs[:, self.space.slices[key]]
+            if key in self.images:
+                parts.append(self.images[key](values.reshape(-1, *entry.shape)))
+            elif isinstance(entry, gym.spaces.Discrete):
+                parts.append(F.one_hot(values[:, 0].long() - int(entry.start), int(entry.n)).float())
+            else:
+                parts.append(values.float())
+        return torch.cat(parts, dim=-1)
 
 
 def image_encoder(space: gym.spaces.Box, cfg: ModelConfig) -> ImageEncoder:

@@ -21,11 +21,18 @@ def batch_moments(x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
 class RunningMeanStd(nn.Module):
     """Mean and variance of everything seen so far; buffers so they travel in state_dict."""
 
-    def __init__(self, shape: tuple[int, ...], epsilon: float = 1e-8) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], epsilon: float = 1e-8, only: torch.Tensor | None = None
+    ) -> None:
+        """``only``: a bool mask of the entries ``normalize`` touches (a packed Dict's feature
+        vectors); the others pass as they are. Statistics are kept for all."""
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.only: torch.Tensor | None
+        # Derived from the observation space, so not saved: checkpoints keep their keys.
+        self.register_buffer("only", only, persistent=False)
         self.epsilon = epsilon
 
     def update_from_moments(self, count: float, mean: torch.Tensor, m2: torch.Tensor) -> None:
@@ -44,7 +51,8 @@ class RunningMeanStd(nn.Module):
 
     def normalize(self, x: torch.Tensor, clip: float) -> torch.Tensor:
         std = torch.sqrt(self.var + self.epsilon).to(x.dtype)
-        return torch.clamp((x - self.mean.to(x.dtype)) / std, -clip, clip)
+        normalized = torch.clamp((x - self.mean.to(x.dtype)) / std, -clip, clip)
+        return normalized if self.only is None else torch.where(self.only, normalized, x)
 
     def scale(self, x: torch.Tensor, clip: float) -> torch.Tensor:
         """Divide by the running std without centring (reward scaling)."""

@@ -11,6 +11,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.envs.dict_obs import PackedDict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.models.actor_critic import ActorCritic, DeterministicActor, deployable_actor
@@ -29,7 +30,14 @@ def uses_obs_normalization(
     cfg: RunConfig, observation_space: gym.spaces.Space, action_space: gym.spaces.Space
 ) -> bool:
     """Explicit setting wins; by default normalise feature vectors for continuous control only.
-    Images are never normalised: the encoder scales them."""
+    Images are never normalised: the encoder scales them. Of a Dict, only feature-vector keys."""
+    if isinstance(observation_space, PackedDict) and not observation_space.vector_mask().any():
+        if cfg.normalize.observations:
+            raise UserError(
+                "normalize.observations=true: the observations' keys hold no feature vectors (images, "
+                "indices and bits are not normalised); unset it"
+            )
+        return False
     if is_image(observation_space):
         if cfg.normalize.observations:
             raise UserError(
@@ -47,8 +55,15 @@ def ppo_normalizers(
 ) -> tuple[RunningMeanStd | None, RunningMeanStd | None]:
     """The observation statistics and the reward scale the config asks for (None: not used)."""
     normalize = uses_obs_normalization(cfg, observation_space, action_space)
-    obs_rms = RunningMeanStd(observation_space.shape) if normalize else None
+    obs_rms = _obs_normalizer(observation_space) if normalize else None
     return obs_rms, RunningMeanStd(()) if cfg.normalize.rewards else None
+
+
+def _obs_normalizer(observation_space: gym.spaces.Box) -> RunningMeanStd:
+    """Statistics of the observations; of a packed Dict, normalising its feature-vector keys only."""
+    if isinstance(observation_space, PackedDict):
+        return RunningMeanStd(observation_space.shape, only=torch.from_numpy(observation_space.vector_mask()))
+    return RunningMeanStd(observation_space.shape)
 
 
 def ppo_actor_critic(
@@ -81,7 +96,7 @@ def deterministic_actor(
     policy.load_state_dict(ckpt.strip_prefix(model_tensors, "policy."))
     obs_rms = None
     if rms_tensors := ckpt.strip_prefix(model_tensors, "obs_rms."):
-        obs_rms = RunningMeanStd(observation_space.shape)
+        obs_rms = _obs_normalizer(observation_space)
         obs_rms.load_state_dict(rms_tensors)
     return deployable_actor(policy, obs_rms, cfg.normalize.clip, action_space)
 
@@ -97,10 +112,11 @@ def make_q_network(
 ) -> nn.Module:
     """One value per action for Discrete actions; for parametric actions (a Box of one action's
     features) a network scoring (state, action features) pairs. Feature vectors only (so far)."""
-    if is_image(observation_space):
+    if is_image(observation_space) or isinstance(observation_space, PackedDict):
+        what = "Dict" if isinstance(observation_space, PackedDict) else f"image {observation_space.shape}"
         raise UserError(
-            f"algo.name=dqn: image observations {observation_space.shape} are not supported yet "
-            "(its Q-networks are MLPs); train them with algo.name=ppo"
+            f"algo.name=dqn: {what} observations are not supported yet (its Q-networks are MLPs on "
+            "feature vectors); train them with algo.name=ppo"
         )
     if isinstance(action_space, gym.spaces.Discrete):
         return QNetwork(observation_space.shape[0], int(action_space.n), cfg.model)

@@ -22,6 +22,7 @@ from torch import nn
 
 from distrl.algos.ppo_jax import ActorCritic, JaxPPO, PPOStats, Rollout, sample_actions
 from distrl.comm.jax_comm import AXIS, JaxComm, as_row, own_row
+from distrl.envs.dict_obs import PackedDict
 from distrl.errors import UserError
 from distrl.io.train_state import TrainState
 from distrl.models.policies import deterministic_actor
@@ -133,10 +134,10 @@ class JaxPPOLearner:
     ) -> None:
         self.cfg = cfg
         self.comm = comm
-        if len(observation_space.shape) != 1:
+        if len(observation_space.shape) != 1 or isinstance(observation_space, PackedDict):
             raise UserError(
-                f"ml_framework: jax trains on feature vectors; observations of shape "
-                f"{observation_space.shape} (images) need ml_framework: torch"
+                f"ml_framework: jax trains on feature vectors; observations {observation_space} (images "
+                "or a Dict) need ml_framework: torch"
             )
         if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
             raise UserError(f"ml_framework: jax acts in Discrete or Box spaces; {action_space} needs torch")

@@ -51,7 +51,7 @@ def normalize_advantages(
     return ((advantages - mean) / (std + 1e-8)).reshape(-1)
 
 
-def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int, sequence_length: int) -> int:
+def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int, sequence_length: int = 1) -> int:
     """Parts each rank splits its rollout into per epoch, by the size rule (README, "Adding
     ranks"): the global minibatch stays ``minibatch_size`` samples however many ranks there are,
     so each rank's share of a minibatch shrinks as ranks grow. A part is whole chunks of
