@@ -78,8 +78,10 @@ def test_pixels_train_on_one_and_two_ranks(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env.kwargs={size: 24}"], "pixels are too small for model.encoder=nature_cnn (at least 36x36)"),
-        (["algo.name=dqn"], "algo.name=dqn: image observations (3, 36, 36) are not supported yet"),
+        (
+            ["env.kwargs={size: 24}"],
+            "pixels are too small for model.encoder=nature_cnn (at least 36x36; model.encoder=impala_cnn",
+        ),
         (["normalize.observations=true"], "normalize.observations=true: image observations are scaled"),
         (["model.encoder=mlp"], "model.encoder=mlp: the observations are images"),
     ],
@@ -100,6 +102,19 @@ def test_the_impala_encoder_reads_any_frame_size_into_256_features(shape: tuple[
     assert features.shape == (rows, 256) and torch.isfinite(features).all()
     features.sum().backward()
     assert all(p.grad is not None for p in encoder.parameters())
+
+
+def test_dqn_learns_from_uint8_frames_in_its_replay_buffer(tmp_path: Path) -> None:
+    """CleanRL's Atari DQN layout (the CNN and one linear layer); chance earns 8 of 16."""
+    result = distrl(
+        "train", "--env", "tests.envs.toy:BrightnessEnv", "algo.name=dqn", "--num-envs", "4",
+        "--total-steps", "6016", "algo.learning_starts=500", "algo.gradient_steps=16",
+        "algo.rollout_steps=32", "train.stop_return=null", "log.tensorboard=false",
+        "--run-dir", str(tmp_path), cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    evaluated = distrl("eval", "--checkpoint", str(tmp_path), "--episodes", "4", "--json", cwd=REPO)
+    assert json.loads(evaluated.stdout)["return_mean"] >= 14
 
 
 @pytest.mark.parametrize(

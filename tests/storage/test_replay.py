@@ -19,7 +19,7 @@ def fill(buffer: ReplayBuffer, rewards: list[float], ends: list[tuple[bool, bool
 
 
 def test_n_step_returns_stop_where_episodes_end() -> None:
-    buffer = ReplayBuffer(capacity=8, num_envs=1, obs_dim=1, device=torch.device("cpu"))
+    buffer = ReplayBuffer(capacity=8, num_envs=1, obs_shape=1, device=torch.device("cpu"))
     # Episode 1: steps 0-2, terminated at 2; episode 2: steps 3-4, truncated at 4; then 5.
     fill(buffer, [1.0, 2.0, 4.0, 8.0, 16.0, 32.0], [(0, 0), (0, 0), (1, 0), (0, 0), (0, 1), (0, 0)])
     batch = buffer.sample(64, n_step=3, gamma=0.5, generator=torch.Generator().manual_seed(0))
@@ -43,14 +43,14 @@ def test_n_step_returns_stop_where_episodes_end() -> None:
 
 
 def test_ring_buffer_keeps_the_newest_rows() -> None:
-    buffer = ReplayBuffer(capacity=4, num_envs=1, obs_dim=1, device=torch.device("cpu"))
+    buffer = ReplayBuffer(capacity=4, num_envs=1, obs_shape=1, device=torch.device("cpu"))
     fill(buffer, [1.0] * 10, [(0, 0)] * 10)
     batch = buffer.sample(100, n_step=1, gamma=0.9, generator=torch.Generator().manual_seed(1))
     assert set(batch.obs[:, 0].tolist()) == {6.0, 7.0, 8.0, 9.0}
 
 
 def test_a_cut_episode_ends_its_n_step_returns_at_the_cut() -> None:
-    buffer = ReplayBuffer(capacity=8, num_envs=1, obs_dim=1, device=torch.device("cpu"))
+    buffer = ReplayBuffer(capacity=8, num_envs=1, obs_shape=1, device=torch.device("cpu"))
     fill(buffer, [1.0, 2.0], [(0, 0), (0, 0)])
     buffer.cut(torch.tensor([True]))  # the env was rebuilt: its episode ends after step 1
     fill(buffer, [4.0, 8.0, 16.0], [(0, 0), (0, 0), (0, 0)], start=2)
@@ -63,3 +63,22 @@ def test_a_cut_episode_ends_its_n_step_returns_at_the_cut() -> None:
     assert returns[2.0] == (4 + 0.5 * 8 + 0.25 * 16, 3)  # the fresh episode runs on
     cut = [i for i in range(len(batch)) if float(batch.obs[i, 0]) == 1.0]
     assert not batch.terminated[cut].any()  # bootstraps from its own next observation
+
+
+def test_frames_are_stored_as_the_env_gives_them() -> None:
+    buffer = ReplayBuffer(
+        capacity=4, num_envs=2, obs_shape=(3, 36, 36), device=torch.device("cpu"), obs_dtype=torch.uint8
+    )
+    frames = torch.randint(0, 256, (2, 3, 36, 36), dtype=torch.uint8)
+    buffer.add(
+        frames,
+        torch.tensor([0, 1]),
+        torch.ones(2),
+        frames,
+        torch.zeros(2, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.bool),
+    )
+    assert buffer.obs.dtype == buffer.next_obs.dtype == torch.uint8
+    assert buffer.obs.nbytes == 4 * 2 * 3 * 36 * 36  # one byte a pixel
+    batch = buffer.sample(8, n_step=1, gamma=0.9)
+    assert batch.obs.dtype == torch.uint8 and any(torch.equal(row, frames[0]) for row in batch.obs)

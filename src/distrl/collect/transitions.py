@@ -78,6 +78,6 @@ def env_worker_collector(
     epsilon-greedy collector of ``env`` acting with it, drawing ``part``'s rows of the learner's
     exploration noise."""
     cpu = torch.device("cpu")
-    q_network = make_q_network(cfg, env.observation_space, env.action_space)
+    q_network = make_q_network(cfg, env.observation_space, env.action_space, cpu)
     exploration = exploration_noise(noise_seed, noise_rows, part, cpu)
     return {"q_network": q_network}, TransitionCollector(cfg, env, q_network, exploration, cpu)

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 import gymnasium as gym
 import torch
 
-from distrl.config.sections import EnvConfig
 from distrl import extras
+from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, VecEnv
 from distrl.errors import UserError
 from distrl.extras import require_extra

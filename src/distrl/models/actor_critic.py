@@ -12,8 +12,7 @@ import torch
 from torch import nn
 
 from distrl.envs.base import obs_tensor_dtype
-from distrl.envs.dict_obs import PackedDict
-from distrl.models.encoders import DictEncoder, image_encoder, is_image
+from distrl.models.encoders import ImageEncoder, encode, observation_encoder
 from distrl.models.linear import Linear
 from distrl.models.memory import RecurrentCore
 from distrl.models.normalizer import RunningMeanStd
@@ -59,23 +58,14 @@ class ActorCritic(nn.Module):
         self.action_sizes = categorical_sizes(action_space)
         """Choices of each categorical sub-action (one for Discrete); empty for Box actions."""
         n_out = action_space.shape[0] if self.continuous else sum(self.action_sizes)
-        self.encoder: nn.Module = nn.Identity()
         self.low_precision: torch.dtype | None = None
         """The encoder's autocast dtype (``distrl.precision``); None: float32."""
-        image = isinstance(observation, gym.spaces.Box) and is_image(observation)
-        if image:
-            self.encoder = image_encoder(observation, cfg)
-            features = self.encoder.features
-        elif isinstance(observation, PackedDict):
-            self.encoder = DictEncoder(observation, cfg)
-            features = self.encoder.features
-        else:
-            features = observation if isinstance(observation, int) else observation.shape[0]
+        self.encoder, features = observation_encoder(observation, cfg)
         self.memory: RecurrentCore | None = None
         if cfg.memory != "none":
             self.memory = RecurrentCore(cfg.memory, features, cfg.memory_size)
             features = self.memory.size
-        if image:
+        if isinstance(self.encoder, ImageEncoder):
             self.actor = nn.Sequential(_layer(features, n_out, 0.01))
             self.critic = nn.Sequential(_layer(features, 1, 1.0))
         else:
@@ -134,10 +124,7 @@ class ActorCritic(nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """The encoder's output in float32 (run in ``low_precision`` where set)."""
-        if self.low_precision is None:
-            return self.encoder(obs)
-        with torch.autocast(obs.device.type, dtype=self.low_precision):
-            return self.encoder(obs).float()
+        return encode(self.encoder, obs, self.low_precision)
 
     def remember(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step: (the heads' input, the next state); without memory the encoder's features and

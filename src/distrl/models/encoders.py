@@ -176,6 +176,28 @@ class DictEncoder(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
+def observation_encoder(observation: int | gym.spaces.Box, cfg: ModelConfig) -> tuple[nn.Module, int]:
+    """(what turns ``observation`` into features, their width): an image encoder for images, a
+    ``DictEncoder`` for packed Dicts, nothing for feature vectors (``observation`` may be their
+    length)."""
+    if isinstance(observation, PackedDict):
+        encoder: nn.Module = DictEncoder(observation, cfg)
+        return encoder, encoder.features
+    if isinstance(observation, gym.spaces.Box) and is_image(observation):
+        encoder = image_encoder(observation, cfg)
+        return encoder, encoder.features
+    return nn.Identity(), observation if isinstance(observation, int) else observation.shape[0]
+
+
+def encode(encoder: nn.Module, obs: torch.Tensor, low_precision: torch.dtype | None) -> torch.Tensor:
+    """``encoder``'s features in float32, computed under autocast to ``low_precision`` where set
+    (``distrl.precision``; the weights stay float32)."""
+    if low_precision is None:
+        return encoder(obs)
+    with torch.autocast(obs.device.type, dtype=low_precision):
+        return encoder(obs).float()
+
+
 def image_encoder(space: gym.spaces.Box, cfg: ModelConfig) -> ImageEncoder:
     """The encoder ``model.encoder`` names for image observations (``auto``: the Nature CNN)."""
     if cfg.encoder == "mlp":

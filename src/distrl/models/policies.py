@@ -108,19 +108,27 @@ def ppo_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
 
 
 def make_q_network(
-    cfg: RunConfig, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
+    cfg: RunConfig,
+    observation_space: gym.spaces.Box,
+    action_space: gym.spaces.Space,
+    device: torch.device | None = None,
 ) -> nn.Module:
-    """One value per action for Discrete actions; for parametric actions (a Box of one action's
-    features) a network scoring (state, action features) pairs. Feature vectors only (so far)."""
-    if is_image(observation_space) or isinstance(observation_space, PackedDict):
-        what = "Dict" if isinstance(observation_space, PackedDict) else f"image {observation_space.shape}"
-        raise UserError(
-            f"algo.name=dqn: {what} observations are not supported yet (its Q-networks are MLPs on "
-            "feature vectors); train them with algo.name=ppo"
-        )
+    """One value per action for Discrete actions (feature vectors, images, packed Dicts); for
+    parametric actions (a Box of one action's features) a network scoring (state, action
+    features) pairs of feature vectors. On ``device`` (a learner's or an env worker's), its image
+    encoder in the precision ``train.mixed_precision`` gives there; on the CPU in float32 without."""
     if isinstance(action_space, gym.spaces.Discrete):
-        return QNetwork(observation_space.shape[0], int(action_space.n), cfg.model)
-    return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model)
+        q_network = QNetwork(observation_space, int(action_space.n), cfg.model)
+        if device is not None:
+            heavy = is_image(observation_space)
+            q_network.to(device).low_precision = low_precision(cfg.train.mixed_precision, device, heavy)
+        return q_network
+    if len(observation_space.shape) != 1 or isinstance(observation_space, PackedDict):
+        raise UserError(
+            f"parametric actions (algo.name=dqn on a Box action space): observations {observation_space} "
+            "must be a feature vector"
+        )
+    return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model).to(device)
 
 
 def greedy_policy(q_network: nn.Module) -> nn.Module:

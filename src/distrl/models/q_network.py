@@ -1,26 +1,35 @@
-"""Q-network for discrete actions: an MLP from an observation to one value per action."""
+"""Q-network for discrete actions: an observation to one value per action. Feature vectors go
+through an MLP; images through ``model.encoder``'s CNN and one linear layer (CleanRL's Atari DQN);
+packed Dicts through their ``DictEncoder`` and an MLP."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import gymnasium as gym
 import torch
 from torch import nn
 
 from distrl.models.actor_critic import mlp
+from distrl.models.encoders import ImageEncoder, encode, observation_encoder
 
 if TYPE_CHECKING:  # annotations only
     from distrl.config.sections import ModelConfig
 
 
 class QNetwork(nn.Module):
-    def __init__(self, obs_dim: int, num_actions: int, cfg: ModelConfig) -> None:
+    def __init__(self, observation: int | gym.spaces.Box, num_actions: int, cfg: ModelConfig) -> None:
+        """``observation``: the observation space, or the length of a feature vector."""
         super().__init__()
         self.num_actions = num_actions
-        self.net = mlp(obs_dim, cfg.hidden_sizes, num_actions, cfg.activation, out_gain=1.0)
+        self.encoder, features = observation_encoder(observation, cfg)
+        self.low_precision: torch.dtype | None = None
+        """The encoder's autocast dtype (``distrl.precision``); None: float32."""
+        hidden = [] if isinstance(self.encoder, ImageEncoder) else cfg.hidden_sizes
+        self.net = mlp(features, hidden, num_actions, cfg.activation, out_gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs)
+        return self.net(encode(self.encoder, obs, self.low_precision))
 
 
 class GreedyPolicy(nn.Module):

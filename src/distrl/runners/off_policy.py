@@ -18,6 +18,7 @@ from torch import nn
 from distrl.algos.dqn import DQN
 from distrl.collect.rollout import TransitionSource
 from distrl.collect.transitions import TransitionCollector, exploration_noise
+from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.policies import greedy_policy, make_q_network
@@ -49,7 +50,7 @@ class QLearningRunner(Runner):
         if cfg.normalize.clip_rewards:
             raise UserError("normalize.clip_rewards is for PPO so far; unset it for algo.name=dqn")
         self.observation_space, self.action_space = observation_space, action_space
-        self.q_network = make_q_network(cfg, observation_space, action_space).to(ctx.device)
+        self.q_network = make_q_network(cfg, observation_space, action_space, ctx.device)
         comm.broadcast_parameters_(self.q_network)
         self.clock = ctx.clock
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
@@ -100,7 +101,9 @@ class OffPolicyRunner(QLearningRunner):
             self.collection = ctx.workers.env.acting({"q_network": self.q_network}, device)
         # The buffer keeps buffer_size transitions over all ranks: the same history per env.
         capacity = max(math.ceil(cfg.algo.buffer_size / self.envs.global_count), cfg.algo.n_step)
-        self.replay = ReplayBuffer(capacity, self.envs.count, observation_space.shape[0], device)
+        self.replay = ReplayBuffer(
+            capacity, self.envs.count, observation_space.shape, device, obs_tensor_dtype(observation_space)
+        )
         self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
         self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window, device)
 

@@ -37,12 +37,22 @@ class ReplayBuffer:
     observation for an episode that ended), ``terminated`` says the MDP ended there (no
     bootstrap), ``ended`` that the episode ended either way (n-step sums stop there)."""
 
-    def __init__(self, capacity: int, num_envs: int, obs_dim: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        obs_shape: int | tuple[int, ...],
+        device: torch.device,
+        obs_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        """``obs_shape``: one observation's (a feature vector's length, or an image's shape),
+        stored in ``obs_dtype`` (uint8 frames as they are: a quarter of float32's bytes)."""
         self.capacity = capacity
         self.num_envs = num_envs
         shape = (capacity, num_envs)
-        self.obs = torch.zeros((*shape, obs_dim), device=device)
-        self.next_obs = torch.zeros((*shape, obs_dim), device=device)
+        obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+        self.obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
+        self.next_obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros(shape, dtype=torch.int64, device=device)
         self.rewards = torch.zeros(shape, device=device)
         self.terminated = torch.zeros(shape, dtype=torch.bool, device=device)
