@@ -5,7 +5,7 @@ Nature CNN on 4 stacked 84x84 grey frames, lr 2.5e-4 annealed, clip 0.1, seed 1,
 thread per process (OMP_NUM_THREADS=1), TensorBoard scalars every update. Interleaved repeats
 (distrl, CleanRL, distrl, ...), medians.
 
-    python benchmarks/atari_peer_bench.py [--repeats 3] [--updates 6] [--procs 1 2] [--ale]
+    python benchmarks/atari_peer_bench.py [--repeats 3] [--updates 6] [--procs 1 2] [--ale] [--fp32]
 
 The rate is steady state for both: agent steps over seconds from the end of the first update to
 the end of the last (start-up and the first update left out). distrl: its metrics.jsonl rows
@@ -72,8 +72,15 @@ STEPS_PER_UPDATE = NUM_ENVS * 128
 SEED = 1
 PEER = "CleanRL `ppo_atari_envpool.py`"
 DISTRL = "distrl, `env.backend=envpool`"
+DISTRL_FP32 = "distrl, `env.backend=envpool`, `train.mixed_precision=fp32`"
 DISTRL_ALE = "distrl, shipped config (`env.backend=ale`)"
-DISTRL_BACKENDS = {DISTRL: "envpool", DISTRL_ALE: "ale"}
+DISTRL_RUNS = {
+    DISTRL: ("envpool", []),
+    DISTRL_FP32: ("envpool", ["train.mixed_precision=fp32"]),
+    DISTRL_ALE: ("ale", []),
+}
+"""distrl's contenders: (env backend, overrides). The default precision is ``auto``: bf16 autocast of
+the CNN where the CPU computes bf16 natively (CleanRL runs float32 throughout)."""
 COMMON = [
     "log.progress=false",
     "log.tensorboard=true",  # CleanRL writes TensorBoard scalars every update too
@@ -107,8 +114,8 @@ def steady_rate(points: list[tuple[int, float]]) -> float:
     return (last_step - first_step) / (last_s - first_s)
 
 
-def distrl_rate(procs: int, updates: int, out: Path, backend: str) -> float:
-    args = ["--total-steps", str(STEPS_PER_UPDATE * updates), "--seed", str(SEED), *COMMON]
+def distrl_rate(procs: int, updates: int, out: Path, backend: str, overrides: list[str]) -> float:
+    args = ["--total-steps", str(STEPS_PER_UPDATE * updates), "--seed", str(SEED), *COMMON, *overrides]
     if backend == "envpool":
         threads = max(1, min(NUM_ENVS, os.cpu_count() or 1) // procs)
         kwargs = f"{{episodic_life: true, reward_clip: true, num_threads: {threads}}}"
@@ -132,7 +139,7 @@ def peer_rate(python: Path, updates: int, out: Path) -> float:
 
 def measure(args: argparse.Namespace, peer: Path, tmp: Path) -> dict[tuple[str, int], list[float]]:
     """(contender, processes) -> steady agent steps/s of each repeat, interleaved."""
-    names = [DISTRL, PEER, *([DISTRL_ALE] if args.ale else [])]
+    names = [DISTRL, PEER, *([DISTRL_FP32] if args.fp32 else []), *([DISTRL_ALE] if args.ale else [])]
     rates: dict[tuple[str, int], list[float]] = {}
     for repeat in range(args.repeats):
         for procs in args.procs:
@@ -143,7 +150,7 @@ def measure(args: argparse.Namespace, peer: Path, tmp: Path) -> dict[tuple[str, 
                 if name == PEER:
                     rate = peer_rate(peer, args.updates, out)
                 else:
-                    rate = distrl_rate(procs, args.updates, out, DISTRL_BACKENDS[name])
+                    rate = distrl_rate(procs, args.updates, out, *DISTRL_RUNS[name])
                 rates.setdefault((name, procs), []).append(rate)
     return rates
 
@@ -178,6 +185,7 @@ def main() -> None:
     )
     parser.add_argument("--procs", type=int, nargs="+", choices=[1, 2], default=[1])
     parser.add_argument("--ale", action="store_true", help="also time distrl's shipped config (ale-py)")
+    parser.add_argument("--fp32", action="store_true", help="also time distrl in float32, as CleanRL runs")
     args = parser.parse_args()
     if args.updates < 2:
         parser.error("--updates must be at least 2: the first update is left out of the rate")

@@ -28,7 +28,8 @@ def space_to_json(space: gym.spaces.Space) -> dict[str, Any]:
             "type": "Box",
             "shape": list(space.shape),
             "dtype": str(space.dtype),
-            # JSON has no inf: unbounded entries are written as null.
+            # JSON has no inf: unbounded entries are written as null; bounds shared by every
+            # entry (an image's 0 and 255) once.
             "low": _bounds(space.low),
             "high": _bounds(space.high),
         }
@@ -45,11 +46,18 @@ def space_from_json(data: dict[str, Any]) -> gym.spaces.Space:
     if data["type"] == "MultiBinary":
         return gym.spaces.MultiBinary(data["n"])
     if data["type"] == "Box":
-        low = np.array([-np.inf if x is None else x for x in data["low"]], dtype=data["dtype"])
-        high = np.array([np.inf if x is None else x for x in data["high"]], dtype=data["dtype"])
-        return gym.spaces.Box(low.reshape(data["shape"]), high.reshape(data["shape"]), dtype=data["dtype"])
+        low = _read_bounds(data["low"], data["shape"], data["dtype"], -np.inf)
+        high = _read_bounds(data["high"], data["shape"], data["dtype"], np.inf)
+        return gym.spaces.Box(low, high, dtype=data["dtype"])
     raise ValueError(f"unknown space type {data['type']!r}")
 
 
-def _bounds(values: np.ndarray) -> list[float | None]:
-    return [float(x) if np.isfinite(x) else None for x in values.reshape(-1)]
+def _bounds(values: np.ndarray) -> float | None | list[float | None]:
+    flat = [float(x) if np.isfinite(x) else None for x in values.reshape(-1)]
+    return flat[0] if flat and all(x == flat[0] for x in flat) else flat
+
+
+def _read_bounds(bounds: Any, shape: list[int], dtype: str, unbounded: float) -> np.ndarray:
+    """``_bounds``'s form (one value for every entry, or one each) as an array of ``shape``."""
+    values = np.array([unbounded if x is None else x for x in np.atleast_1d(np.array(bounds, dtype=object))])
+    return np.broadcast_to(values.astype(dtype), (int(np.prod(shape)),)).reshape(shape).copy()
