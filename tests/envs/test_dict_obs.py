@@ -48,6 +48,12 @@ def test_keys_are_laid_out_in_order_in_one_byte_when_they_fit() -> None:
     again = space_from_json(json.loads(json.dumps(space_to_json(small), sort_keys=True)))
     assert list(again.entries) == ["direction", "frame", "bits"] and again == small
     assert again.entries["direction"].start == 1
+    reordered = PackedDict(
+        {"frame": frame, "direction": gym.spaces.Discrete(4, start=1), "bits": gym.spaces.MultiBinary(3)}
+    )
+    assert reordered != small  # another order is another layout
+    # A feature-vector key of bytes is packed as float32 all the same: normalisation may touch it.
+    assert PackedDict({"frame": frame, "counts": gym.spaces.Box(0, 9, (2,), np.uint8)}).dtype == np.float32
 
 
 def test_the_encoder_reads_each_key() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from distrl.envs.spaces import space_from_json
 from distrl.eval.policy import load_policy
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import FORMAT_VERSION
@@ -44,7 +45,7 @@ def test_policy_is_rebuilt_without_an_env(
     actions = loaded.policy(torch.randn(5, obs_dim))
     assert actions.shape[0] == 5
     if state["action_space"]["type"] == "Box":  # the mean, clipped to the action bounds
-        assert actions.abs().max() <= state["action_space"]["high"][0]
+        assert actions.abs().max() <= space_from_json(state["action_space"]).high[0]
     else:
         assert set(actions.tolist()) <= set(range(state["action_space"]["n"]))
 

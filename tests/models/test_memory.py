@@ -57,6 +57,17 @@ def test_the_update_replays_the_states_acting_had_so_the_first_ratio_is_one(memo
     assert (values - batch.values).abs().max() > 1e-4  # a hundred times the tolerance above
 
 
+def test_one_step_chunks_replay_from_each_steps_state() -> None:
+    runner, batch = collected("gru", "algo.bptt_len=1")
+    assert batch.sequence_length == 1 and batch.num_chunks == 16 * 4 and batch.memory_states is not None
+    with torch.no_grad():
+        log_probs, _, values = runner.policy.action_stats(
+            batch.obs, batch.actions, batch.start_states(), batch.dones
+        )
+    torch.testing.assert_close(values, batch.values, rtol=0, atol=1e-6)
+    runner.algo.update(batch)  # one-step chunks train too
+
+
 def test_the_state_is_zero_after_an_episode_ends_and_carried_otherwise() -> None:
     runner, _ = collected("lstm")
     rollout = runner.collect()

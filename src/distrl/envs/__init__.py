@@ -7,6 +7,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from distrl import extras
@@ -97,3 +98,5 @@ def _check_spaces(cfg: EnvConfig, env: VecEnv) -> None:
         )
     if not isinstance(act_space, gym.spaces.Discrete) and len(act_space.shape) != 1:
         raise UserError(f"env {env_id!r}: action space {act_space} must be flat (one axis)")
+    if np.any(getattr(act_space, "start", 0) != 0):
+        raise UserError(f"env {env_id!r}: action space {act_space} must count its actions from 0 (start=0)")

@@ -5,7 +5,8 @@ export and checkpoints carry a single observation tensor whatever the env gives.
 in ``env.obs_keys`` order (all keys by default, in the Dict's order). A Box key is its values, a
 Discrete key its index (one number, the model one-hot encodes it), a MultiBinary key its bits. The
 vector is uint8 when every entry fits in a byte (uint8 images, Discrete of at most 256 values,
-MultiBinary), so pixel keys keep their size; float32 otherwise. The actor-critic unpacks it by
+MultiBinary), so pixel keys keep their size; float32 otherwise (any feature-vector key, which
+observation normalisation may touch). The actor-critic unpacks it by
 key (``distrl.models.encoders.DictEncoder``): images to a CNN, the rest concatenated. An exported
 policy takes the packed vector (``PackedDict.pack`` builds it from a Dict observation).
 """
@@ -59,7 +60,8 @@ class PackedDict(gym.spaces.Box):
         return f"PackedDict({', '.join(f'{k}: {v}' for k, v in self.entries.items())})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PackedDict) and self.entries == other.entries
+        # The order is the layout: the same keys in another order pack differently.
+        return isinstance(other, PackedDict) and list(self.entries.items()) == list(other.entries.items())
 
     def __hash__(self) -> int:
         return hash(tuple(self.entries))
@@ -97,8 +99,9 @@ def _bounds(space: gym.spaces.Space) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fits_a_byte(space: gym.spaces.Space) -> bool:
+    """Images of bytes, small indices and bits; a feature vector (which may be normalised) never."""
     if isinstance(space, gym.spaces.Box):
-        return space.dtype == np.uint8
+        return space.dtype == np.uint8 and len(space.shape) == 3
     if isinstance(space, gym.spaces.Discrete):
         return space.start >= 0 and space.start + space.n <= 256
     return True  # MultiBinary

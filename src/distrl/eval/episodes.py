@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from distrl.envs import make_vec_env
-from distrl.models.memory import policy_state_size
+from distrl.models.memory import policy_state_size, reset_ended
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -44,6 +44,8 @@ def _run_episodes(cfg: RunConfig, policy: nn.Module, seeds: list[int]) -> list[f
             actions = policy(obs.to(device))
         result = env.step(actions.to(env.device))
         reward, terminated, truncated = (x.to(device) for x in result[1:4])
+        if state_size and result.life_lost is not None:  # as in training: a lost life resets it
+            state = reset_ended(state, result.life_lost.to(device))
         totals += reward * running
         running &= ~(terminated | truncated)
         obs = result.obs

@@ -35,6 +35,14 @@ def is_image(space: gym.spaces.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
 
 
+def has_images(space: gym.spaces.Space) -> bool:
+    """An image, or a packed Dict with an image key: what a CNN reads (``train.mixed_precision``'s
+    heavy models)."""
+    if isinstance(space, PackedDict):
+        return any(is_image(entry) for entry in space.entries.values())
+    return is_image(space)
+
+
 def channels_last(shape: tuple[int, ...], channels: str) -> bool:
     """Whether an image of ``shape`` holds its channels on its last axis (module docstring)."""
     if channels != "auto":

@@ -15,7 +15,7 @@ from distrl.envs.dict_obs import PackedDict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.models.actor_critic import ActorCritic, DeterministicActor, deployable_actor
-from distrl.models.encoders import is_image
+from distrl.models.encoders import has_images, is_image
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
 from distrl.models.q_network import GreedyPolicy, QNetwork
@@ -72,7 +72,7 @@ def ppo_actor_critic(
     """PPO's actor-critic on ``device`` (a learner's or an env worker's), its encoder in the
     precision ``train.mixed_precision`` gives there."""
     policy = ActorCritic(observation_space, action_space, cfg.model).to(device)
-    policy.low_precision = low_precision(cfg.train.mixed_precision, device, is_image(observation_space))
+    policy.low_precision = low_precision(cfg.train.mixed_precision, device, has_images(observation_space))
     return policy
 
 
@@ -120,7 +120,7 @@ def make_q_network(
     if isinstance(action_space, gym.spaces.Discrete):
         q_network = QNetwork(observation_space, int(action_space.n), cfg.model)
         if device is not None:
-            heavy = is_image(observation_space)
+            heavy = has_images(observation_space)
             q_network.to(device).low_precision = low_precision(cfg.train.mixed_precision, device, heavy)
         return q_network
     if len(observation_space.shape) != 1 or isinstance(observation_space, PackedDict):

@@ -119,13 +119,14 @@ class RolloutSegment:
         return self.obs.shape[0]
 
     def batch(self, gamma: float, gae_lambda: float, sequence_length: int = 1) -> RolloutBatch:
-        """GAE over the segment, as chunks of ``sequence_length`` steps (which divides the
-        segment's steps; 1: the (steps * envs) samples) for the update."""
+        """GAE over the segment for the update: with memory, chunks of ``sequence_length`` steps
+        (which divides the segment's steps) with their states; without, the (steps * envs)
+        samples."""
         advantages, returns = compute_gae(
             self.rewards, self.values, self.dones, self.last_values, gamma, gae_lambda
         )
         steps = (self.obs, self.actions, self.log_probs, self.values, advantages, returns)
-        if sequence_length == 1:
+        if self.memory_states.shape[-1] == 0:
             return RolloutBatch(*(t.flatten(0, 1) for t in steps))
         memory = (self.memory_states, self.dones)
         return RolloutBatch(
