@@ -1,7 +1,7 @@
 """``env.backend: ale``: Atari through ale-py's vectorised env, CleanRL's preprocessing, uint8
 frames, episodic life read from the lives (the game, and the statistics' episode, go on), raw
-game scores with rewards clipped only for training, and the shipped Pong configs (a frame stack,
-an LSTM) training."""
+game scores with rewards clipped only for training (PPO and DQN), and the shipped Pong configs (a
+frame stack, an LSTM) training."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import pytest
 import torch
 
 from distrl.collect.rollout import ActionNoise, RolloutCollector
+from distrl.collect.transitions import TransitionCollector, exploration_noise
 from distrl.config.run import load_config
 from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.envs.ale_backend import game_name
 from distrl.errors import UserError
 from distrl.models.actor_critic import ActorCritic
+from distrl.models.policies import make_q_network
 from tests.helpers import REPO, distrl
 
 pytest.importorskip("ale_py", reason="the atari extra is installed by make test")
@@ -59,6 +61,25 @@ def test_a_lost_life_ends_the_agents_episode_not_the_game() -> None:
     assert (ends <= dones).all()  # a game's end is a learning end too
     assert (dones & ~ends).sum() >= 4  # lives lost mid-game: at least one per env in 256 steps
     assert torch.equal(segment.rewards, torch.sign(segment.env_rewards))  # no truncations here
+    env.close()
+
+
+def test_dqn_ends_the_agents_episode_on_a_lost_life_and_learns_clipped_rewards() -> None:
+    """DQN under episodic life (CleanRL's Atari DQN): a lost life terminates the stored transition
+    (no bootstrap); whole games are the statistics' episodes; rewards are stored as their sign."""
+    cfg = load_config(
+        None,
+        ["env.id=ALE/Breakout-v5", "env.backend=ale", "env.num_envs=4", "algo.name=dqn",
+         "algo.rollout_steps=256", "normalize.clip_rewards=true"],
+    )  # fmt: skip
+    env = make_vec_env(cfg.env, [0, 1, 2, 3], CPU)
+    q_network = make_q_network(cfg, env.observation_space, env.action_space, CPU)
+    collector = TransitionCollector(cfg, env, q_network, exploration_noise([5], 4, slice(None), CPU), CPU)
+    collector.reset()
+    segment = collector.collect(epsilon=1.0)
+    assert (segment.episode_ends <= segment.ended).all()  # a game's end is a learning end too
+    assert (segment.terminated & ~segment.episode_ends).sum() >= 4  # lives lost mid-game
+    assert torch.equal(segment.rewards, torch.sign(segment.env_rewards))
     env.close()
 
 

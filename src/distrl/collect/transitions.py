@@ -29,7 +29,9 @@ def exploration_noise(seed: list[int], rows: int, part: slice, device: torch.dev
 
 
 class TransitionCollector(EnvCollector):
-    """Steps ``env`` epsilon-greedily with ``q_network`` (a value per Discrete action)."""
+    """Steps ``env`` epsilon-greedily with ``q_network`` (a value per Discrete action). Under
+    episodic life a lost life ends the agent's episode (CleanRL's Atari DQN) while the game, the
+    statistics' episode, goes on; ``normalize.clip_rewards`` stores the rewards' sign."""
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class TransitionCollector(EnvCollector):
     ) -> None:
         super().__init__(env, device, clock)
         self.rollout_steps = cfg.algo.rollout_steps
+        self.clip_rewards = cfg.normalize.clip_rewards
         self.q_network = q_network
         self.noise = noise
 
@@ -64,7 +67,13 @@ class TransitionCollector(EnvCollector):
             with self.clock("env"):
                 result = self.env.step(actions.to(self.env.device))
             next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result[:5])
-            steps.append((obs, actions, reward, final_obs, terminated, terminated | truncated))
+            game_over = terminated | truncated
+            if result.life_lost is not None:  # the agent's episode ends; the game goes on
+                terminated = terminated | result.life_lost.to(self.device)
+            learnt = torch.sign(reward) if self.clip_rewards else reward
+            steps.append(
+                (obs, actions, learnt, final_obs, terminated, terminated | truncated, reward, game_over)
+            )
             obs = next_obs
         self.obs = obs
         columns = (torch.stack(column) for column in zip(*steps, strict=True))

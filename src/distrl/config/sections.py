@@ -105,7 +105,7 @@ class NormalizeConfig(Section):
     """Scale rewards by the running std of the discounted return (CleanRL's NormalizeReward)."""
     clip_rewards: bool = False
     """Train on the sign of each reward (Atari's reward clipping, as DQN's and CleanRL's Atari
-    PPO): the episode returns logged stay the env's own (the game score). PPO only."""
+    PPO): the episode returns logged stay the env's own (the game score). Online training only."""
     clip: PositiveFloat = 10.0
     """Clip normalised observations and scaled rewards to [-clip, clip]."""
 

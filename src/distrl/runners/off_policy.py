@@ -47,8 +47,6 @@ class QLearningRunner(Runner):
             )
         self.cfg = cfg
         self.device = ctx.device
-        if cfg.normalize.clip_rewards:
-            raise UserError("normalize.clip_rewards is for PPO so far; unset it for algo.name=dqn")
         self.observation_space, self.action_space = observation_space, action_space
         self.q_network = make_q_network(cfg, observation_space, action_space, ctx.device)
         comm.broadcast_parameters_(self.q_network)
@@ -141,7 +139,7 @@ class OffPolicyRunner(QLearningRunner):
     def collect(self, epsilon: float) -> None:
         """``rollout_steps`` epsilon-greedy steps of every env into the replay buffer."""
         segment = self.collection.collect(epsilon)
-        self.episodes.add_rollout(segment.rewards, segment.ended, segment.restarted)
+        self.episodes.add_rollout(segment.env_rewards, segment.episode_ends, segment.restarted)
         self.replay.cut(segment.restarted)
         for t in range(segment.steps):
             self.replay.add(

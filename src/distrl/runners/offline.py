@@ -66,6 +66,10 @@ class DataWorkers(Protocol):
 class OfflineRunner(QLearningRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm = ctx.cfg, ctx.comm
+        if cfg.normalize.clip_rewards:
+            raise UserError(
+                "normalize.clip_rewards is for online training; logged rewards are learnt as logged"
+            )
         seed_torch(cfg.train.seed, comm.rank)
         self.data_workers = ctx.workers.data
         path = Path(cfg.data.path)

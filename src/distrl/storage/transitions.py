@@ -15,11 +15,17 @@ class TransitionSegment:
     obs: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
+    """What the agent learns from (their sign with ``normalize.clip_rewards``)."""
     next_obs: torch.Tensor
     """The observation each step led to, also where the episode ended (the env's final one)."""
     terminated: torch.Tensor
+    """The agent's episode ended in the MDP (a lost life under episodic life too): no bootstrap."""
     ended: torch.Tensor
-    """Terminated or truncated: the episode is over either way."""
+    """Terminated or truncated: the agent's episode is over either way."""
+    env_rewards: torch.Tensor
+    """As the envs gave them: the episode returns."""
+    episode_ends: torch.Tensor
+    """Where the envs' episodes (whole games) end: the statistics'."""
     restarted: torch.Tensor
     """``[envs]`` bool: the env was reset before this segment, cutting its running episode (the
     first segment; an env worker rebuilt after a failure)."""
