@@ -185,7 +185,7 @@ def command_eval(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from distrl.eval.episodes import evaluate
+    from distrl.algos.registry import evaluator
     from distrl.eval.policy import load_policy
     from distrl.models.parametric_q_network import ParametricGreedyPolicy
 
@@ -200,7 +200,7 @@ def command_eval(args: argparse.Namespace) -> int:
     if episodes < 1:
         raise UserError(f"--episodes {episodes}: must be at least 1")
     seed = args.seed if args.seed is not None else loaded.cfg.eval.seed
-    returns = evaluate(loaded.cfg, loaded.policy, episodes, seed)
+    returns = evaluator(loaded.cfg)(loaded.cfg, loaded.policy, episodes, seed)
     result = {
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distrl.algos.registry import runner_class
+from distrl.algos.registry import check_inputs, runner_class
 from distrl.allocator import keep_freed_memory
-from distrl.envs import check_env
 from distrl.io import checkpoint as ckpt
 from distrl.io.run_dir import prepare_run_dir
 from distrl.io.train_state import launch_index
@@ -111,9 +110,9 @@ def _connect(cfg: RunConfig, topology: Topology, device: torch.device) -> Comm:
 
         # Before the env check: building a gymnax or Brax env starts JAX; jax.distributed comes first.
         comm = connect_jax(topology, cfg.comm.timeout_s)
-        check_env(cfg.env)
+        check_inputs(cfg)
         return comm
-    check_env(cfg.env)
+    check_inputs(cfg)
     return connect(topology, device, cfg.comm)
 
 

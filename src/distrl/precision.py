@@ -10,6 +10,8 @@ MLPs in float32, where it would only cost.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 
@@ -33,3 +35,8 @@ def low_precision(setting: str, device: torch.device, heavy_model: bool) -> torc
     ``heavy_model``: it has a part worth it (an image encoder)."""
     setting = resolved(setting, device)
     return torch.bfloat16 if setting == "bf16" and heavy_model else None
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` to ``dtype`` on ``device``'s type; nothing when ``dtype`` is None."""
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)

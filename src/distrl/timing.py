@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = (
-    "env", "inference", "returns", "replay", "data", "forward", "backward", "sync", "sync_wait",
+    "env", "inference", "generate", "score", "log_probs",
+    "returns", "replay", "data", "forward", "backward", "sync", "sync_wait",
     "sync_transfer", "optimizer", "update", "eval", "log", "checkpoint",
 )  # fmt: skip
 """Every phase any rank may time: each rank reports all of them (zero where unused), so the

@@ -15,8 +15,8 @@ class DQNConfig(Section):
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.hidden_sizes", "model.activation")
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
-    honours_compile: ClassVar[bool] = False
-    """``train.compile`` is refused: DQN's small-batch steps are not compiled."""
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ()
+    """None: DQN's small-batch steps are not compiled, and its networks have no transformer."""
 
     name: Literal["dqn"]
     rollout_steps: PositiveInt = 32

@@ -26,8 +26,8 @@ class PPOConfig(Section):
         "normalize.rewards",
     )
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
-    honours_compile: ClassVar[bool] = True
-    """Its torch learner honours ``train.compile``."""
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile",)
+    """The ``train`` switches its torch learner honours (``compile``, ``activation_checkpointing``)."""
 
     name: Literal["ppo"] = "ppo"
     rollout_steps: PositiveInt = 128

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from distrl import extras
 from distrl.algos.dqn_config import DQNConfig
+from distrl.algos.grpo_config import GRPOConfig
 from distrl.algos.ppo_config import PPOConfig
 from distrl.config.base import Section
 from distrl.errors import UserError
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from distrl.config.run import RunConfig
 
 ENVS = "envs"
-"""Learns online from envs, with a torch learner."""
+"""Learns online from envs (a sequence policy: from its task), with a torch learner."""
 LOGGED_DATA = "logged data"
 """Learns from a logged dataset (``data.path``)."""
 JAX = "jax"
@@ -51,6 +52,12 @@ class Algorithm:
     modules by checkpoint name, collector)``: what a Ray env worker acts and collects with."""
     memory_runners: tuple[str, ...] = ()
     """The keys of ``runners`` that train policies with memory (``model.memory``)."""
+    evaluator: str = "distrl.eval.episodes:evaluate"
+    """``module:function`` of ``(RunConfig, deployable policy, episodes, seed) -> list of
+    returns``: how its policy is evaluated (the stop check, ``distrl eval``, eval workers)."""
+    input_check: str = "distrl.envs:check_config_env"
+    """``module:function`` of ``(RunConfig) -> None``: builds what it learns from once, so a bad
+    env or task fails in one line before any process group or run dir."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -77,6 +84,14 @@ ALGORITHMS: dict[str, Algorithm] = {
                 LOGGED_DATA: "distrl.runners.offline:OfflineRunner",
             },
             env_worker="distrl.collect.transitions:env_worker_collector",
+        ),
+        Algorithm(
+            "grpo",
+            GRPOConfig,
+            deployable_policy="distrl.models.sequence_policy:sequence_policy",
+            runners={ENVS: "distrl.runners.grpo:GRPORunner"},
+            evaluator="distrl.eval.completions:evaluate_completions",
+            input_check="distrl.tasks.check:check_task",
         ),
     )
 }
@@ -122,6 +137,16 @@ def runner_class(cfg: RunConfig) -> type:
     if learns_from(cfg) in (JAX, JAX_NATIVE_ENVS):
         require_extra(*extras.JAX)
     return load(reference)
+
+
+def evaluator(cfg: RunConfig) -> Any:
+    """The function that evaluates ``cfg``'s deployable policy (``Algorithm.evaluator``)."""
+    return load(algorithm(cfg.algo.name).evaluator)
+
+
+def check_inputs(cfg: RunConfig) -> None:
+    """Build what ``cfg``'s algorithm learns from once (``Algorithm.input_check``)."""
+    load(algorithm(cfg.algo.name).input_check)(cfg)
 
 
 def load(reference: str) -> Any:

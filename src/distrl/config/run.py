@@ -26,6 +26,7 @@ from distrl.config.sections import (
     ModelConfig,
     NormalizeConfig,
     OutputConfig,
+    TaskConfig,
     TrainConfig,
     WorkersConfig,
 )
@@ -47,6 +48,8 @@ class RunConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     algo: AlgorithmConfig = Field(default_factory=lambda: algorithm("ppo").config())
     """The algorithm's own section, chosen by ``algo.name`` (``algos.registry``; ppo when unset)."""
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    """What a sequence policy learns (GRPO): prompts and reward functions, instead of ``env``."""
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     comm: CommConfig = Field(default_factory=CommConfig)
@@ -98,21 +101,28 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         _set_dotted(data, key, value)
     source = str(path) if path else "config"
     cfg = config_from_dict(data, source)
-    _check_compile_honoured(cfg, source)
+    _check_switches_honoured(cfg, source)
     return cfg
 
 
-def _check_compile_honoured(cfg: RunConfig, source: str) -> None:
-    """Said rather than silently ignored: a user who asks for compilation expects it to happen.
+TRAIN_SWITCHES = ("compile", "activation_checkpointing")
+"""``train`` switches an algorithm must honour to be given them (``honoured_train_switches``)."""
+
+
+def _check_switches_honoured(cfg: RunConfig, source: str) -> None:
+    """Said rather than silently ignored: a user who asks for compilation (or checkpointing)
+    expects it to happen.
     Checked on what the user gives, not on configs saved in checkpoints before this rule."""
     if cfg.train.compile and cfg.ml_framework == "jax":
         raise UserError(
             f"{source}: train.compile=true is for torch learners; JAX learners are always compiled"
         )
-    if cfg.train.compile and not cfg.algo.honours_compile:
-        raise UserError(
-            f"{source}: train.compile=true is not supported by algo.name={cfg.algo.name}; set it to false"
-        )
+    for switch in TRAIN_SWITCHES:
+        if getattr(cfg.train, switch) and switch not in cfg.algo.honoured_train_switches:
+            raise UserError(
+                f"{source}: train.{switch}=true is not supported by algo.name={cfg.algo.name}; "
+                "set it to false"
+            )
 
 
 MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_interface", "sync_spin_ms")}

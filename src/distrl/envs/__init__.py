@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -16,7 +17,10 @@ from distrl.envs.base import StepResult, VecEnv
 from distrl.errors import UserError
 from distrl.extras import require_extra
 
-__all__ = ["StepResult", "VecEnv", "check_env", "make_vec_env"]
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+__all__ = ["StepResult", "VecEnv", "check_config_env", "check_env", "make_vec_env"]
 
 VecEnvBuilder = Callable[[EnvConfig, Sequence[int], torch.device], VecEnv]
 
@@ -74,6 +78,11 @@ def import_env_packages(modules: list[str]) -> None:
 def check_env(cfg: EnvConfig) -> None:
     """Build one env and check its spaces, so a bad env fails before any process group or run dir."""
     make_vec_env(cfg, [0]).close()
+
+
+def check_config_env(cfg: RunConfig) -> None:
+    """``check_env`` of a run's env (the algorithm registry's ``input_check`` for env learners)."""
+    check_env(cfg.env)
 
 
 IMAGE_BACKENDS = ("gymnasium", "ale", "envpool")

@@ -42,12 +42,12 @@ class EvalWorker(WorkerActor):
         import ray
         import torch
 
-        from distrl.eval.episodes import evaluate
+        from distrl.algos.registry import evaluator
         from distrl.eval.policy import policy_from_saved
 
         torch.set_num_threads(1)
         cfg, actor = policy_from_saved(policy, "an evaluation snapshot")
-        returns = evaluate(cfg, actor, episodes, seed)
+        returns = evaluator(cfg)(cfg, actor, episodes, seed)
         self.did(episodes)
         return ActorProcess(os.getpid(), ray.get_runtime_context().get_node_id()), returns
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from distrl.algos.registry import evaluator
 from distrl.errors import UserError
-from distrl.eval.episodes import evaluate
 from distrl.io import checkpoint as ckpt
 from distrl.io import train_state
 from distrl.io.export import export_policy, format_of
@@ -171,7 +171,7 @@ class TrainingLoop:
         if episodes is not None:
             local += [episodes.return_sum, episodes.length_sum, episodes.count, episodes.finished]
         # Every rank's own collection speed and resource usage, in its own slots of the same sum.
-        collect_s = my_phases["env"] + my_phases["inference"] + my_phases["data"]
+        collect_s = sum(my_phases[phase] for phase in ("env", "inference", "data", "generate"))
         usage = self.usage.read()
         self.samples_collected += result.local_steps
         if self.status is not None:
@@ -283,7 +283,7 @@ class TrainingLoop:
         """Sum of the returns of ``episodes`` deterministic episodes (episode i seeded ``seed + i``),
         each rank running its share; every rank gets the same sum."""
         first, count = even_split(episodes, self.comm.rank, self.comm.world_size)
-        returns = evaluate(self.cfg, self.runner.deployable_policy(), count, seed + first)
+        returns = evaluator(self.cfg)(self.cfg, self.runner.deployable_policy(), count, seed + first)
         return self.comm.sum_scalars([sum(returns)])[0]
 
     def _make_logger(self) -> MetricsLogger:

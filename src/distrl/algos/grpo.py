@@ -1,0 +1,154 @@
+"""Group Relative Policy Optimization (Shao et al. 2024, DeepSeekMath), for sequence policies.
+
+Each prompt's G completions form a group; a completion's advantage is its reward minus a baseline
+from its group (``group_advantages``), the same for all its tokens. The loss is PPO's clipped
+surrogate per token, with separate lower and upper clip bounds, plus an optional KL penalty to a
+frozen reference policy, normalised per token or per sequence (``GRPO.loss``).
+
+The update is rank-agnostic: each rank's loss is a mean over its local tokens (or completions),
+and ``FlatGradients`` turns the ranks' gradients into the mean over all of them, weighted by those
+same counts, so N ranks step as one would on the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from distrl import precision
+from distrl.algos.flat_gradients import FlatGradients, GradientSync
+from distrl.algos.grpo_config import GRPOConfig
+from distrl.models.transformer import TransformerLM
+from distrl.storage.completions import CompletionBatch
+from distrl.timing import PhaseClock
+
+
+def group_advantages(rewards: torch.Tensor, baseline: str, scale_by_std: bool) -> torch.Tensor:
+    """``[prompts, G]`` rewards to advantages. ``leave_one_out``: r_i minus the mean of the other
+    G-1, i.e. G/(G-1) (r_i - mean); ``mean``: r_i - mean. A group of equal rewards gives exactly
+    zero (no float residue from the mean)."""
+    size = rewards.shape[1]
+    advantages = rewards - rewards.mean(1, keepdim=True)
+    if baseline == "leave_one_out":
+        advantages = advantages * (size / (size - 1))
+    if scale_by_std:
+        advantages = advantages / (rewards.std(1, keepdim=True) + 1e-6)
+    flat = (rewards == rewards[:, :1]).all(1, keepdim=True)
+    return advantages.masked_fill(flat, 0.0)
+
+
+def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfig) -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from samples of the policy."""
+    log_r = (reference - log_probs).clamp(-cfg.kl_input_clamp, cfg.kl_input_clamp)
+    if cfg.kl_estimator == "k1":
+        estimate = -log_r
+    elif cfg.kl_estimator == "k2":
+        estimate = 0.5 * log_r**2
+    else:
+        estimate = log_r.exp() - 1.0 - log_r
+    return estimate.clamp(-cfg.kl_output_clamp, cfg.kl_output_clamp)
+
+
+def token_log_probs(
+    model: TransformerLM, batch: CompletionBatch, temperature: float, autocast: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of the completion tokens and the entropies of the distributions they
+    were drawn from (``[completions, new_tokens]`` each), at the sampling temperature."""
+    with precision.autocast(batch.sequences.device, autocast):
+        logits, _ = model(batch.sequences, batch.attention_mask)
+    predicting = logits[:, -batch.new_tokens - 1 : -1]
+    # At least float32 (bf16 under autocast), float64 where the model is.
+    predicting = predicting.to(torch.promote_types(predicting.dtype, torch.float32)) / temperature
+    log_softmax = predicting.log_softmax(-1)
+    completion = batch.sequences[:, -batch.new_tokens :]
+    log_probs = log_softmax.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    return log_probs, entropy
+
+
+class GRPO:
+    def __init__(
+        self,
+        policy: TransformerLM,
+        cfg: GRPOConfig,
+        gradient_sync: GradientSync | None = None,
+        clock: PhaseClock | None = None,
+        autocast: torch.dtype | None = None,
+    ) -> None:
+        """``autocast``: the dtype the transformer runs its forward passes in (mixed precision)."""
+        self.policy = policy
+        self.cfg = cfg
+        self.gradient_sync = gradient_sync
+        self.autocast = autocast
+        self.clock = clock or PhaseClock()
+        params = list(policy.parameters())
+        self.grads = FlatGradients(params, self.clock)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=cfg.learning_rate, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=True
+        )
+
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def log_probs(self, model: TransformerLM, batch: CompletionBatch) -> torch.Tensor:
+        """``model``'s log-probabilities of the completions, without gradients."""
+        with torch.no_grad():
+            return token_log_probs(model, batch, self.cfg.temperature, self.autocast)[0]
+
+    def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
+        """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global
+        minibatch; a rank with none joins the step with weight 0); mean statistics."""
+        totals: dict[str, float] = {}
+        steps = 0
+        for epoch in plan:
+            for rows in epoch:
+                stats = self.minibatch_step(batch.rows(rows) if len(rows) else None)
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                steps += 1
+        skipped = totals.pop("skipped_minibatches")
+        return {"skipped_minibatches": skipped, **{k: v / steps for k, v in totals.items()}}
+
+    def minibatch_step(self, mb: CompletionBatch | None) -> dict[str, float]:
+        loss, weight, stats = None, 0.0, {}
+        if mb is not None:
+            with self.clock("forward"):
+                loss, weight, terms = self.loss(mb)
+                stats = {key: float(value) for key, value in terms.items()}
+        grad_norm = self.grads.step(loss, self.optimizer, self.gradient_sync, weight, self.cfg.max_grad_norm)
+        return {**stats, "grad_norm": grad_norm, "skipped_minibatches": float(math.isnan(grad_norm))}
+
+    def loss(self, mb: CompletionBatch) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
+        """The clipped surrogate (plus the KL penalty) normalised over this rank's tokens or
+        completions, that count (the gradient's weight in the cross-rank mean), and detached
+        statistics (token means)."""
+        cfg = self.cfg
+        log_probs, entropy = token_log_probs(self.policy, mb, cfg.temperature, self.autocast)
+        mask = mb.completion_mask.to(log_probs.dtype)
+        log_ratio = log_probs - mb.old_log_probs
+        ratio = log_ratio.exp()
+        advantages = mb.advantages[:, None]
+        clipped_ratio = ratio.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
+        per_token = -torch.min(ratio * advantages, clipped_ratio * advantages)
+        terms: dict[str, torch.Tensor] = {}
+        tokens = mask.sum()
+        if cfg.kl_coef > 0.0:
+            kl = kl_estimate(log_probs, mb.reference_log_probs, cfg)
+            per_token = per_token + cfg.kl_coef * kl
+            terms["kl"] = ((kl * mask).sum() / tokens).detach()
+        if cfg.loss_normalization == "token":
+            loss, weight = (per_token * mask).sum() / tokens, float(tokens)
+        else:
+            loss, weight = ((per_token * mask).sum(1) / mask.sum(1)).mean(), float(len(mb))
+        with torch.no_grad():
+            outside = (ratio < 1.0 - cfg.ratio_clip_min) | (ratio > 1.0 + cfg.ratio_clip_max)
+            terms.update(
+                loss=loss.detach(),
+                entropy=(entropy * mask).sum() / tokens,
+                approx_kl=(((ratio - 1.0) - log_ratio) * mask).sum() / tokens,
+                clip_fraction=(outside.to(mask.dtype) * mask).sum() / tokens,
+            )
+        return loss, weight, terms

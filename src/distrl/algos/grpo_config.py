@@ -1,0 +1,72 @@
+"""GRPO's hyperparameters (``algo:`` with ``name: grpo``), apart from the algorithm so that reading
+a config never imports torch."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from distrl.config.base import Section
+
+
+class GRPOConfig(Section):
+    """Group Relative Policy Optimization (Shao et al. 2024) for a sequence policy: G completions
+    per prompt, each scored by the task's reward functions, advantages relative to the group."""
+
+    resume_fixed_keys: ClassVar[tuple[str, ...]] = (
+        "model.transformer.layers",
+        "model.transformer.width",
+        "model.transformer.heads",
+        "model.transformer.context",
+        "task.name",
+        "task.alphabet",
+    )
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("activation_checkpointing",)
+    """The ``train`` switches its torch learner honours (``compile``, ``activation_checkpointing``)."""
+
+    name: Literal["grpo"] = "grpo"
+    num_prompts_per_step: PositiveInt = 32
+    """Prompts per update summed over all ranks (each rank generates for its share)."""
+    num_generations_per_prompt: int = Field(8, ge=2)
+    """G: completions sampled per prompt, the group each is compared with (at least 2)."""
+    max_new_tokens: PositiveInt = 16
+    """The longest completion, its end token included; one that has not ended by then is
+    unfinished (``task.unfinished_reward``)."""
+    temperature: PositiveFloat = 1.0
+    """Sampling temperature; the log-probabilities of the loss use the same scaling."""
+    top_k: PositiveInt | None = None
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    baseline: Literal["leave_one_out", "mean"] = "leave_one_out"
+    """A completion's baseline: the mean reward of the other G-1 completions of its prompt, or of
+    all G."""
+    scale_by_std: bool = False
+    """Divide advantages by the group's reward standard deviation (the GRPO paper's; Dr. GRPO
+    leaves it out). A group whose rewards are all equal has zero advantages either way."""
+    ratio_clip_min: PositiveFloat = 0.2
+    """The probability ratio is clipped below at 1 - this."""
+    ratio_clip_max: PositiveFloat = 0.2
+    """... and above at 1 + this (DAPO's clip-higher raises it)."""
+    loss_normalization: Literal["token", "sequence"] = "token"
+    """``token``: the loss is a mean over every completion token of the global minibatch (long
+    completions weigh more); ``sequence``: a mean over completions of each one's token mean."""
+    kl_coef: NonNegativeFloat = 0.0
+    """Weight of the KL penalty to the frozen initial policy (0: none, no reference kept)."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Schulman's estimators of KL(policy || reference) from log r = log ref - log policy: k1 =
+    -log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r."""
+    kl_input_clamp: PositiveFloat = 20.0
+    """log r is clamped to [-this, this] before the estimator."""
+    kl_output_clamp: PositiveFloat = 10.0
+    """Each token's estimate is clamped to [-this, this]."""
+    update_epochs: PositiveInt = 1
+    """Passes over each batch of completions; with more than one pass (or minibatch) the ratio
+    is taken against the generating policy's log-probabilities."""
+    num_minibatches: PositiveInt = 1
+    """Optimiser steps per pass, each on a share of the global batch's prompts (whole groups)."""
+    learning_rate: PositiveFloat = 1e-3
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to zero over ``train.total_steps``."""
+    max_grad_norm: PositiveFloat = 1.0
+    adam_eps: PositiveFloat = 1e-8
+    weight_decay: NonNegativeFloat = 0.0

@@ -1,0 +1,123 @@
+"""Completions of prompts by a sequence policy, decoded with a KV cache.
+
+Sampling is Gumbel-max: a row's token at step t is the arg-max of its (temperature-scaled,
+top-k/top-p filtered) logits plus Gumbel noise drawn from that row's own generator, seeded by the
+caller from the prompt's global index, its sample number and the training step
+(``seeding.completion_seed``),
+never the rank. So a completion is the same whichever rank, batch or padding it was generated
+in, and 1 and N learners generate the same completions. Without seeds decoding is greedy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from distrl.models.transformer import KVCache, TransformerLM
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float = 1.0
+
+
+@dataclass
+class Completions:
+    prompts: torch.Tensor
+    """``[batch, prompt_length]``, left-padded."""
+    prompt_mask: torch.Tensor
+    tokens: torch.Tensor
+    """``[batch, new_tokens]``: each row's completion, its end token included, padding after."""
+    mask: torch.Tensor
+    """True on a completion's tokens (its end token included)."""
+    ended: torch.Tensor
+    """``[batch]``: the completion produced the end token."""
+
+    def sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt and completion side by side, and where real tokens are."""
+        return torch.cat([self.prompts, self.tokens], 1), torch.cat([self.prompt_mask, self.mask], 1)
+
+
+def left_padded(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[batch, longest]`` token ids padded on the left, and the mask of real tokens."""
+    longest = max(len(row) for row in rows)
+    tokens = torch.full((len(rows), longest), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), longest, dtype=torch.bool, device=device)
+    for index, row in enumerate(rows):
+        if row:
+            tokens[index, longest - len(row) :] = torch.as_tensor(row, device=device)
+            mask[index, longest - len(row) :] = True
+    return tokens, mask
+
+
+def filter_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Logits scaled by the temperature, those outside the top k (and outside the smallest set
+    whose probability reaches top_p) set to -inf."""
+    logits = logits / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
+        kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -torch.inf)
+    if sampling.top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)
+        before = ordered.softmax(-1).cumsum(-1) - ordered.softmax(-1)  # probability of the better ones
+        drop = (before >= sampling.top_p).scatter(-1, order, before >= sampling.top_p)
+        logits = logits.masked_fill(drop, -torch.inf)
+    return logits
+
+
+@torch.no_grad()
+def generate(
+    model: TransformerLM,
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    sampling: Sampling = Sampling(),
+    seeds: Sequence[int] | None = None,
+    use_cache: bool = True,
+) -> Completions:
+    """Up to ``max_new_tokens`` tokens per row; sampled with row i's noise from ``seeds[i]``, or
+    greedy without ``seeds``. ``use_cache=False`` feeds the whole sequence every step (the
+    reference the cached path is tested against)."""
+    batch, device = prompts.shape[0], prompts.device
+    dtype = model.token_embedding.weight.dtype
+    noise = None
+    if seeds is not None:
+        vocab = model.token_embedding.num_embeddings
+        noise = torch.stack([_gumbel(seed, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
+    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
+    running = torch.ones(batch, dtype=torch.bool, device=device)
+    cache: KVCache | None = None
+    feed, feed_mask = prompts, prompt_mask
+    for step in range(max_new_tokens):
+        if use_cache:
+            logits, cache = model(feed, feed_mask, cache)
+        else:
+            so_far = torch.cat([prompts, tokens[:, :step]], 1), torch.cat([prompt_mask, mask[:, :step]], 1)
+            logits, _ = model(*so_far)
+        logits = logits[:, -1]
+        if noise is None:
+            chosen = logits.argmax(-1)
+        else:
+            chosen = (filter_logits(logits, sampling) + noise[:, step]).argmax(-1)
+        tokens[:, step] = torch.where(running, chosen, pad_id)
+        mask[:, step] = running
+        running = running & (chosen != eos_id)
+        if not running.any():
+            break
+        feed, feed_mask = tokens[:, step : step + 1], mask[:, step : step + 1]
+    return Completions(prompts, prompt_mask, tokens, mask, ended=~running)
+
+
+def _gumbel(seed: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    uniform = torch.rand(steps, vocab, generator=generator, dtype=torch.float64).clamp_(1e-20, 1.0 - 1e-16)
+    return (-torch.log(-torch.log(uniform))).to(dtype)

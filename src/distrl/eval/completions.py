@@ -1,0 +1,38 @@
+"""Evaluation of a sequence policy: greedy completions of held-out prompts, scored by the task's
+reward functions (the GRPO analogue of ``eval.episodes``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distrl.models.sequence_policy import SequencePolicy
+from distrl.tasks.prompts import PromptSource
+from distrl.tasks.verifiers import RewardFunctions, Scores
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+_BATCH = 256
+
+
+def score_held_out(
+    cfg: RunConfig, policy: SequencePolicy, count: int, first: int
+) -> tuple[Scores, list[float]]:
+    """Scores of the greedy completions of held-out prompts ``first .. first + count - 1`` (at the
+    task's full length) and each one's exact match with its answer."""
+    source = PromptSource(cfg.task, cfg.train.seed, held_out_side=True)
+    examples = [source.example(first + i) for i in range(count)]
+    texts: list[str] = []
+    ended: list[bool] = []
+    for start in range(0, count, _BATCH):
+        done = policy.complete([example.prompt for example in examples[start : start + _BATCH]])
+        texts += done[0]
+        ended += done[1]
+    scores = RewardFunctions(cfg.task).score(examples, texts, ended)
+    exact = [float(d and t == e.answer) for e, t, d in zip(examples, texts, ended, strict=True)]
+    return scores, exact
+
+
+def evaluate_completions(cfg: RunConfig, policy: SequencePolicy, episodes: int, seed: int) -> list[float]:
+    """The rewards of ``episodes`` held-out prompts from index ``seed`` (the registry's evaluator)."""
+    return score_held_out(cfg, policy, episodes, seed)[0].rewards

@@ -1,0 +1,51 @@
+"""A sequence policy as a deployable whole: the transformer with its tokenizer, completing text
+prompts greedily. What GRPO's evaluation, ``distrl eval`` and eval workers act with."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from distrl.collect.generate import generate, left_padded
+from distrl.io.train_state import SavedState
+from distrl.models.transformer import TransformerLM
+from distrl.tasks.prompts import task_tokenizer
+from distrl.tasks.tokenizer import CharTokenizer
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+
+class SequencePolicy(nn.Module):
+    def __init__(self, model: TransformerLM, tokenizer: CharTokenizer, max_new_tokens: int) -> None:
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+
+    def complete(self, prompts: Sequence[str]) -> tuple[list[str], list[bool]]:
+        """Each prompt's greedy completion (the text before the end token) and whether it ended."""
+        device = self.model.token_embedding.weight.device
+        rows = [self.tokenizer.encode(prompt, "prompt") for prompt in prompts]
+        tokens, mask = left_padded(rows, self.tokenizer.pad_id, device)
+        done = generate(
+            self.model, tokens, mask, self.max_new_tokens, self.tokenizer.eos_id, self.tokenizer.pad_id
+        )
+        texts = [self.tokenizer.decode(row) for row in done.tokens.tolist()]
+        return texts, done.ended.tolist()
+
+    def forward(self, prompts: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """Greedy completion token ids of left-padded prompt ids."""
+        tok = self.tokenizer
+        return generate(self.model, prompts, prompt_mask, self.max_new_tokens, tok.eos_id, tok.pad_id).tokens
+
+
+def sequence_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
+    """GRPO's deployable policy from a checkpoint (the algorithm registry's ``deployable_policy``)."""
+    tokenizer = task_tokenizer(cfg.task)
+    model = TransformerLM(tokenizer.vocab_size, cfg.model.transformer)
+    model.load_state_dict(saved.module_tensors("policy"))
+    return SequencePolicy(model, tokenizer, cfg.algo.max_new_tokens)

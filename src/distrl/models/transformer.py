@@ -1,0 +1,129 @@
+"""A small decoder-only transformer for sequence policies (GRPO), laid out as GPT-2 is: learned
+token and position embeddings, pre-norm blocks of causal self-attention and a 4x MLP with tanh
+GELU, a final LayerNorm and an output layer tied to the token embedding. Matching GPT-2 exactly is
+what lets the model be written out as a ``transformers`` GPT-2 model.
+
+Rows may be left-padded: ``attention_mask`` marks real tokens, positions count real tokens only,
+and no token attends to padding, so a row's numbers do not depend on how much padding its batch
+needed. ``KVCache`` keeps every layer's keys and values, so decoding feeds one new token per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from distrl.config.sections import TransformerConfig
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every layer for the positions fed so far, ``[batch, heads, length,
+    head_size]`` each, and the attention mask over those positions."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    mask: torch.Tensor
+    """``[batch, length]``: True where the position holds a real token."""
+
+    @property
+    def length(self) -> int:
+        return self.mask.shape[1]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+
+    def forward(
+        self, x: torch.Tensor, allowed: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``allowed``: ``[batch, 1, queries, keys]``, which keys each query may attend to."""
+        batch, length, width = x.shape
+        q, k, v = (
+            t.view(batch, length, self.heads, width // self.heads).transpose(1, 2)
+            for t in self.qkv(x).split(width, dim=-1)
+        )
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return self.out(y.transpose(1, 2).reshape(batch, length, width)), (k, v)
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(width)
+        self.attention = SelfAttention(width, heads)
+        self.mlp_norm = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(approximate="tanh"), nn.Linear(4 * width, width)
+        )
+
+    def forward(
+        self, x: torch.Tensor, allowed: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        attended, present = self.attention(self.attention_norm(x), allowed, past)
+        x = x + attended
+        return x + self.mlp(self.mlp_norm(x)), present
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, vocab_size: int, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.context = cfg.context
+        self.token_embedding = nn.Embedding(vocab_size, cfg.width)
+        self.position_embedding = nn.Embedding(cfg.context, cfg.width)
+        self.blocks = nn.ModuleList(Block(cfg.width, cfg.heads) for _ in range(cfg.layers))
+        self.final_norm = nn.LayerNorm(cfg.width)
+        self.activation_checkpointing = False
+        """Recompute each block's activations in the backward pass instead of keeping them
+        (``train.activation_checkpointing``): less memory for more compute."""
+        self.apply(_init_like_gpt2)
+
+    def forward(
+        self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, KVCache]:
+        """Logits ``[batch, length, vocab]`` for ``tokens`` ``[batch, length]`` (following the
+        cached positions, if any), and the cache extended by them."""
+        past_mask = cache.mask if cache is not None else attention_mask[:, :0]
+        mask = torch.cat([past_mask, attention_mask], dim=1)
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, past_mask.shape[1] :]
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
+        allowed = _allowed_keys(mask, tokens.shape[1])
+        keys, values = [], []
+        for index, block in enumerate(self.blocks):
+            past = (cache.keys[index], cache.values[index]) if cache is not None else None
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x, (k, v) = checkpoint(block, x, allowed, past, use_reentrant=False)
+            else:
+                x, (k, v) = block(x, allowed, past)
+            keys.append(k)
+            values.append(v)
+        logits = F.linear(self.final_norm(x), self.token_embedding.weight)
+        return logits, KVCache(keys, values, mask)
+
+
+def _allowed_keys(mask: torch.Tensor, queries: int) -> torch.Tensor:
+    """``[batch, 1, queries, keys]``: the last ``queries`` positions of ``mask`` attend to real
+    tokens at or before themselves, and always to themselves (a padding position attends to
+    nothing else, and a row of nothing would be NaN)."""
+    keys = mask.shape[1]
+    query_index = torch.arange(keys - queries, keys, device=mask.device)[:, None]
+    key_index = torch.arange(keys, device=mask.device)[None, :]
+    causal = key_index <= query_index
+    return (causal & mask[:, None, None, :]) | (key_index == query_index)
+
+
+def _init_like_gpt2(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear):
+        nn.init.zeros_(module.bias)

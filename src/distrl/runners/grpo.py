@@ -1,0 +1,201 @@
+"""GRPO's runner: every rank (the seed's policy workers) generates completions for its share of
+the step's prompts with its own, identical weights, scores them with the task's reward functions,
+and takes the clipped-surrogate steps; gradients are averaged across ranks weighted by the loss's
+own normaliser, so after each update all ranks hold identical parameters.
+
+``iteration()`` reads as the algorithm: prompts -> generate -> score -> group advantages ->
+log-probabilities -> update; the shared loop logs, checks stop rules and checkpoints around it.
+Everything random is keyed on the step and the prompt's global index (prompts, sampling noise,
+minibatches), so 1 and N ranks train alike and a resumed run continues as an unbroken one would.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from distrl.algos.grpo import GRPO, group_advantages
+from distrl.collect.generate import Sampling, generate, left_padded
+from distrl.errors import UserError
+from distrl.eval.completions import score_held_out
+from distrl.io.train_state import ModuleTrainState, TrainState
+from distrl.models.sequence_policy import SequencePolicy
+from distrl.models.transformer import TransformerLM
+from distrl.precision import autocast, low_precision
+from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runner, scheduled_learning_rate
+from distrl.seeding import completion_seed, minibatch_seed, seed_torch
+from distrl.sharding import even_split
+from distrl.storage.completions import CompletionBatch
+from distrl.tasks.prompts import PromptSource, task_tokenizer
+from distrl.tasks.verifiers import RewardFunctions
+
+
+class GRPORunner(Runner):
+    algorithm = "grpo"
+
+    def __init__(self, ctx: RunContext) -> None:
+        cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
+        self.cfg, self.comm, self.clock, self.device = cfg, comm, ctx.clock, device
+        _refuse_unsupported(ctx)
+        seed_torch(cfg.train.seed, comm.rank)
+        prompts = cfg.algo.num_prompts_per_step
+        if prompts < comm.world_size:
+            raise UserError(
+                f"algo.num_prompts_per_step={prompts} counts prompts over all ranks and is fewer than the "
+                f"{comm.world_size} ranks; give every rank at least one"
+            )
+        self.first_prompt, self.prompt_count = even_split(prompts, comm.rank, comm.world_size)
+        self.group_size = cfg.algo.num_generations_per_prompt
+        self.completions_per_step = prompts * self.group_size
+        self.tokenizer = task_tokenizer(cfg.task)
+        self.prompts = PromptSource(cfg.task, cfg.train.seed, held_out_side=False)
+        self.reward_functions = RewardFunctions(cfg.task)
+        self.policy = TransformerLM(self.tokenizer.vocab_size, cfg.model.transformer).to(device)
+        self.policy.activation_checkpointing = cfg.train.activation_checkpointing
+        comm.broadcast_parameters_(self.policy)
+        self.reference = copy.deepcopy(self.policy).requires_grad_(False) if cfg.algo.kl_coef > 0 else None
+        """The frozen initial policy the KL penalty keeps close to."""
+        self.autocast = low_precision(cfg.train.mixed_precision, device, heavy_model=True)
+        self.algo = GRPO(
+            self.policy,
+            cfg.algo,
+            gradient_sync=functools.partial(comm.sum_gradients_, clock=ctx.clock),
+            clock=ctx.clock,
+            autocast=self.autocast,
+        )
+        self.sampling = Sampling(cfg.algo.temperature, cfg.algo.top_k, cfg.algo.top_p)
+        self.finished = 0
+
+    def start(self, fresh: bool) -> None:
+        pass
+
+    def iteration(self, global_step: int) -> IterationResult:
+        cfg = self.cfg
+        start = time.perf_counter()
+        step = global_step // self.completions_per_step
+        lr = scheduled_learning_rate(cfg, global_step)
+        self.algo.set_learning_rate(lr)
+        indices = [
+            step * cfg.algo.num_prompts_per_step + self.first_prompt + i for i in range(self.prompt_count)
+        ]
+        examples = [self.prompts.example(index, global_step / cfg.train.total_steps) for index in indices]
+        with self.clock("generate"):
+            group = self.group_size
+            rows = [self.tokenizer.encode(e.prompt, "task prompt") for e in examples for _ in range(group)]
+            prompts, prompt_mask = left_padded(rows, self.tokenizer.pad_id, self.device)
+            seeds = [
+                completion_seed(cfg.train.seed, step, index, sample)
+                for index in indices
+                for sample in range(group)
+            ]
+            with autocast(self.device, self.autocast):
+                done = generate(
+                    self.policy, prompts, prompt_mask, cfg.algo.max_new_tokens, self.tokenizer.eos_id,
+                    self.tokenizer.pad_id, self.sampling, seeds,
+                )  # fmt: skip
+        generate_s = time.perf_counter() - start
+        with self.clock("score"):
+            texts = [self.tokenizer.decode(row) for row in done.tokens.tolist()]
+            grouped = [example for example in examples for _ in range(group)]
+            scores = self.reward_functions.score(grouped, texts, done.ended.tolist())
+        dtype = next(self.policy.parameters()).dtype
+        rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, group)
+        advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
+        batch = CompletionBatch(*done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype))
+        with self.clock("log_probs"):
+            batch.old_log_probs = self.algo.log_probs(self.policy, batch)
+            if self.reference is not None:
+                batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
+        losses = self.algo.update(batch, self.minibatch_plan(step))
+        skipped = losses.pop("skipped_minibatches")
+        lengths = done.mask.sum(1).double()
+        self.finished += len(texts)
+        generated = float(lengths.sum())
+        averaged = {
+            **losses,
+            "unfinished_fraction": scores.unfinished / len(texts),
+            "zero_advantage_groups": float((advantages == 0).all(1).double().mean()),
+            "generated_tokens_per_s": generated / generate_s,
+            **{f"reward/{name}": float(np.mean(v)) if v else 0.0 for name, v in scores.by_function.items()},
+        }
+        averaged.update(self.evaluate_held_out(step))
+        return IterationResult(
+            env_steps=self.completions_per_step,
+            averaged=averaged,
+            replicated={"learning_rate": lr, "skipped_minibatches": skipped},
+            episodes=EpisodeStats(float(rewards.sum()), float(lengths.sum()), len(texts), self.finished),
+            local_steps=len(texts),
+            skipped=skipped > 0,
+        )
+
+    def minibatch_plan(self, step: int) -> list[list[torch.Tensor]]:
+        """Per epoch, this rank's rows of each global minibatch: the step's prompts shuffled by a
+        generator keyed on the step and epoch (the same on every rank) and cut into
+        ``num_minibatches`` parts of whole groups; a rank takes its own prompts' completions."""
+        algo = self.cfg.algo
+        plan = []
+        for epoch in range(algo.update_epochs):
+            generator = torch.Generator().manual_seed(minibatch_seed(self.cfg.train.seed, step, epoch))
+            order = torch.randperm(algo.num_prompts_per_step, generator=generator)
+            epoch_plan = []
+            for part in order.tensor_split(algo.num_minibatches):
+                local = part[(part >= self.first_prompt) & (part < self.first_prompt + self.prompt_count)]
+                local = local.sort().values - self.first_prompt
+                rows = (local[:, None] * self.group_size + torch.arange(self.group_size)).reshape(-1)
+                epoch_plan.append(rows.to(self.device))
+            plan.append(epoch_plan)
+        return plan
+
+    def evaluate_held_out(self, step: int) -> dict[str, float]:
+        """Every ``eval.every`` updates: greedy completions of ``eval.episodes`` held-out prompts,
+        split over the ranks (``heldout/*``, means over all of them)."""
+        if (step + 1) % self.cfg.eval.every:
+            return {}
+        episodes = self.cfg.eval.episodes
+        first, count = even_split(episodes, self.comm.rank, self.comm.world_size)
+        with self.clock("eval"):
+            scores, exact = score_held_out(
+                self.cfg, self.deployable_policy(), count, self.cfg.eval.seed + first
+            )
+            totals = self.comm.sum_scalars([sum(scores.rewards), sum(exact)])
+        # The loop averages over ranks: each rank reports the global mean already.
+        return {"heldout/reward": totals[0] / episodes, "heldout/exact_match": totals[1] / episodes}
+
+    def train_state(self) -> TrainState:
+        vocab, context = self.tokenizer.vocab_size, self.cfg.model.transformer.context
+        modules: dict[str, nn.Module] = {"policy": self.policy}
+        if self.reference is not None:
+            modules["reference"] = self.reference
+        return ModuleTrainState(
+            self.algorithm,
+            gym.spaces.MultiDiscrete([vocab] * context),
+            gym.spaces.Discrete(vocab),
+            modules,
+            {"policy": self.algo.optimizer},
+        )
+
+    def deployable_policy(self) -> nn.Module:
+        return SequencePolicy(self.policy, self.tokenizer, self.cfg.algo.max_new_tokens)
+
+    def close(self) -> None:
+        pass
+
+
+def _refuse_unsupported(ctx: RunContext) -> None:
+    cfg, workers = ctx.cfg, ctx.workers
+    if cfg.output.path is not None:
+        raise UserError(
+            f"output.path={cfg.output.path}: a sequence policy is not written as one deployable file yet; "
+            "unset it (the checkpoint holds the model)"
+        )
+    if workers.env is not None or workers.data is not None or workers.eval is not None:
+        raise UserError(
+            "algo.name=grpo in Ray mode runs learners only so far; set workers.env, workers.data and "
+            "workers.eval to 0"
+        )

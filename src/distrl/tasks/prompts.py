@@ -1,0 +1,161 @@
+"""Prompts with their answers, by global index: prompt i of a run is the same on any number of
+ranks, so ranks split a step's prompts by index and a resumed run continues the sequence.
+
+Built-in generators draw digit problems (``task.name``) whose length follows the curriculum; a
+file (``task.prompts``) is read in a seeded order, epoch after epoch. Either way a fixed share of
+all prompts, chosen by a hash of the prompt text, is held out: training never sees them and
+evaluation scores only them.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from distrl.config.sections import TaskConfig
+from distrl.errors import UserError
+from distrl.tasks.tokenizer import CharTokenizer
+
+MAX_DRAWS = 1000
+"""Draws to find a prompt on the wanted side of the held-out split before giving up."""
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    answer: str
+
+
+def _digits(rng: np.random.Generator, length: int) -> str:
+    return "".join(str(d) for d in rng.integers(0, 10, size=length))
+
+
+def _number(rng: np.random.Generator, length: int) -> int:
+    """A number of exactly ``length`` digits (0-9 for one)."""
+    low = 10 ** (length - 1) if length > 1 else 0
+    return int(rng.integers(low, 10**length))
+
+
+def reverse_digits(rng: np.random.Generator, length: int) -> Example:
+    digits = _digits(rng, length)
+    return Example(f"rev {digits}=", digits[::-1])
+
+
+def sort_digits(rng: np.random.Generator, length: int) -> Example:
+    digits = _digits(rng, length)
+    return Example(f"sort {digits}=", "".join(sorted(digits)))
+
+
+def add_numbers(rng: np.random.Generator, length: int) -> Example:
+    a, b = _number(rng, length), _number(rng, length)
+    return Example(f"{a}+{b}=", str(a + b))
+
+
+GENERATORS: dict[str, Callable[[np.random.Generator, int], Example]] = {
+    "reverse": reverse_digits,
+    "sort": sort_digits,
+    "add": add_numbers,
+}
+ALPHABETS = {"reverse": "0123456789rev =", "sort": "0123456789sort =", "add": "0123456789+="}
+"""The characters each generator's prompts and answers use."""
+
+
+def task_tokenizer(task: TaskConfig) -> CharTokenizer:
+    """The tokenizer of ``task``: ``task.alphabet``, else the built-in generator's characters, or
+    the default alphabet for a prompt file."""
+    if task.alphabet is not None:
+        return CharTokenizer(task.alphabet)
+    return CharTokenizer(ALPHABETS[task.name]) if task.prompts is None else CharTokenizer()
+
+
+def held_out(example: Example, fraction: float) -> bool:
+    """Whether ``example`` belongs to the held-out share (a stable hash of its prompt)."""
+    return zlib.crc32(example.prompt.encode()) % 10_000 < fraction * 10_000
+
+
+class PromptSource:
+    """Training or held-out prompts of ``task``, by global index."""
+
+    def __init__(self, task: TaskConfig, seed: int, held_out_side: bool) -> None:
+        self.task = task
+        self.seed = seed
+        self.held_out_side = held_out_side
+        self.rows = read_prompt_file(Path(task.prompts)) if task.prompts else None
+        if self.rows is not None:
+            self.rows = [row for row in self.rows if held_out(row, task.held_out_fraction) == held_out_side]
+            if not self.rows:
+                side = "held out" if held_out_side else "left for training"
+                raise UserError(
+                    f"task.prompts {task.prompts}: no prompt is {side} with task.held_out_fraction="
+                    f"{task.held_out_fraction}; add prompts or change the fraction"
+                )
+
+    def example(self, index: int, progress: float = 1.0) -> Example:
+        """Prompt ``index``; ``progress``: the share of training done (the curriculum's clock)."""
+        if self.rows is not None:
+            epoch, position = divmod(index, len(self.rows))
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+            return self.rows[order[position]]
+        rng = np.random.default_rng([self.seed, index])
+        longest = self.longest_length(progress)
+        for _ in range(MAX_DRAWS):
+            length = int(rng.integers(self.task.min_length, longest + 1))
+            example = GENERATORS[self.task.name](rng, length)
+            if held_out(example, self.task.held_out_fraction) == self.held_out_side:
+                return example
+        raise UserError(
+            f"task.name={self.task.name}: no {'held-out' if self.held_out_side else 'training'} prompt "
+            f"of at most {longest} digits in {MAX_DRAWS} draws; raise task.min_length or change "
+            "task.held_out_fraction"
+        )
+
+    def longest_length(self, progress: float) -> int:
+        """The curriculum: the longest length drawn after ``progress`` of training."""
+        task = self.task
+        if task.curriculum_fraction == 0.0 or self.held_out_side:
+            return task.max_length
+        grown = min(progress / task.curriculum_fraction, 1.0) * (task.max_length - task.min_length)
+        return task.min_length + int(grown)
+
+
+def longest_prompt(task: TaskConfig) -> str:
+    """The longest prompt the task can give (a generator's at ``max_length``)."""
+    if task.prompts:
+        return max((row.prompt for row in read_prompt_file(Path(task.prompts))), key=len)
+    return GENERATORS[task.name](np.random.default_rng(0), task.max_length).prompt
+
+
+def read_prompt_file(path: Path) -> list[Example]:
+    """Rows of a JSONL file or a Parquet file or directory, each with ``prompt`` and ``answer``."""
+    where = f"task.prompts {path}"
+    if not path.exists():
+        raise UserError(f"{where}: no such file or directory")
+    if path.suffix in (".jsonl", ".json"):
+        records = []
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"{where} line {number}: not JSON: {exc.msg}") from None
+    else:
+        import pyarrow.parquet as pq
+
+        records = pq.read_table(path).to_pylist()
+    rows = []
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, dict) or not all(
+            isinstance(record.get(k), str) for k in ("prompt", "answer")
+        ):
+            raise UserError(
+                f"{where} row {number}: needs string fields prompt and answer (got {record!r:.80})"
+            )
+        rows.append(Example(record["prompt"], record["answer"]))
+    if not rows:
+        raise UserError(f"{where}: holds no prompts")
+    return rows

@@ -1,0 +1,105 @@
+"""Reward functions: each scores a completion of a prompt given the prompt's answer; a task's
+reward is their weighted sum (``task.rewards``). A completion that never ended is not scored: it
+gets ``task.unfinished_reward``."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from distrl.config.sections import TaskConfig
+from distrl.errors import UserError
+from distrl.tasks.prompts import Example
+
+Verifier = Callable[[str, str, str], float]
+"""``(prompt, completion, answer) -> reward``."""
+
+
+def exact_match(prompt: str, completion: str, answer: str) -> float:
+    return float(completion == answer)
+
+
+def positional_match(prompt: str, completion: str, answer: str) -> float:
+    """Partial credit: the share of positions where completion and answer agree, over the longer
+    of the two (so extra or missing characters cost as wrong ones do)."""
+    longer = max(len(completion), len(answer), 1)
+    return sum(a == b for a, b in zip(completion, answer, strict=False)) / longer
+
+
+BUILT_IN: dict[str, Verifier] = {"exact_match": exact_match, "positional_match": positional_match}
+
+
+def load_verifier(name: str) -> Verifier:
+    """A built-in verifier by name, or a user's ``module:function``."""
+    if name in BUILT_IN:
+        return BUILT_IN[name]
+    module, sep, attribute = name.partition(":")
+    if not sep:
+        raise UserError(
+            f"task.rewards: function {name!r}: expected {' or '.join(BUILT_IN)}, or module:function"
+        )
+    try:
+        function = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"task.rewards: function {name!r} cannot be loaded: {exc}") from None
+    if not callable(function):
+        raise UserError(f"task.rewards: {name!r} is not a function")
+    return function
+
+
+@dataclass
+class Scores:
+    rewards: list[float]
+    """Each completion's reward (the weighted sum, or ``unfinished_reward``)."""
+    by_function: dict[str, list[float]]
+    """Each function's own score of every finished completion."""
+    unfinished: int
+
+
+class RewardFunctions:
+    def __init__(self, task: TaskConfig) -> None:
+        # Named by their function's own name (``reward/<name>`` metrics).
+        self.functions = [
+            (r.function.rpartition(":")[2], load_verifier(r.function), r.weight) for r in task.rewards
+        ]
+        names = [name for name, _, _ in self.functions]
+        if len(set(names)) < len(names):
+            raise UserError(
+                f"task.rewards: functions {', '.join(names)}: each may appear once (weigh it instead)"
+            )
+        self.unfinished_reward = task.unfinished_reward
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]) -> Scores:
+        scores = Scores([], {name: [] for name, _, _ in self.functions}, 0)
+        for example, completion, done in zip(examples, completions, ended, strict=True):
+            if not done:
+                scores.rewards.append(self.unfinished_reward)
+                scores.unfinished += 1
+                continue
+            total = 0.0
+            for name, function, weight in self.functions:
+                value = _call(name, function, example, completion)
+                scores.by_function[name].append(value)
+                total += weight * value
+            scores.rewards.append(total)
+        return scores
+
+
+def _call(name: str, function: Verifier, example: Example, completion: str) -> float:
+    """One score; a function that raises or returns anything but a finite number is one line
+    naming it and the prompt."""
+    try:
+        value = function(example.prompt, completion, example.answer)
+    except Exception as exc:  # a user's function: any failure is theirs to fix
+        raise UserError(
+            f"task.rewards: {name} raised {type(exc).__name__}: {exc} (prompt {example.prompt!r}, "
+            f"completion {completion!r})"
+        ) from None
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        raise UserError(
+            f"task.rewards: {name} returned {value!r} for prompt {example.prompt!r} (completion "
+            f"{completion!r}); it must return a finite number"
+        )
+    return float(value)

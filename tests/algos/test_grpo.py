@@ -1,0 +1,106 @@
+"""GRPO's formulas against hand-computed values: group advantages, the KL estimators, and the
+clipped loss with both normalisations; the first step's ratio is exactly one."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from distrl.algos.grpo import GRPO, group_advantages, kl_estimate, token_log_probs
+from distrl.algos.grpo_config import GRPOConfig
+from distrl.config.sections import TransformerConfig
+from distrl.models.transformer import TransformerLM
+from distrl.storage.completions import CompletionBatch
+
+
+def test_group_advantages_match_hand_computed_values() -> None:
+    rewards = torch.tensor(
+        [[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5], [3.0, 1.0, 2.0, 2.0]], dtype=torch.float64
+    )
+    mean = group_advantages(rewards, "mean", scale_by_std=False)
+    assert mean.tolist() == [[0.5, -0.5, -0.5, 0.5], [0.0] * 4, [1.0, -1.0, 0.0, 0.0]]
+    # Leave-one-out: r_i minus the mean of the other three.
+    loo = group_advantages(rewards, "leave_one_out", scale_by_std=False)
+    expected = [[1 - 1 / 3, -2 / 3, -2 / 3, 1 - 1 / 3], [0.0] * 4, [3 - 5 / 3, 1 - 7 / 3, 2 - 2, 2 - 2]]
+    torch.testing.assert_close(loo, torch.tensor(expected, dtype=torch.float64))
+    scaled = group_advantages(rewards, "mean", scale_by_std=True)
+    std = math.sqrt(((0.5**2) * 4) / 3)  # the unbiased std of [1, 0, 0, 1]
+    torch.testing.assert_close(
+        scaled[0], torch.tensor([0.5, -0.5, -0.5, 0.5], dtype=torch.float64) / (std + 1e-6)
+    )
+    assert scaled[1].tolist() == [0.0] * 4  # equal rewards: exactly zero, even scaled
+    # 0.1 three times has a mean that is not exactly 0.1 in floats: still exactly zero.
+    assert group_advantages(torch.full((1, 3), 0.1), "mean", False).tolist() == [[0.0] * 3]
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_kl_estimators_match_their_formulas(estimator: str) -> None:
+    cfg = GRPOConfig(kl_estimator=estimator, kl_input_clamp=5.0, kl_output_clamp=3.0)
+    log_p = torch.tensor([-1.0, -2.0, -0.5, -10.0], dtype=torch.float64)
+    log_ref = torch.tensor([-1.5, -1.0, -0.5, -0.1], dtype=torch.float64)
+    log_r = (log_ref - log_p).clamp(-5.0, 5.0)  # the last one, 9.9, is clamped to 5
+    by_hand = {"k1": -log_r, "k2": 0.5 * log_r**2, "k3": log_r.exp() - 1 - log_r}[estimator].clamp(-3.0, 3.0)
+    torch.testing.assert_close(kl_estimate(log_p, log_ref, cfg), by_hand)
+    assert kl_estimate(log_p, log_p, cfg).abs().max() == 0.0
+
+
+def tiny_batch() -> tuple[TransformerLM, CompletionBatch]:
+    torch.manual_seed(0)
+    net = TransformerLM(8, TransformerConfig(layers=1, width=16, heads=2, context=8)).double()
+    sequences = torch.tensor([[0, 3, 4, 5, 6, 1], [2, 3, 4, 7, 1, 0], [2, 3, 4, 2, 2, 2]])
+    attention = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    completion_mask = attention[:, 3:].clone()
+    advantages = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
+    return net, CompletionBatch(sequences, attention, completion_mask, advantages)
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str) -> None:
+    net, batch = tiny_batch()
+    cfg = GRPOConfig(
+        ratio_clip_min=0.1,
+        ratio_clip_max=0.3,
+        loss_normalization=normalization,
+        kl_coef=0.25,
+        kl_estimator="k1",
+    )
+    log_probs, _ = token_log_probs(net, batch, cfg.temperature)
+    log_probs = log_probs.detach()
+    # Ratios 1.5 (clipped at 1.3 when the advantage is positive), 0.8 (below 0.9), 1.0.
+    log_ratios = torch.log(
+        torch.tensor([[1.5, 0.8, 1.0], [1.5, 0.8, 1.0], [1.5, 0.8, 1.0]], dtype=torch.float64)
+    )
+    batch.old_log_probs = log_probs - log_ratios
+    batch.reference_log_probs = log_probs - 0.2  # k1 = log p - log ref = 0.2 per token
+    loss, weight, _ = GRPO(net, cfg).loss(batch)
+    per_token = []
+    for row in range(3):
+        a = float(batch.advantages[row])
+        values = []
+        for r in (1.5, 0.8, 1.0):
+            clipped = min(max(r, 0.9), 1.3)
+            values.append(-min(r * a, clipped * a) + 0.25 * 0.2)
+        per_token.append(values)
+    mask = batch.completion_mask.tolist()
+    kept = [[v for v, m in zip(vs, ms, strict=True) if m] for vs, ms in zip(per_token, mask, strict=True)]
+    if normalization == "token":
+        tokens = sum(len(values) for values in kept)
+        expected = sum(sum(values) for values in kept) / tokens
+        assert weight == tokens == 8
+    else:
+        expected = sum(sum(values) / len(values) for values in kept) / 3
+        assert weight == 3
+    assert float(loss.detach()) == pytest.approx(expected, abs=1e-12)
+
+
+def test_the_first_step_ratio_is_exactly_one() -> None:
+    net, batch = tiny_batch()
+    algo = GRPO(net, GRPOConfig())
+    batch.old_log_probs = algo.log_probs(net, batch)
+    stats = algo.update(batch, [[torch.arange(3)]])
+    assert stats["approx_kl"] == 0.0 and stats["clip_fraction"] == 0.0
+    # And the step changed the policy: the same batch now has ratios away from one.
+    _, _, terms = algo.loss(batch)
+    assert float(terms["approx_kl"]) > 0.0

@@ -1,0 +1,109 @@
+"""The sequence policy: cached decoding equals uncached decoding, padding changes nothing, and
+activation checkpointing keeps the gradients while saving less."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distrl.algos.grpo import token_log_probs
+from distrl.collect.generate import Sampling, filter_logits, generate, left_padded
+from distrl.config.sections import TransformerConfig
+from distrl.models.transformer import TransformerLM
+from distrl.storage.completions import CompletionBatch
+from distrl.tasks.tokenizer import CharTokenizer
+
+TOKENIZER = CharTokenizer("0123456789rev =")
+PROMPTS = ["rev 1=", "rev 98765=", "rev 42="]
+
+
+def model(seed: int = 0, **sizes: int) -> TransformerLM:
+    torch.manual_seed(seed)
+    # Larger initial weights than GPT-2's, so an untrained model's choices depend on its input.
+    net = TransformerLM(
+        TOKENIZER.vocab_size,
+        TransformerConfig(**{"layers": 2, "width": 32, "heads": 4, "context": 32, **sizes}),
+    )
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(20.0 if p.dim() > 1 else 1.0)
+    return net
+
+
+def prompts(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    return left_padded([TOKENIZER.encode(t, "test") for t in texts], TOKENIZER.pad_id, torch.device("cpu"))
+
+
+def completions_of(net: TransformerLM, texts: list[str], use_cache: bool, sampling: Sampling, seeds=None):
+    tokens, mask = prompts(texts)
+    return generate(net, tokens, mask, 10, TOKENIZER.eos_id, TOKENIZER.pad_id, sampling, seeds, use_cache)
+
+
+def log_probs_of(net: TransformerLM, done) -> torch.Tensor:
+    batch = CompletionBatch(*done.sequences(), done.mask, torch.zeros(done.tokens.shape[0]))
+    with torch.no_grad():
+        return token_log_probs(net, batch, temperature=0.7)[0] * done.mask
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [Sampling(), Sampling(temperature=0.7, top_k=5), Sampling(top_p=0.8)],
+    ids=["t1", "topk", "topp"],
+)
+def test_cached_and_uncached_decoding_give_the_same_tokens_and_log_probabilities(sampling: Sampling) -> None:
+    net = model()
+    seeds = [11, 12, 13]
+    cached = completions_of(net, PROMPTS, True, sampling, seeds)
+    uncached = completions_of(net, PROMPTS, False, sampling, seeds)
+    assert torch.equal(cached.tokens, uncached.tokens)
+    assert torch.equal(cached.mask, uncached.mask)
+    assert cached.mask.sum() > len(PROMPTS)  # more than one token each: the cache was used
+    torch.testing.assert_close(log_probs_of(net, cached), log_probs_of(net, uncached), atol=1e-5, rtol=0)
+    greedy_cached = completions_of(net, PROMPTS, True, Sampling())
+    assert torch.equal(greedy_cached.tokens, completions_of(net, PROMPTS, False, Sampling()).tokens)
+
+
+def test_a_completion_does_not_depend_on_its_batch_or_padding() -> None:
+    net = model(1)
+    together = completions_of(net, PROMPTS, True, Sampling(), seeds=[5, 6, 7])
+    alone = completions_of(net, PROMPTS[:1], True, Sampling(), seeds=[5])
+    width = alone.tokens.shape[1]
+    assert torch.equal(together.tokens[0, :width], alone.tokens[0])
+    # Different seeds give different samples (the noise is per row, not shared).
+    other = completions_of(net, PROMPTS[:1], True, Sampling(), seeds=[99])
+    assert not torch.equal(other.tokens[0], alone.tokens[0])
+
+
+def test_top_k_and_top_p_keep_the_expected_tokens() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.1]]))
+    assert torch.isfinite(filter_logits(logits, Sampling(top_k=2))).tolist() == [[True, True, False, False]]
+    # 0.5 + 0.25 reaches 0.7: the third is not needed.
+    assert torch.isfinite(filter_logits(logits, Sampling(top_p=0.7))).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(filter_logits(logits, Sampling(top_p=0.8))).tolist() == [[True, True, True, False]]
+
+
+def _saved_bytes(
+    net: TransformerLM, tokens: torch.Tensor, mask: torch.Tensor
+) -> tuple[int, list[torch.Tensor]]:
+    saved = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel() * t.element_size())
+        return t
+
+    net.zero_grad()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits, _ = net(tokens, mask)
+    logits.square().mean().backward()
+    return sum(saved), [p.grad.clone() for p in net.parameters()]
+
+
+def test_activation_checkpointing_keeps_gradients_and_saves_less() -> None:
+    net = model(2, layers=4)
+    tokens, mask = prompts(PROMPTS * 8)
+    plain_bytes, plain_grads = _saved_bytes(net, tokens, mask)
+    net.activation_checkpointing = True
+    checkpointed_bytes, checkpointed_grads = _saved_bytes(net, tokens, mask)
+    assert checkpointed_bytes <= plain_bytes / 2, (checkpointed_bytes, plain_bytes)
+    for plain, checkpointed in zip(plain_grads, checkpointed_grads, strict=True):
+        torch.testing.assert_close(checkpointed, plain, atol=1e-6, rtol=0)

@@ -1,0 +1,155 @@
+"""GRPO's runner in the shared loop: 2 ranks end where 1 rank does, a resumed run where an
+unbroken one does, and the command line trains, evaluates and refuses bad input in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distrl.comm.torch_comm import TorchComm
+from distrl.config.run import load_config
+from distrl.entry import build_training
+from distrl.io import checkpoint as ckpt
+from tests.distributed import run_ranks
+from tests.helpers import REPO, distrl
+
+GRPO_REVERSE = REPO / "configs" / "grpo_reverse.yaml"
+SMALL = [
+    "algo.num_prompts_per_step=5",  # 3 and 2 prompts on 2 ranks: uneven shares
+    "algo.num_generations_per_prompt=3",
+    "algo.max_new_tokens=6",
+    "algo.update_epochs=2",
+    "algo.num_minibatches=2",
+    "algo.kl_coef=0.1",
+    "task.rewards=[{function: 'tests.tasks.reward_functions:length'}, "
+    "{function: positional_match, weight: 2}]",
+    "model.transformer={layers: 1, width: 16, heads: 2, context: 16}",
+    "task.max_length=4",
+    "train.total_steps=45",  # three updates of 15 completions
+    "train.stop_return=null",
+    "eval.episodes=4",
+    "eval.every=2",
+    "log.tensorboard=false",
+    "log.progress=false",
+]
+
+
+def _train(comm: TorchComm, overrides: list[str], run_dir: Path, out: Path) -> None:
+    torch.set_default_dtype(torch.float64)
+    cfg = load_config(GRPO_REVERSE, overrides)
+    loop = build_training(cfg, comm, torch.device("cpu"), run_dir / f"world{comm.world_size}")
+    policy = loop.runner.policy
+    start = torch.cat([p.detach().reshape(-1) for p in policy.parameters()])
+    loop.run()
+    if comm.is_main:
+        end = torch.cat([p.detach().reshape(-1) for p in policy.parameters()])
+        np.save(out, torch.stack([start, end]).numpy())
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, normalization: str) -> None:
+    overrides = [*SMALL, f"algo.loss_normalization={normalization}"]
+    run_ranks(_train, 1, overrides, tmp_path, tmp_path / "one.npy")
+    run_ranks(_train, 2, overrides, tmp_path, tmp_path / "two.npy")
+    (start, one), (_, two) = np.load(tmp_path / "one.npy"), np.load(tmp_path / "two.npy")
+    assert one.dtype == np.float64 and np.abs(one - two).max() < 1e-6
+    assert np.abs(one - start).max() > 1e-3  # the updates moved the weights: the test can fail
+    rows = [json.loads(line) for line in (tmp_path / "world1" / "metrics.jsonl").read_text().splitlines()]
+    rows2 = [json.loads(line) for line in (tmp_path / "world2" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["episode_return_mean"] for r in rows] == pytest.approx(
+        [r["episode_return_mean"] for r in rows2]
+    )
+    assert rows[-1]["global_step"] == 45
+    assert rows[0]["approx_kl"] > 0.0  # a second epoch ran against the generating policy
+
+
+def _run_and_resume_halfway(comm: TorchComm, overrides: list[str], run_dir: Path) -> None:
+    torch.set_default_dtype(torch.float64)
+    cfg = load_config(GRPO_REVERSE, overrides)
+    build_training(cfg, comm, torch.device("cpu"), run_dir / "unbroken").run()
+    halfway = ckpt.load_checkpoint(run_dir / "unbroken" / "checkpoints" / ckpt.checkpoint_dir_name(30))
+    build_training(cfg, comm, torch.device("cpu"), run_dir / "resumed", halfway).run()
+
+
+def test_a_resumed_run_ends_where_an_unbroken_one_does(tmp_path: Path) -> None:
+    overrides = [
+        *SMALL,
+        "train.total_steps=60",
+        "checkpoint.interval_steps=30",
+        "task.curriculum_fraction=0.5",
+    ]
+    run_ranks(_run_and_resume_halfway, 1, overrides, tmp_path)
+    unbroken, resumed = (
+        ckpt.tensors_from_bytes(
+            ckpt.load_checkpoint(ckpt.resolve_checkpoint(tmp_path / run))["model.safetensors"]
+        )
+        for run in ("unbroken", "resumed")
+    )
+    assert unbroken.keys() == resumed.keys() and "reference.token_embedding.weight" in unbroken
+    for key in unbroken:
+        torch.testing.assert_close(resumed[key], unbroken[key], atol=1e-6, rtol=0)
+    rows = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["global_step"] for row in rows] == [45, 60]
+
+
+def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = distrl(
+        "train", "--config", str(GRPO_REVERSE), "--run-dir", str(run_dir), *SMALL[:-2],
+        "train.total_steps=30", "train.stop_return=0.99", "train.stop_check_every=1",
+        "train.activation_checkpointing=true",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {"heldout/exact_match", "stop_check_return", "time/generate", "reward/length"} <= rows[-1].keys()
+    evaluated = distrl("eval", "--checkpoint", str(run_dir), "--episodes", "6", "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    report = json.loads(evaluated.stdout)
+    assert report["episodes"] == len(report["returns"]) == 6
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["task.max_length=12"],
+            r"^distrl: error: task prompt 'rev \d{12}=' \(17 tokens\) and algo.max_new_tokens=8 need 25",
+        ),
+        (
+            ["algo.num_generations_per_prompt=1"],
+            r"algo.num_generations_per_prompt: .*greater than or equal to 2",
+        ),
+        (
+            ["task.rewards=[{function: 'tests.tasks.reward_functions:fails'}]"],
+            r"task.rewards: fails raised ValueError: cannot score this \(prompt 'rev ",
+        ),
+        (
+            ["task.rewards=[{function: 'tests.tasks.reward_functions:says_yes'}]"],
+            r"says_yes returned 'yes' for prompt 'rev .*; it must return a finite number",
+        ),
+        (
+            ["task.rewards=[{function: closest}]"],
+            r"function 'closest': expected exact_match or positional_match, or module:function",
+        ),
+        (["train.compile=true"], r"train.compile=true is not supported by algo.name=grpo"),
+    ],
+    ids=["context", "group-of-one", "raises", "not-a-number", "unknown-function", "compile"],
+)
+def test_bad_input_is_one_line(tmp_path: Path, overrides: list[str], message: str) -> None:
+    result = distrl(
+        "train",
+        "--config",
+        str(GRPO_REVERSE),
+        "--run-dir",
+        str(tmp_path / "run"),
+        *overrides,
+        "train.total_steps=64",
+    )
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert re.search(message, result.stderr), result.stderr
