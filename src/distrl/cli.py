@@ -70,9 +70,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--launcher", choices=["ray"], help="run the learners as Ray actors")
     ray.add_argument(
         "--ray-address",
-        help="join this Ray cluster (auto or HOST:PORT); default: $RAY_ADDRESS if set, else start one",
+        help="join this Ray cluster (auto or HOST:PORT); default: cluster.ray_address, else "
+        "$RAY_ADDRESS if set, else start one",
     )
-    ray.add_argument("--namespace", default="distrl", help="Ray namespace of the job's actors")
+    ray.add_argument("--namespace", help="Ray namespace of the job's actors (default: cluster.namespace)")
     node = parser.add_argument_group("shared-file rendezvous (run the same command on every node)")
     node.add_argument("--num-nodes", type=int, help="nodes taking part")
     node.add_argument("--node-index", type=int, help="this node's index, 0..num-nodes-1 (0 saves)")
@@ -124,8 +125,9 @@ def command_launch_ray(args: argparse.Namespace) -> int:
     # The driver and every learner agree on one absolute run dir, wherever Ray starts them.
     run_dir = (args.run_dir or default_run_dir(args, cfg.env.id)).resolve()
     # Ray's own convention: a cluster named by RAY_ADDRESS is the one to join.
-    address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
-    return launch(cfg, address, args.namespace, RunDir(run_dir, args.resume, args.overwrite), args.dry_run)
+    address = args.ray_address or cfg.cluster.ray_address or os.environ.get("RAY_ADDRESS") or None
+    namespace = args.namespace or cfg.cluster.namespace
+    return launch(cfg, address, namespace, RunDir(run_dir, args.resume, args.overwrite), args.dry_run)
 
 
 def _train_config(args: argparse.Namespace) -> Any:

@@ -96,11 +96,27 @@ def build_training(
 def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:
     """The rank's device, and the process settings every training process runs with."""
     device = resolve_device(cfg.train.device, topology)
+    limit_gpu_memory(cfg.train.cuda_memory_fraction, device, topology.rank)
     torch.set_num_threads(cfg.train.torch_threads)
     keep_freed_memory()
     # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
     torch.set_flush_denormal(True)
     return device
+
+
+def limit_gpu_memory(fraction: float | None, device: torch.device, rank: int) -> None:
+    """``train.cuda_memory_fraction`` on a CUDA device; on any other, one line (rank 0's) saying it
+    does not apply."""
+    if fraction is None:
+        return
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+    elif rank == 0:
+        print(
+            f"distrl: train.cuda_memory_fraction={fraction} applies to CUDA devices; this run is on "
+            f"{device.type}, where it does nothing",
+            file=sys.stderr,
+        )
 
 
 def _connect(cfg: RunConfig, topology: Topology, device: torch.device) -> Comm:

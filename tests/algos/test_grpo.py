@@ -104,3 +104,21 @@ def test_the_first_step_ratio_is_exactly_one() -> None:
     # And the step changed the policy: the same batch now has ratios away from one.
     _, _, terms = algo.loss(batch)
     assert float(terms["approx_kl"]) > 0.0
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def test_micro_batches_step_as_the_whole_minibatch(normalization: str) -> None:
+    """Gradient accumulation: 2 or 3 micro-batches (completions of different lengths) end with the
+    parameters one pass over the minibatch gives, to 1e-6."""
+    cfg = GRPOConfig(loss_normalization=normalization, learning_rate=0.05)
+    params = []
+    for steps in (1, 2, 3):
+        net, batch = tiny_batch()
+        algo = GRPO(net, cfg, accumulation_steps=steps)
+        batch.old_log_probs = algo.log_probs(net, batch) - 0.1  # ratios off one: the clip matters
+        start = torch.cat([p.detach().reshape(-1).clone() for p in net.parameters()])
+        algo.update(batch, [[torch.arange(3)]])
+        params.append(torch.cat([p.detach().reshape(-1) for p in net.parameters()]))
+    assert (params[0] - start).abs().max() > 1e-3
+    for accumulated in params[1:]:
+        torch.testing.assert_close(accumulated, params[0], atol=1e-6, rtol=0)

@@ -10,7 +10,7 @@ sets them to ``None`` (``optimizer.zero_grad()`` would: use ``zero_()``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -68,6 +68,32 @@ class FlatGradients:
                 loss.backward()
         if sync is not None:
             self.average_(sync, weight)  # the communicator times the sum itself
+        return self._clip_and_step(optimizer, max_grad_norm)
+
+    def accumulated_step(
+        self,
+        losses: Iterable[tuple[torch.Tensor, float]],
+        optimizer: torch.optim.Optimizer,
+        sync: GradientSync | None,
+        max_grad_norm: float,
+    ) -> float:
+        """``step`` over micro-batches (gradient accumulation): each ``(loss, weight)``, a mean
+        over ``weight`` samples or tokens, is backpropagated as the sum ``loss x weight``, one at
+        a time (``losses`` may compute each only when asked, so one micro-batch's activations are
+        alive at once); the sum over micro-batches and ranks is then divided by the total weight.
+        So k micro-batches give the gradient of the one batch they make up."""
+        self.zero_()
+        for loss, weight in losses:
+            with self.clock("backward"):
+                (loss * weight).backward()
+            self.bucket[-1] += weight
+        if sync is not None:
+            sync(self.bucket)
+        if self.bucket[-1] > 0:
+            self.flat.div_(self.bucket[-1])
+        return self._clip_and_step(optimizer, max_grad_norm)
+
+    def _clip_and_step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> float:
         with self.clock("optimizer"):
             grad_norm = self.clip_norm_(max_grad_norm)
             if not math.isfinite(grad_norm):

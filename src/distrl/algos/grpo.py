@@ -13,7 +13,7 @@ same counts, so N ranks step as one would on the whole batch.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -76,8 +76,11 @@ class GRPO:
         gradient_sync: GradientSync | None = None,
         clock: PhaseClock | None = None,
         autocast: torch.dtype | None = None,
+        accumulation_steps: int = 1,
     ) -> None:
-        """``autocast``: the dtype the transformer runs its forward passes in (mixed precision)."""
+        """``autocast``: the dtype the transformer runs its forward passes in (mixed precision);
+        ``accumulation_steps``: micro-batches per minibatch (``train.gradient_accumulation_steps``)."""
+        self.accumulation_steps = accumulation_steps
         self.policy = policy
         self.cfg = cfg
         self.gradient_sync = gradient_sync
@@ -113,13 +116,33 @@ class GRPO:
         return {"skipped_minibatches": skipped, **{k: v / steps for k, v in totals.items()}}
 
     def minibatch_step(self, mb: CompletionBatch | None) -> dict[str, float]:
-        loss, weight, stats = None, 0.0, {}
-        if mb is not None:
-            with self.clock("forward"):
-                loss, weight, terms = self.loss(mb)
-                stats = {key: float(value) for key, value in terms.items()}
-        grad_norm = self.grads.step(loss, self.optimizer, self.gradient_sync, weight, self.cfg.max_grad_norm)
+        """One optimiser step on ``mb``, through ``micro_batches`` parts whose gradients add up to
+        the whole one's (gradient accumulation); statistics are means weighted like the loss."""
+        sums: dict[str, float] = {}
+        weights = 0.0
+
+        def losses() -> Iterator[tuple[torch.Tensor, float]]:
+            nonlocal weights
+            for part in self._micro_batches(mb):
+                with self.clock("forward"):
+                    loss, weight, terms = self.loss(part)
+                for key, value in terms.items():
+                    sums[key] = sums.get(key, 0.0) + float(value) * weight
+                weights += weight
+                yield loss, weight
+
+        grad_norm = self.grads.accumulated_step(
+            losses(), self.optimizer, self.gradient_sync, self.cfg.max_grad_norm
+        )
+        stats = {key: value / weights for key, value in sums.items()}
         return {**stats, "grad_norm": grad_norm, "skipped_minibatches": float(math.isnan(grad_norm))}
+
+    def _micro_batches(self, mb: CompletionBatch | None) -> Iterator[CompletionBatch]:
+        if mb is None:
+            return
+        for rows in torch.arange(len(mb)).tensor_split(self.accumulation_steps):
+            if len(rows):
+                yield mb.rows(rows.to(mb.sequences.device))
 
     def loss(self, mb: CompletionBatch) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
         """The clipped surrogate (plus the KL penalty) normalised over this rank's tokens or

@@ -22,8 +22,11 @@ class GRPOConfig(Section):
         "task.name",
         "task.alphabet",
     )
-    honoured_train_switches: ClassVar[tuple[str, ...]] = ("activation_checkpointing",)
-    """The ``train`` switches its torch learner honours (``compile``, ``activation_checkpointing``)."""
+    honoured_train_switches: ClassVar[tuple[str, ...]] = (
+        "activation_checkpointing",
+        "gradient_accumulation_steps",
+    )
+    """The ``train`` keys (``config.run.TRAIN_SWITCHES``) its torch learner honours."""
 
     name: Literal["grpo"] = "grpo"
     num_prompts_per_step: PositiveInt = 32

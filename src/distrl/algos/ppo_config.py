@@ -27,7 +27,7 @@ class PPOConfig(Section):
     )
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile",)
-    """The ``train`` switches its torch learner honours (``compile``, ``activation_checkpointing``)."""
+    """The ``train`` keys (``config.run.TRAIN_SWITCHES``) its torch learner honours."""
 
     name: Literal["ppo"] = "ppo"
     rollout_steps: PositiveInt = 128

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from distrl.algos.registry import ALGORITHMS, algorithm
 from distrl.config.base import Section
+from distrl.config.grpo_vocabulary import translate_grpo_section
 from distrl.config.sections import (
     CheckpointConfig,
     ClusterConfig,
@@ -105,8 +106,9 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     return cfg
 
 
-TRAIN_SWITCHES = ("compile", "activation_checkpointing")
-"""``train`` switches an algorithm must honour to be given them (``honoured_train_switches``)."""
+TRAIN_SWITCHES = ("compile", "activation_checkpointing", "gradient_accumulation_steps")
+"""``train`` keys an algorithm must honour to be given them (``honoured_train_switches``) unless
+they are at their defaults."""
 
 
 def _check_switches_honoured(cfg: RunConfig, source: str) -> None:
@@ -118,10 +120,12 @@ def _check_switches_honoured(cfg: RunConfig, source: str) -> None:
             f"{source}: train.compile=true is for torch learners; JAX learners are always compiled"
         )
     for switch in TRAIN_SWITCHES:
-        if getattr(cfg.train, switch) and switch not in cfg.algo.honoured_train_switches:
+        value, default = getattr(cfg.train, switch), TrainConfig.model_fields[switch].default
+        if value != default and switch not in cfg.algo.honoured_train_switches:
+            shown = str(value).lower() if isinstance(value, bool) else value
             raise UserError(
-                f"{source}: train.{switch}=true is not supported by algo.name={cfg.algo.name}; "
-                "set it to false"
+                f"{source}: train.{switch}={shown} is not supported by algo.name={cfg.algo.name}; "
+                f"leave it at {str(default).lower() if isinstance(default, bool) else default}"
             )
 
 
@@ -131,7 +135,7 @@ MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_in
 
 def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     """Validate a plain dict; every problem is a line of the ``UserError``, naming its key."""
-    data = _move_deprecated_keys(data, source)
+    data = translate_grpo_section(_move_deprecated_keys(data, source), source)
     problems = _unknown_keys(data, RunConfig, prefix="")
     if problems:
         raise UserError("\n".join(problems))

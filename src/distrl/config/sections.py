@@ -205,6 +205,14 @@ class TrainConfig(Section):
     ``torch.compile`` (PPO with a torch learner; refused elsewhere): fused kernels for large
     batches, after a one-time compilation of some seconds per process (cached across runs in
     torch's on-disk cache)."""
+    gradient_accumulation_steps: PositiveInt = 1
+    """Split each minibatch into this many micro-batches, one forward and backward pass at a time,
+    and step once on their summed gradients, each weighted by its samples or tokens: the same
+    step as the whole minibatch in one pass, with a k-th of its activation memory (GRPO)."""
+    cuda_memory_fraction: float | None = Field(None, gt=0.0, le=1.0)
+    """The share of its GPU's memory each process may allocate (``torch.cuda.
+    set_per_process_memory_fraction``): several processes sharing one GPU, or headroom left for
+    another job. Applies to CUDA devices; a CPU run says so in one line and goes on."""
     activation_checkpointing: bool = False
     """Keep only each transformer block's input for the backward pass and recompute the rest
     there (GRPO's sequence policy; refused elsewhere): activation memory drops by more than half
@@ -313,6 +321,11 @@ class ClusterConfig(Section):
     strategy: Literal["SPREAD", "PACK"] = "SPREAD"
     """How the nodes' placement groups (one per node, its workers on one Ray node) share Ray's
     nodes: SPREAD gives each a Ray node of its own, PACK lets Ray put several on one node."""
+    ray_address: str | None = None
+    """The Ray cluster to join (``auto`` or ``HOST:PORT``); ``--ray-address`` overrides it; unset
+    and without ``$RAY_ADDRESS``: start a local one."""
+    namespace: str = "distrl"
+    """The Ray namespace of the job's actors (``--namespace`` overrides it)."""
     placement_timeout_s: PositiveFloat = 30.0
     """A placement group not placed within this many seconds is an error naming what is missing;
     the job's actors, once placed, get as long again to start."""

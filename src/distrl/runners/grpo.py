@@ -68,6 +68,7 @@ class GRPORunner(Runner):
             gradient_sync=functools.partial(comm.sum_gradients_, clock=ctx.clock),
             clock=ctx.clock,
             autocast=self.autocast,
+            accumulation_steps=cfg.train.gradient_accumulation_steps,
         )
         self.sampling = Sampling(cfg.algo.temperature, cfg.algo.top_k, cfg.algo.top_p)
         self.finished = 0
@@ -112,7 +113,9 @@ class GRPORunner(Runner):
             batch.old_log_probs = self.algo.log_probs(self.policy, batch)
             if self.reference is not None:
                 batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
+        update_start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step))
+        update_s = time.perf_counter() - update_start
         skipped = losses.pop("skipped_minibatches")
         lengths = done.mask.sum(1).double()
         self.finished += len(texts)
@@ -122,6 +125,7 @@ class GRPORunner(Runner):
             "unfinished_fraction": scores.unfinished / len(texts),
             "zero_advantage_groups": float((advantages == 0).all(1).double().mean()),
             "generated_tokens_per_s": generated / generate_s,
+            "trained_tokens_per_s": generated * cfg.algo.update_epochs / update_s,
             **{f"reward/{name}": float(np.mean(v)) if v else 0.0 for name, v in scores.by_function.items()},
         }
         averaged.update(self.evaluate_held_out(step))
