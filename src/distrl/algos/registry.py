@@ -55,6 +55,10 @@ class Algorithm:
     evaluator: str = "distrl.eval.episodes:evaluate"
     """``module:function`` of ``(RunConfig, deployable policy, episodes, seed) -> list of
     returns``: how its policy is evaluated (the stop check, ``distrl eval``, eval workers)."""
+    ray_workers: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Ray mode's worker groups it fills with workers of its own: group (``env``, ``data``) ->
+    (``module:Class`` of the actor, ``module:Class`` the learner calls them through); the other
+    groups are ``ray.groups.WORKER_GROUPS``'."""
     input_check: str = "distrl.envs:check_config_env"
     """``module:function`` of ``(RunConfig) -> None``: builds what it learns from once, so a bad
     env or task fails in one line before any process group or run dir."""
@@ -91,6 +95,16 @@ ALGORITHMS: dict[str, Algorithm] = {
             deployable_policy="distrl.models.sequence_policy:sequence_policy",
             runners={ENVS: "distrl.runners.grpo:GRPORunner"},
             evaluator="distrl.eval.completions:evaluate_completions",
+            ray_workers={
+                "env": (
+                    "distrl.ray.verifier_workers:VerifierWorker",
+                    "distrl.ray.verifier_workers:RayVerifierWorkers",
+                ),
+                "data": (
+                    "distrl.ray.prompt_workers:PromptWorker",
+                    "distrl.ray.prompt_workers:RayPromptWorkers",
+                ),
+            },
             input_check="distrl.tasks.check:check_task",
         ),
     )

@@ -18,13 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from distrl.algos.registry import load, runner_reference
+from distrl.algos.registry import algorithm, load, runner_reference
 from distrl.config.run import RunConfig
 from distrl.config.sections import ClusterConfig, WorkersConfig
 from distrl.errors import UserError
 from distrl.launch.run_dir import RunDir
 from distrl.ray.cluster import clear_run_dir, import_ray, join, local_ray, worker_path
-from distrl.ray.groups import WORKER_GROUPS
+from distrl.ray.groups import WORKER_GROUPS, worker_group
 from distrl.ray.learners import LearnerGroup
 from distrl.ray.placement import (
     VirtualCluster,
@@ -75,7 +75,7 @@ def _run_job(
         if clear:
             clear_run_dir(run_dir.path)
         profile = (cfg.log.profile_updates, run_dir.path / "profile")
-        names, actors = _start_worker_groups(ray, cluster, cfg.workers, namespace, job, profile)
+        names, actors = _start_worker_groups(ray, cluster, cfg, namespace, job, profile)
         retries = cfg.workers.max_restarts, cfg.workers.retry_backoff_s
         specs = [
             workers_spec(namespace, *retries, **{g: mine[rank] for g, mine in names.items()})
@@ -124,7 +124,9 @@ def check_workers(cfg: RunConfig) -> None:
             f"workers.gpus_per_policy={workers.gpus_per_policy:g}: learners sharing a GPU cannot form an "
             "NCCL group; give each whole GPUs (or 0 to train on the CPU)"
         )
-    if workers.data:
+    if workers.data and "data" in algorithm(cfg.algo.name).ray_workers:  # the algorithm's own
+        _one_per_learner_at_least("data", workers.data, workers.policy)
+    elif workers.data:
         _check_data_workers(cfg)
     if workers.env:
         if cfg.ml_framework != "torch" or cfg.data.path is not None:
@@ -206,7 +208,7 @@ def _job(workers: WorkersConfig) -> str:
 def _start_worker_groups(
     ray: Any,
     cluster: VirtualCluster,
-    workers: WorkersConfig,
+    cfg: RunConfig,
     namespace: str,
     job: str,
     profile: tuple[int, Path],
@@ -217,7 +219,8 @@ def _start_worker_groups(
     once no handle to it is left)."""
     from distrl.sharding import even_split
 
-    classes = _worker_classes(workers)
+    workers = cfg.workers
+    classes = _worker_classes(cfg.algo.name, workers)
     names: dict[str, list[list[str]]] = {}
     handles = {}
     for name, (count, cpus) in worker_groups(workers).items():
@@ -241,12 +244,12 @@ def _start_worker_groups(
     return names, handles
 
 
-def _worker_classes(workers: WorkersConfig) -> dict[str, type]:
+def _worker_classes(algorithm_name: str, workers: WorkersConfig) -> dict[str, type]:
     """The actor classes of the groups the job has (their modules import torch: a job of
     learners alone spares the driver that). Imported in a thread during ``ray.init`` they took
     the GIL from it and slowed it by as much as they saved."""
     return {
-        group: load(WORKER_GROUPS[group].actor)
+        group: load(worker_group(algorithm_name, group).actor)
         for group, (count, _) in worker_groups(workers).items()
         if count
     }

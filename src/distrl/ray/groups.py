@@ -29,4 +29,14 @@ WORKER_GROUPS: dict[str, WorkerGroup] = {
         "distrl.ray.data_workers:DataWorker", "distrl.ray.data_workers:RayDataWorkers", shared_out=True
     ),
 }
-"""By name, in bundle order (``ray.placement``); room for more (verifier workers, say)."""
+"""By name, in bundle order (``ray.placement``)."""
+
+
+def worker_group(algorithm_name: str, group: str) -> WorkerGroup:
+    """``group`` as ``algorithm_name`` fills it: its own workers where the algorithm registers
+    some (``Algorithm.ray_workers``: GRPO's env workers score completions), else the default."""
+    from distrl.algos.registry import algorithm
+
+    default = WORKER_GROUPS[group]
+    own = algorithm(algorithm_name).ray_workers.get(group)
+    return default if own is None else WorkerGroup(*own, shared_out=default.shared_out)

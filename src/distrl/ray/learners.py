@@ -25,7 +25,7 @@ from distrl.config.run import RunConfig
 from distrl.errors import UserError
 from distrl.launch.run_dir import RunDir
 from distrl.launch.topology import Topology
-from distrl.ray.groups import WORKER_GROUPS
+from distrl.ray.groups import worker_group
 from distrl.ray.placement import VirtualCluster
 from distrl.ray.status import LearnerStatus, UsageLog, sample
 from distrl.ray.workers import ActorProcess, actor_process, failure_cause, record_error
@@ -147,14 +147,14 @@ class Learner:
         try:
             if dry_run:
                 return entry.dry_run(cfg, topology), ""
-            return entry.train_process(cfg, topology, run_dir, remote_workers(workers)), ""
+            return entry.train_process(cfg, topology, run_dir, remote_workers(cfg.algo.name, workers)), ""
         except UserError as exc:
             return 2, str(exc)
         except (PeerFailure, CollectiveMismatch) as exc:
             return 3, str(exc)
 
 
-def remote_workers(spec: dict[str, Any]) -> RemoteWorkers:
+def remote_workers(algorithm_name: str, spec: dict[str, Any]) -> RemoteWorkers:
     """A learner's worker actors (``ray.workers.workers_spec``), each group wrapped in what its
     runner or loop calls it through; and where the learner publishes its usage."""
     import ray
@@ -163,7 +163,7 @@ def remote_workers(spec: dict[str, Any]) -> RemoteWorkers:
 
     namespace, retries = spec["namespace"], (spec["max_restarts"], spec["backoff_s"])
     groups = {
-        group: load(WORKER_GROUPS[group].calls)(
+        group: load(worker_group(algorithm_name, group).calls)(
             [ray.get_actor(name, namespace=namespace) for name in names], *retries
         )
         for group, names in spec["groups"].items()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +36,10 @@ from distrl.storage.completions import CompletionBatch
 from distrl.tasks.prompts import PromptSource, task_tokenizer
 from distrl.tasks.verifiers import RewardFunctions
 
+if TYPE_CHECKING:
+    from distrl.ray.prompt_workers import RayPromptWorkers
+    from distrl.ray.verifier_workers import RayVerifierWorkers
+
 
 class GRPORunner(Runner):
     algorithm = "grpo"
@@ -54,8 +59,19 @@ class GRPORunner(Runner):
         self.group_size = cfg.algo.num_generations_per_prompt
         self.completions_per_step = prompts * self.group_size
         self.tokenizer = task_tokenizer(cfg.task)
-        self.prompts = PromptSource(cfg.task, cfg.train.seed, held_out_side=False)
-        self.reward_functions = RewardFunctions(cfg.task)
+        # In Ray mode prompt workers serve the prompts and verifier workers score the completions.
+        workers = ctx.workers
+        self.prompts: PromptSource | RayPromptWorkers = (
+            workers.data.start(cfg.task, cfg.train.seed)
+            if workers.data is not None
+            else PromptSource(cfg.task, cfg.train.seed, held_out_side=False)
+        )
+        self.reward_functions: RewardFunctions | RayVerifierWorkers = (
+            workers.env.start(cfg.task) if workers.env is not None else RewardFunctions(cfg.task)
+        )
+        self.remote = [group for group in (workers.data, workers.env) if group is not None]
+        self.evaluates_itself = workers.eval is None
+        """Without eval workers the ranks score held-out prompts themselves every ``eval.every``."""
         self.policy = TransformerLM(self.tokenizer.vocab_size, cfg.model.transformer).to(device)
         self.policy.activation_checkpointing = cfg.train.activation_checkpointing
         comm.broadcast_parameters_(self.policy)
@@ -85,7 +101,7 @@ class GRPORunner(Runner):
         indices = [
             step * cfg.algo.num_prompts_per_step + self.first_prompt + i for i in range(self.prompt_count)
         ]
-        examples = [self.prompts.example(index, global_step / cfg.train.total_steps) for index in indices]
+        examples = self.prompts.examples(indices, global_step / cfg.train.total_steps)
         with self.clock("generate"):
             group = self.group_size
             rows = [self.tokenizer.encode(e.prompt, "task prompt") for e in examples for _ in range(group)]
@@ -133,6 +149,7 @@ class GRPORunner(Runner):
             env_steps=self.completions_per_step,
             averaged=averaged,
             replicated={"learning_rate": lr, "skipped_minibatches": skipped},
+            counted={key: value for group in self.remote for key, value in group.counts().items()},
             episodes=EpisodeStats(float(rewards.sum()), float(lengths.sum()), len(texts), self.finished),
             local_steps=len(texts),
             skipped=skipped > 0,
@@ -159,7 +176,7 @@ class GRPORunner(Runner):
     def evaluate_held_out(self, step: int) -> dict[str, float]:
         """Every ``eval.every`` updates: greedy completions of ``eval.episodes`` held-out prompts,
         split over the ranks (``heldout/*``, means over all of them)."""
-        if (step + 1) % self.cfg.eval.every:
+        if not self.evaluates_itself or (step + 1) % self.cfg.eval.every:
             return {}
         episodes = self.cfg.eval.episodes
         first, count = even_split(episodes, self.comm.rank, self.comm.world_size)
@@ -192,14 +209,9 @@ class GRPORunner(Runner):
 
 
 def _refuse_unsupported(ctx: RunContext) -> None:
-    cfg, workers = ctx.cfg, ctx.workers
+    cfg = ctx.cfg
     if cfg.output.path is not None:
         raise UserError(
             f"output.path={cfg.output.path}: a sequence policy is not written as one deployable file yet; "
             "unset it (the checkpoint holds the model)"
-        )
-    if workers.env is not None or workers.data is not None or workers.eval is not None:
-        raise UserError(
-            "algo.name=grpo in Ray mode runs learners only so far; set workers.env, workers.data and "
-            "workers.eval to 0"
         )

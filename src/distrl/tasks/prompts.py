@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +113,9 @@ class PromptSource:
             f"of at most {longest} digits in {MAX_DRAWS} draws; raise task.min_length or change "
             "task.held_out_fraction"
         )
+
+    def examples(self, indices: Sequence[int], progress: float = 1.0) -> list[Example]:
+        return [self.example(index, progress) for index in indices]
 
     def longest_length(self, progress: float) -> int:
         """The curriculum: the longest length drawn after ``progress`` of training."""

@@ -57,6 +57,16 @@ class Scores:
     """Each function's own score of every finished completion."""
     unfinished: int
 
+    @classmethod
+    def joined(cls, parts: Sequence[Scores]) -> Scores:
+        """The scores of consecutive parts of a batch, as one batch's."""
+        names = parts[0].by_function if parts else {}
+        return cls(
+            [reward for part in parts for reward in part.rewards],
+            {name: [value for part in parts for value in part.by_function[name]] for name in names},
+            sum(part.unfinished for part in parts),
+        )
+
 
 class RewardFunctions:
     def __init__(self, task: TaskConfig) -> None:

@@ -1,0 +1,67 @@
+"""Ray mode's prompt workers (GRPO's data workers): actors that serve a learner its prompts, so
+that reading and preparing a large prompt set happens beside the learners.
+
+Prompts are keyed by their global index (``tasks.prompts``): a learner asks its workers for its
+own share of each step's indices, so the workers' output is seeded, sharded by learner, and
+resumes where the run's step says, with no cursor of their own to lose. A worker that dies is
+restarted by Ray, set up again and asked for the same prompts again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from distrl.config.sections import TaskConfig
+from distrl.ray.workers import RestartableWorkers, WorkerActor
+from distrl.sharding import even_split
+from distrl.tasks.prompts import Example, PromptSource
+
+
+class PromptWorker(WorkerActor):
+    """The actor: the task's training prompts."""
+
+    work_unit = "prompts"
+
+    def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
+        super().__init__(profile_calls, profile_path)
+        self.source: PromptSource | None = None
+
+    def start(self, task: TaskConfig, seed: int) -> None:
+        self.source = PromptSource(task, seed, held_out_side=False)
+
+    def examples(self, indices: Sequence[int], progress: float) -> list[Example]:
+        if self.source is None:  # Ray restarted this actor between two of the learner's calls
+            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its prompts")
+        examples = self.source.examples(indices, progress)
+        self.did(len(examples))
+        return examples
+
+
+class RayPromptWorkers(RestartableWorkers):
+    """A learner's prompt workers, serving as ``tasks.prompts.PromptSource`` does."""
+
+    group = "data"
+    retried = "serving its prompts"
+
+    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        super().__init__(handles, max_restarts, backoff_s)
+        self.start_args: tuple[TaskConfig, int] | None = None
+
+    def start(self, task: TaskConfig, seed: int) -> RayPromptWorkers:
+        self.start_args = (task, seed)
+        self.call_all("start", task, seed)
+        return self
+
+    def set_up(self, index: int, rebuild: int) -> None:
+        import ray
+
+        ray.get(self.handles[index].start.remote(*self.start_args))
+
+    def examples(self, indices: Sequence[int], progress: float = 1.0) -> list[Example]:
+        parts = [even_split(len(indices), i, len(self.handles)) for i in range(len(self.handles))]
+        served = self.call_each("examples", [(indices[f : f + n], progress) for f, n in parts])
+        return [example for part in served for example in part]
+
+    def counts(self) -> dict[str, float]:
+        return {"data_worker_failures": float(self.failures)}

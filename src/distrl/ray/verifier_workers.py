@@ -1,0 +1,71 @@
+"""Ray mode's verifier workers (GRPO's env workers): actors that score a learner's completions
+with the task's reward functions, so that slow verifiers (a sandbox, a checker) run beside the
+learners instead of inside them.
+
+A learner splits each step's completions over its verifiers and waits for all parts. A verifier
+that dies is restarted by Ray; the learner logs the cause, waits with exponential backoff, loads
+the reward functions into it again and has it score the same part again, whole: no reward is
+lost or counted twice (``env_worker_failures`` counts the failures). A reward function that
+raises or returns a non-number is bad input: its one line stops the run, as without Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from distrl.config.sections import TaskConfig
+from distrl.ray.workers import RestartableWorkers, WorkerActor
+from distrl.sharding import even_split
+from distrl.tasks.prompts import Example
+from distrl.tasks.verifiers import RewardFunctions, Scores
+
+
+class VerifierWorker(WorkerActor):
+    """The actor: the task's reward functions, loaded once."""
+
+    work_unit = "completions"
+
+    def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
+        super().__init__(profile_calls, profile_path)
+        self.functions: RewardFunctions | None = None
+
+    def start(self, task: TaskConfig) -> None:
+        self.functions = RewardFunctions(task)
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]) -> Scores:
+        if self.functions is None:  # Ray restarted this actor between two of the learner's calls
+            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its reward functions")
+        scores = self.functions.score(examples, completions, ended)
+        self.did(len(completions))
+        return scores
+
+
+class RayVerifierWorkers(RestartableWorkers):
+    """A learner's verifier workers, scoring as ``tasks.verifiers.RewardFunctions`` does."""
+
+    group = "env"
+    retried = "scoring its part"
+
+    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        super().__init__(handles, max_restarts, backoff_s)
+        self.task: TaskConfig | None = None
+
+    def start(self, task: TaskConfig) -> RayVerifierWorkers:
+        self.task = task
+        self.call_all("start", task)
+        return self
+
+    def set_up(self, index: int, rebuild: int) -> None:
+        import ray
+
+        ray.get(self.handles[index].start.remote(self.task))
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]) -> Scores:
+        """Each verifier scores a consecutive part; the parts' scores joined in order."""
+        parts = [even_split(len(examples), i, len(self.handles)) for i in range(len(self.handles))]
+        args = [(examples[f : f + n], completions[f : f + n], ended[f : f + n]) for f, n in parts]
+        return Scores.joined(self.call_each("score", args))
+
+    def counts(self) -> dict[str, float]:
+        return {"env_worker_failures": float(self.failures)}

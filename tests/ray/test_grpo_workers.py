@@ -1,0 +1,64 @@
+"""GRPO in Ray mode: prompt workers serve the prompts, verifier workers score the completions and
+eval workers score held-out prompts, and the learner trains exactly as one process does, a
+verifier killed mid-run included (its part scored again: no reward lost or counted twice)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import REPO, distrl
+from tests.ray_cluster import final_row, metrics_rows, param_digests, ray_train, ray_train_killing
+
+GRPO = REPO / "configs" / "grpo_reverse.yaml"
+BUDGET = [
+    "algo.num_prompts_per_step=4",
+    "algo.num_generations_per_prompt=4",
+    "algo.max_new_tokens=6",
+    "model.transformer={layers: 1, width: 16, heads: 2, context: 16}",
+    "task.max_length=4",
+    "task.rewards=[{function: positional_match}, {function: 'tests.tasks.reward_functions:length'}]",
+    "train.total_steps=480",  # 30 updates of 16 completions
+    "train.stop_return=null",
+    "checkpoint.interval_steps=480",
+    "eval.episodes=8",
+    "eval.every=3",
+]
+WORKERS = ["workers.env=2", "workers.data=1", "workers.eval=1"]
+HALF_CPUS = ["workers.cpus_per_env=0.5", "workers.cpus_per_data=0.5", "workers.cpus_per_eval=0.5"]
+
+
+def local_run(run_dir: Path) -> None:
+    result = distrl(
+        "train", "--config", str(GRPO), "--run-dir", str(run_dir), "log.progress=false",
+        "log.tensorboard=false", *BUDGET,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_learner_with_prompt_verifier_and_eval_workers_trains_as_one_process(
+    ray_head: str, tmp_path: Path
+) -> None:
+    result = ray_train(ray_head, tmp_path / "ray", *WORKERS, *HALF_CPUS, *BUDGET, config=GRPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    local_run(tmp_path / "local")
+    assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
+    ray_row, local_row = final_row(tmp_path / "ray"), final_row(tmp_path / "local")
+    assert ray_row["env_worker_failures"] == 0 and ray_row["data_worker_failures"] == 0
+    assert ray_row["episode_return_mean"] == local_row["episode_return_mean"]
+    # The eval workers scored held-out prompts while training went on; the learner did not.
+    assert any("eval/return_mean" in row for row in metrics_rows(tmp_path / "ray"))
+    assert not any("heldout/exact_match" in row for row in metrics_rows(tmp_path / "ray"))
+
+
+def test_a_killed_verifier_is_restarted_and_its_part_scored_again(ray_head: str, tmp_path: Path) -> None:
+    result, killed = ray_train_killing(
+        ray_head, tmp_path / "ray", "env", 3, "workers.env=2", *HALF_CPUS, *BUDGET, config=GRPO
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert killed, "the run ended before the verifier could be killed"
+    assert "Traceback" not in result.stderr
+    assert "killed by ray.kill" in result.stderr and "retrying scoring its part" in result.stderr
+    final = final_row(tmp_path / "ray")
+    assert final["env_worker_failures"] == 1 and final["global_step"] == 480
+    local_run(tmp_path / "local")
+    assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
