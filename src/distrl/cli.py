@@ -257,16 +257,34 @@ def command_collect(args: argparse.Namespace) -> int:
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
-    parser.add_argument("--format", required=True, choices=["torchscript", "onnx"], help="file format")
+    parser.add_argument(
+        "--format",
+        required=True,
+        choices=["torchscript", "onnx", "transformers"],
+        help="file format (transformers: a directory with a GPT-2 model and tokenizer, for GRPO's policies)",
+    )
     parser.add_argument("--out", required=True, type=Path, help="file to write")
 
 
 def command_export(args: argparse.Namespace) -> int:
     from distrl.eval.policy import load_policy
     from distrl.io.export import export_policy
+    from distrl.io.transformers_export import save_as_transformers
+    from distrl.models.sequence_policy import SequencePolicy
 
     loaded = load_policy(args.checkpoint)
-    export_policy(loaded.policy, loaded.observation_space, args.format, args.out)
+    sequence_policy = isinstance(loaded.policy, SequencePolicy)
+    if sequence_policy != (args.format == "transformers"):
+        raise UserError(
+            f"--format {args.format}: the {loaded.algorithm} policy of {loaded.checkpoint} is written with "
+            + ("--format transformers" if sequence_policy else "--format torchscript or onnx")
+        )
+    if sequence_policy:
+        if args.out.exists() and not args.out.is_dir():
+            raise UserError(f"--out {args.out}: --format transformers writes a directory; this is a file")
+        save_as_transformers(loaded.policy, args.out)
+    else:
+        export_policy(loaded.policy, loaded.observation_space, args.format, args.out)
     print(
         f"distrl: exported the {loaded.algorithm} policy of {loaded.checkpoint} to {args.out} ({args.format})"
     )
