@@ -51,12 +51,9 @@ def test_the_command_line_writes_a_grpo_checkpoint_and_refuses_the_wrong_format(
         "train.total_steps=256", "train.stop_return=null", "log.progress=false",
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr
-    written = distrl(
-        "export", "--checkpoint", str(run), "--format", "transformers", "--out", str(tmp_path / "hf")
-    )
+    hf_dir = tmp_path / "hf"
+    written = distrl("export", "--checkpoint", str(run), "--format", "transformers", "--out", str(hf_dir))
     assert written.returncode == 0, written.stderr
-    assert (tmp_path / "hf" / "model.safetensors").is_file() and (
-        tmp_path / "hf" / "tokenizer.json"
-    ).is_file()
+    assert (hf_dir / "model.safetensors").is_file() and (hf_dir / "tokenizer.json").is_file()
     wrong = distrl("export", "--checkpoint", str(run), "--format", "onnx", "--out", str(tmp_path / "p.onnx"))
     assert wrong.returncode == 2 and "is written with --format transformers" in wrong.stderr
