@@ -10,10 +10,10 @@ from tests.helpers import REPO, distrl
 from tests.ray_cluster import final_row, metrics_rows, param_digests, ray_train, ray_train_killing
 
 GRPO = REPO / "configs" / "grpo_reverse.yaml"
+GRPO_RAY = REPO / "configs" / "grpo_small_cpu.yaml"
+"""The same task and model, with 2 verifier, 1 prompt and 1 eval worker."""
+SHAPE = ["num_prompts_per_step=4", "num_generations_per_prompt=4", "max_new_tokens=6"]
 BUDGET = [
-    "algo.num_prompts_per_step=4",
-    "algo.num_generations_per_prompt=4",
-    "algo.max_new_tokens=6",
     "model.transformer={layers: 1, width: 16, heads: 2, context: 16}",
     "task.max_length=4",
     "task.rewards=[{function: positional_match}, {function: 'tests.tasks.reward_functions:length'}]",
@@ -23,22 +23,22 @@ BUDGET = [
     "eval.episodes=8",
     "eval.every=3",
 ]
-WORKERS = ["workers.env=2", "workers.data=1", "workers.eval=1"]
-HALF_CPUS = ["workers.cpus_per_env=0.5", "workers.cpus_per_data=0.5", "workers.cpus_per_eval=0.5"]
+
+
+RAY_BUDGET = [*BUDGET, "grpo.batch_size=4", "grpo.num_generations_per_prompt=4", "grpo.max_episode_length=6"]
+"""The shipped Ray config sets these three in its grpo: section: overridden there."""
 
 
 def local_run(run_dir: Path) -> None:
     result = distrl(
         "train", "--config", str(GRPO), "--run-dir", str(run_dir), "log.progress=false",
-        "log.tensorboard=false", *BUDGET,
+        "log.tensorboard=false", *BUDGET, *(f"algo.{key}" for key in SHAPE),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_a_learner_with_prompt_verifier_and_eval_workers_trains_as_one_process(
-    ray_head: str, tmp_path: Path
-) -> None:
-    result = ray_train(ray_head, tmp_path / "ray", *WORKERS, *HALF_CPUS, *BUDGET, config=GRPO)
+def test_the_shipped_cpu_config_trains_as_one_process_does(ray_head: str, tmp_path: Path) -> None:
+    result = ray_train(ray_head, tmp_path / "ray", *RAY_BUDGET, config=GRPO_RAY)
     assert result.returncode == 0, result.stderr[-3000:]
     local_run(tmp_path / "local")
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
@@ -52,7 +52,7 @@ def test_a_learner_with_prompt_verifier_and_eval_workers_trains_as_one_process(
 
 def test_a_killed_verifier_is_restarted_and_its_part_scored_again(ray_head: str, tmp_path: Path) -> None:
     result, killed = ray_train_killing(
-        ray_head, tmp_path / "ray", "env", 3, "workers.env=2", *HALF_CPUS, *BUDGET, config=GRPO
+        ray_head, tmp_path / "ray", "env", 3, "workers.eval=0", *RAY_BUDGET, config=GRPO_RAY
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert killed, "the run ended before the verifier could be killed"

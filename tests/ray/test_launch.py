@@ -254,9 +254,10 @@ def test_a_node_larger_than_any_ray_node_is_one_line() -> None:
         check_fits(ClusterConfig(), WorkersConfig(cpus_per_policy=3), [{"CPU": 2.0}, {"CPU": 2.0}])
 
 
+@pytest.mark.parametrize("family", ["ray", "grpo"])
 @pytest.mark.parametrize("shape", ["small", "medium", "large"])
-def test_shipped_gpu_configs_fit_their_cluster_shape_and_need_all_of_it(shape: str) -> None:
-    cfg = load_config(REPO / "configs" / f"ray_{shape}.yaml")
+def test_shipped_gpu_configs_fit_their_cluster_shape_and_need_all_of_it(family: str, shape: str) -> None:
+    cfg = load_config(REPO / "configs" / f"{family}_{shape}.yaml")
     nodes, per_node = (
         cfg.cluster.num_nodes,
         {"CPU": cfg.cluster.cpus_per_node, "GPU": cfg.cluster.gpus_per_node},
