@@ -33,6 +33,7 @@ from distrl.runners.loop import Preempted, TrainingLoop
 if TYPE_CHECKING:
     from distrl.comm import Comm
     from distrl.config.run import RunConfig
+    from distrl.config.sections import TrainConfig
 
 
 def train_process(
@@ -96,7 +97,7 @@ def build_training(
 def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:
     """The rank's device, and the process settings every training process runs with."""
     device = resolve_device(cfg.train.device, topology)
-    limit_gpu_memory(cfg.train.cuda_memory_fraction, device, topology.rank)
+    apply_cuda_options(cfg.train, device, topology.rank)
     torch.set_num_threads(cfg.train.torch_threads)
     keep_freed_memory()
     # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
@@ -104,19 +105,25 @@ def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:
     return device
 
 
-def limit_gpu_memory(fraction: float | None, device: torch.device, rank: int) -> None:
-    """``train.cuda_memory_fraction`` on a CUDA device; on any other, one line (rank 0's) saying it
-    does not apply."""
-    if fraction is None:
-        return
+def apply_cuda_options(train: TrainConfig, device: torch.device, rank: int) -> None:
+    """``train.cuda_memory_fraction`` on a CUDA device; on any other, one line (rank 0's) for each
+    CUDA-only memory option set, saying it does nothing there."""
     if device.type == "cuda":
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
-    elif rank == 0:
-        print(
-            f"distrl: train.cuda_memory_fraction={fraction} applies to CUDA devices; this run is on "
-            f"{device.type}, where it does nothing",
-            file=sys.stderr,
-        )
+        if train.cuda_memory_fraction is not None:
+            torch.cuda.set_per_process_memory_fraction(train.cuda_memory_fraction, device)
+        return
+    cuda_only = {
+        "cuda_memory_fraction": train.cuda_memory_fraction,
+        "optimizer_offload": train.optimizer_offload,
+    }
+    for key, value in cuda_only.items():
+        if value not in (None, False) and rank == 0:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            print(
+                f"distrl: train.{key}={shown} applies to CUDA devices; this run is on {device.type}, "
+                "where it does nothing",
+                file=sys.stderr,
+            )
 
 
 def _connect(cfg: RunConfig, topology: Topology, device: torch.device) -> Comm:

@@ -21,6 +21,7 @@ from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.models.transformer import TransformerLM
+from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
 from distrl.timing import PhaseClock
 
@@ -77,9 +78,11 @@ class GRPO:
         clock: PhaseClock | None = None,
         autocast: torch.dtype | None = None,
         accumulation_steps: int = 1,
+        optimizer_offload: bool = False,
     ) -> None:
         """``autocast``: the dtype the transformer runs its forward passes in (mixed precision);
-        ``accumulation_steps``: micro-batches per minibatch (``train.gradient_accumulation_steps``)."""
+        ``accumulation_steps``: micro-batches per minibatch (``train.gradient_accumulation_steps``);
+        ``optimizer_offload``: the optimiser's state in CPU memory (``offload``)."""
         self.accumulation_steps = accumulation_steps
         self.policy = policy
         self.cfg = cfg
@@ -88,8 +91,12 @@ class GRPO:
         self.clock = clock or PhaseClock()
         params = list(policy.parameters())
         self.grads = FlatGradients(params, self.clock)
-        self.optimizer = torch.optim.AdamW(
-            params, lr=cfg.learning_rate, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=True
+        self.optimizer = optimizer_for(
+            params,
+            lambda weights: torch.optim.AdamW(
+                weights, lr=cfg.learning_rate, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=True
+            ),
+            optimizer_offload,
         )
 
     def set_learning_rate(self, lr: float) -> None:

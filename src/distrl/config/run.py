@@ -106,7 +106,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     return cfg
 
 
-TRAIN_SWITCHES = ("compile", "activation_checkpointing", "gradient_accumulation_steps")
+TRAIN_SWITCHES = ("compile", "activation_checkpointing", "gradient_accumulation_steps", "optimizer_offload")
 """``train`` keys an algorithm must honour to be given them (``honoured_train_switches``) unless
 they are at their defaults."""
 

@@ -213,6 +213,10 @@ class TrainConfig(Section):
     """The share of its GPU's memory each process may allocate (``torch.cuda.
     set_per_process_memory_fraction``): several processes sharing one GPU, or headroom left for
     another job. Applies to CUDA devices; a CPU run says so in one line and goes on."""
+    optimizer_offload: bool = False
+    """Keep the optimiser's state (Adam's moments) and a float32 copy of the weights in CPU memory
+    and step there (GRPO; ``distrl.offload``): GPU memory for weights and gradients only, at the
+    cost of copying both each step. Applies to CUDA devices; a CPU run says so in one line."""
     activation_checkpointing: bool = False
     """Keep only each transformer block's input for the backward pass and recompute the rest
     there (GRPO's sequence policy; refused elsewhere): activation memory drops by more than half

@@ -85,6 +85,7 @@ class GRPORunner(Runner):
             clock=ctx.clock,
             autocast=self.autocast,
             accumulation_steps=cfg.train.gradient_accumulation_steps,
+            optimizer_offload=cfg.train.optimizer_offload,
         )
         self.sampling = Sampling(cfg.algo.temperature, cfg.algo.top_k, cfg.algo.top_p)
         self.finished = 0
