@@ -1,0 +1,133 @@
+"""GRPO's memory options on the shipped GRPO model: what each saves and what it costs.
+
+For each option alone (none: float32 throughout; ``train.activation_checkpointing``;
+``train.gradient_accumulation_steps`` = 4; ``train.mixed_precision: bf16``) a fresh process
+builds the config's transformer (``--model`` overrides ``model.transformer``) and one
+minibatch of completions (``algo.num_prompts_per_step`` x G rows, prompt and completion filling
+the context), then takes optimiser steps on it with the GRPO update and reports:
+  * the bytes autograd saved for the backward pass in one step (activation memory, exact);
+  * the peak RSS growth of the process over those steps (what the OS saw, MiB);
+  * the median step time after a warm-up step.
+Options are run interleaved, ``--repeats`` times, and medians reported (timings here move +-20%).
+
+Usage: python benchmarks/grpo_memory_bench.py [--config configs/grpo_addition_cpu.yaml]
+       [--model "{layers: 4, width: 256, heads: 8, context: 24}"] [--repeats 3] [--steps 5]
+       [--batch-rows N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FP32 = "train.mixed_precision=fp32"
+OPTIONS = {
+    "none": [FP32],
+    "activation_checkpointing": [FP32, "train.activation_checkpointing=true"],
+    "gradient_accumulation_steps=4": [FP32, "train.gradient_accumulation_steps=4"],
+    "mixed_precision=bf16": ["train.mixed_precision=bf16"],
+}
+"""Each option alone, against float32 throughout (``auto`` would pick bf16 on a CPU with bf16
+units)."""
+
+
+def measure(config: str, overrides: list[str], steps: int, rows: int | None) -> dict[str, float]:
+    """One process's figures (run in a fresh process by ``main``)."""
+    import torch
+
+    from distrl.algos.grpo import GRPO
+    from distrl.config.run import load_config
+    from distrl.models.transformer import TransformerLM
+    from distrl.precision import low_precision
+    from distrl.storage.completions import CompletionBatch
+    from distrl.tasks.prompts import task_tokenizer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = load_config(config, overrides)
+    vocab = task_tokenizer(cfg.task).vocab_size
+    model = TransformerLM(vocab, cfg.model.transformer)
+    model.activation_checkpointing = cfg.train.activation_checkpointing
+    rows = rows or cfg.algo.num_prompts_per_step * cfg.algo.num_generations_per_prompt
+    length, new = cfg.model.transformer.context, cfg.algo.max_new_tokens
+    batch = CompletionBatch(
+        torch.randint(2, vocab, (rows, length)),
+        torch.ones(rows, length, dtype=torch.bool),
+        torch.ones(rows, new, dtype=torch.bool),
+        torch.randn(rows),
+    )
+    autocast = low_precision(cfg.train.mixed_precision, torch.device("cpu"), heavy_model=True)
+    algo = GRPO(model, cfg.algo, autocast=autocast, accumulation_steps=cfg.train.gradient_accumulation_steps)
+    batch.old_log_probs = algo.log_probs(model, batch)
+    saved = [0]
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        algo.update(batch, [[torch.arange(rows)]])  # warm-up; counts one step's saved tensors
+    # Micro-batches free each part's tensors before the next: the peak is one part's share.
+    peak_saved = saved[0] / cfg.train.gradient_accumulation_steps
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        algo.update(batch, [[torch.arange(rows)]])
+        times.append(time.perf_counter() - start)
+    rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    return {"saved_mib": peak_saved / 2**20, "rss_growth_mib": rss_growth, "step_s": statistics.median(times)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "grpo_addition_cpu.yaml"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--batch-rows", type=int, default=None)
+    parser.add_argument("--model", help="model.transformer, as YAML")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # run one option in this process
+    args = parser.parse_args()
+    if args.one is not None:
+        model = [f"model.transformer={args.model}"] if args.model else []
+        print(json.dumps(measure(args.config, OPTIONS[args.one] + model, args.steps, args.batch_rows)))
+        return
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in OPTIONS}
+    for _ in range(args.repeats):
+        for name in OPTIONS:
+            command = [
+                sys.executable,
+                __file__,
+                "--config",
+                args.config,
+                "--steps",
+                str(args.steps),
+                "--one",
+                name,
+            ]
+            if args.batch_rows:
+                command += ["--batch-rows", str(args.batch_rows)]
+            if args.model:
+                command += ["--model", args.model]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            results[name].append(json.loads(out.splitlines()[-1]))
+    base = {key: statistics.median(r[key] for r in results["none"]) for key in results["none"][0]}
+    print("| option | saved for backward MiB | / none | peak RSS growth MiB | step s (median) | / none |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, runs in results.items():
+        med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        print(
+            f"| {name} | {med['saved_mib']:.1f} | {med['saved_mib'] / base['saved_mib']:.2f} | "
+            f"{med['rss_growth_mib']:.0f} | {med['step_s']:.3f} | {med['step_s'] / base['step_s']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
