@@ -25,6 +25,19 @@ def test_cartpole_single_process_solves(tmp_path: Path, seed: int) -> None:
     assert train_and_eval(CARTPOLE, tmp_path, "--seed", str(seed)) >= 475
 
 
+def test_the_last_line_says_why_the_run_stopped(tmp_path: Path) -> None:
+    solved = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "solved"))
+    assert solved.returncode == 0, solved.stderr[-3000:]
+    last = solved.stdout.strip().splitlines()[-1]
+    assert "; stopped: the evaluation check passed (mean return " in last, last
+    assert ">= train.stop_return=495); recent training episode return " in last, last
+    budget = distrl(
+        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "b"), "--total-steps", "512"
+    )
+    assert "trained 512 env steps on 1 rank(s) in " in budget.stdout
+    assert "; stopped: the step budget (train.total_steps=512) was reached; " in budget.stdout
+
+
 def test_pendulum_reaches_minus_400(tmp_path: Path) -> None:
     assert train_and_eval(REPO / "configs" / "pendulum_ppo.yaml", tmp_path) >= -400
 

@@ -67,12 +67,27 @@ def train_process(
     finally:
         comm.close()
     if comm.is_main:
-        ret = row.get("episode_return_mean", float("nan"))
-        print(
-            f"distrl: trained {row.get('global_step', 0)} env steps on {comm.world_size} rank(s) "
-            f"in {row.get('time_s', 0.0):.1f}s, recent episode return {ret:.1f}; run dir {run_dir.path}"
-        )
+        print(f"distrl: {stop_summary(cfg, row, loop.stopped_by_check)}; run dir {run_dir.path}")
     return 0
+
+
+def stop_summary(cfg: RunConfig, row: dict[str, Any], stopped_by_check: bool) -> str:
+    """What the run did and why it stopped: the evaluation check passed (with its result) or the
+    step budget was reached; then the training episodes' recent return."""
+    unit = "logged transitions" if cfg.data.path is not None else cfg.algo.step_unit
+    steps = (
+        f"trained {row.get('global_step', 0)} {unit} on {row.get('ranks', 1)} rank(s) "
+        f"in {row.get('time_s', 0.0):.1f}s"
+    )
+    if stopped_by_check:
+        why = (
+            f"stopped: the evaluation check passed (mean return {row['stop_check_return']:.1f} "
+            f">= train.stop_return={cfg.train.stop_return:g})"
+        )
+    else:
+        why = f"stopped: the step budget (train.total_steps={cfg.train.total_steps}) was reached"
+    recent = f"recent training episode return {row.get('episode_return_mean', float('nan')):.1f}"
+    return f"{steps}; {why}; {recent}"
 
 
 def build_training(

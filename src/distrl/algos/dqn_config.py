@@ -15,6 +15,8 @@ class DQNConfig(Section):
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.hidden_sizes", "model.activation")
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
+    step_unit: ClassVar[str] = "env steps"
+    """What ``train.total_steps`` counts, in the final line."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = ()
     """None: DQN's small-batch steps are not compiled, and its networks have no transformer."""
 

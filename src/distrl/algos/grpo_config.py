@@ -22,6 +22,8 @@ class GRPOConfig(Section):
         "task.name",
         "task.alphabet",
     )
+    step_unit: ClassVar[str] = "completions"
+    """What ``train.total_steps`` counts, in the final line."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = (
         "activation_checkpointing",
         "gradient_accumulation_steps",

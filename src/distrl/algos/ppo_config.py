@@ -26,6 +26,8 @@ class PPOConfig(Section):
         "normalize.rewards",
     )
     """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
+    step_unit: ClassVar[str] = "env steps"
+    """What ``train.total_steps`` counts, in the final line."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile",)
     """The ``train`` keys (``config.run.TRAIN_SWITCHES``) its torch learner honours."""
 

@@ -72,6 +72,8 @@ class TrainingLoop:
         """The run's event counts as of the last metrics row, saved in checkpoints."""
         self.global_step = 0
         self.update_index = 0
+        self.stopped_by_check = False
+        """The run ended on the evaluation check (``train.stop_return``), not the step budget."""
         self.bad_updates_in_a_row = 0
         self.preemption = PreemptionFlag()
         self.usage = ProcessUsage()
@@ -140,6 +142,7 @@ class TrainingLoop:
                         self.preemption.signal_name or "a signal on another rank", self.global_step
                     )
                 if solved:
+                    self.stopped_by_check = True
                     break
                 # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
                 healthy = not self.bad_updates_in_a_row
