@@ -34,5 +34,7 @@ def score_held_out(
 
 
 def evaluate_completions(cfg: RunConfig, policy: SequencePolicy, episodes: int, seed: int) -> list[float]:
-    """The rewards of ``episodes`` held-out prompts from index ``seed`` (the registry's evaluator)."""
-    return score_held_out(cfg, policy, episodes, seed)[0].rewards
+    """The exact match (1 or 0) of ``episodes`` held-out prompts from index ``seed``, whatever
+    reward trains the policy (the registry's evaluator: ``train.stop_return`` and ``distrl eval``
+    of a sequence policy are held-out accuracies)."""
+    return score_held_out(cfg, policy, episodes, seed)[1]
