@@ -87,7 +87,7 @@ def main() -> None:
                 )
                 print(json.dumps(asdict(result)), flush=True)
                 results.append(result)
-    print("| contender | passed | completions per seed | wall s per seed | median wall s | held-out accuracy |")
+    print("| contender | passed | completions per seed | wall s per seed | median wall s | held-out acc. |")
     print("| --- | --- | --- | --- | --- | --- |")
     for contender in args.contenders:
         mine = [r for r in results if r.contender == contender]
