@@ -64,7 +64,9 @@ def measure(config: str, overrides: list[str], steps: int, rows: int | None) -> 
         torch.randn(rows),
     )
     autocast = low_precision(cfg.train.mixed_precision, torch.device("cpu"), heavy_model=True)
-    algo = GRPO(model, cfg.algo, autocast=autocast, accumulation_steps=cfg.train.gradient_accumulation_steps)
+    algo = GRPO(
+        model, cfg.algo, 0, autocast=autocast, accumulation_steps=cfg.train.gradient_accumulation_steps
+    )
     batch.old_log_probs = algo.log_probs(model, batch)
     saved = [0]
 

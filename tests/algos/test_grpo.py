@@ -65,23 +65,24 @@ def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str) -> None:
         loss_normalization=normalization,
         kl_coef=0.25,
         kl_estimator="k1",
+        entropy_coef=0.05,
     )
-    log_probs, _ = token_log_probs(net, batch, cfg.temperature)
-    log_probs = log_probs.detach()
+    log_probs, entropy = token_log_probs(net, batch, cfg.temperature, pad_id=0)
+    log_probs, entropy = log_probs.detach(), entropy.tolist()
     # Ratios 1.5 (clipped at 1.3 when the advantage is positive), 0.8 (below 0.9), 1.0.
     log_ratios = torch.log(
         torch.tensor([[1.5, 0.8, 1.0], [1.5, 0.8, 1.0], [1.5, 0.8, 1.0]], dtype=torch.float64)
     )
     batch.old_log_probs = log_probs - log_ratios
     batch.reference_log_probs = log_probs - 0.2  # k1 = log p - log ref = 0.2 per token
-    loss, weight, _ = GRPO(net, cfg).loss(batch)
+    loss, weight, _ = GRPO(net, cfg, pad_id=0).loss(batch)
     per_token = []
     for row in range(3):
         a = float(batch.advantages[row])
         values = []
-        for r in (1.5, 0.8, 1.0):
+        for t, r in enumerate((1.5, 0.8, 1.0)):
             clipped = min(max(r, 0.9), 1.3)
-            values.append(-min(r * a, clipped * a) + 0.25 * 0.2)
+            values.append(-min(r * a, clipped * a) + 0.25 * 0.2 - 0.05 * entropy[row][t])
         per_token.append(values)
     mask = batch.completion_mask.tolist()
     kept = [[v for v, m in zip(vs, ms, strict=True) if m] for vs, ms in zip(per_token, mask, strict=True)]
@@ -97,7 +98,7 @@ def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str) -> None:
 
 def test_the_first_step_ratio_is_exactly_one() -> None:
     net, batch = tiny_batch()
-    algo = GRPO(net, GRPOConfig())
+    algo = GRPO(net, GRPOConfig(), pad_id=0)
     batch.old_log_probs = algo.log_probs(net, batch)
     stats = algo.update(batch, [[torch.arange(3)]])
     assert stats["approx_kl"] == 0.0 and stats["clip_fraction"] == 0.0
@@ -114,7 +115,7 @@ def test_micro_batches_step_as_the_whole_minibatch(normalization: str) -> None:
     params = []
     for steps in (1, 2, 3):
         net, batch = tiny_batch()
-        algo = GRPO(net, cfg, accumulation_steps=steps)
+        algo = GRPO(net, cfg, pad_id=0, accumulation_steps=steps)
         batch.old_log_probs = algo.log_probs(net, batch) - 0.1  # ratios off one: the clip matters
         start = torch.cat([p.detach().reshape(-1).clone() for p in net.parameters()])
         algo.update(batch, [[torch.arange(3)]])

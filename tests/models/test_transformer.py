@@ -42,7 +42,7 @@ def completions_of(net: TransformerLM, texts: list[str], use_cache: bool, sampli
 def log_probs_of(net: TransformerLM, done) -> torch.Tensor:
     batch = CompletionBatch(*done.sequences(), done.mask, torch.zeros(done.tokens.shape[0]))
     with torch.no_grad():
-        return token_log_probs(net, batch, temperature=0.7)[0] * done.mask
+        return token_log_probs(net, batch, temperature=0.7, pad_id=TOKENIZER.pad_id)[0] * done.mask
 
 
 @pytest.mark.parametrize(
@@ -72,6 +72,19 @@ def test_a_completion_does_not_depend_on_its_batch_or_padding() -> None:
     # Different seeds give different samples (the noise is per row, not shared).
     other = completions_of(net, PROMPTS[:1], True, Sampling(), seeds=[99])
     assert not torch.equal(other.tokens[0], alone.tokens[0])
+
+
+def test_padding_is_never_generated() -> None:
+    net = model(3)
+    with torch.no_grad():  # the output layer is the embedding: make padding every row's favourite
+        net.token_embedding.weight[TOKENIZER.pad_id] = 50.0 * net.final_norm(net.token_embedding.weight).mean(
+            0
+        )
+    for seeds in (None, [1, 2, 3]):
+        done = completions_of(net, PROMPTS, True, Sampling(), seeds)
+        assert done.mask.any() and not (done.tokens[done.mask] == TOKENIZER.pad_id).any()
+    log_probs = log_probs_of(net, done)
+    assert torch.isfinite(log_probs).all()
 
 
 def test_top_k_and_top_p_keep_the_expected_tokens() -> None:

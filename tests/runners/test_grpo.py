@@ -111,6 +111,9 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
     assert evaluated.returncode == 0, evaluated.stderr
     report = json.loads(evaluated.stdout)
     assert report["episodes"] == len(report["returns"]) == 6
+    assert set(report["returns"]) <= {0.0, 1.0}  # exact match, whatever the training reward
+    said = distrl("eval", "--checkpoint", str(run_dir), "--episodes", "6").stdout
+    assert said.startswith("task reverse: held-out exact match "), said
 
 
 @pytest.mark.parametrize(

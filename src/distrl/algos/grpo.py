@@ -3,7 +3,8 @@
 Each prompt's G completions form a group; a completion's advantage is its reward minus a baseline
 from its group (``group_advantages``), the same for all its tokens. The loss is PPO's clipped
 surrogate per token, with separate lower and upper clip bounds, plus an optional KL penalty to a
-frozen reference policy, normalised per token or per sequence (``GRPO.loss``).
+frozen reference policy and an optional entropy bonus, normalised per token or per sequence
+(``GRPO.loss``).
 
 The update is rank-agnostic: each rank's loss is a mean over its local tokens (or completions),
 and ``FlatGradients`` turns the ranks' gradients into the mean over all of them, weighted by those
@@ -20,6 +21,7 @@ import torch
 from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.grpo_config import GRPOConfig
+from distrl.collect.generate import without_padding
 from distrl.models.transformer import TransformerLM
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
@@ -53,19 +55,27 @@ def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfi
 
 
 def token_log_probs(
-    model: TransformerLM, batch: CompletionBatch, temperature: float, autocast: torch.dtype | None = None
+    model: TransformerLM,
+    batch: CompletionBatch,
+    temperature: float,
+    pad_id: int,
+    autocast: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of the completion tokens and the entropies of the distributions they
-    were drawn from (``[completions, new_tokens]`` each), at the sampling temperature."""
+    were drawn from (``[completions, new_tokens]`` each), at the sampling temperature, padding
+    never among the choices (as in ``collect.generate``)."""
     with precision.autocast(batch.sequences.device, autocast):
         logits, _ = model(batch.sequences, batch.attention_mask)
     predicting = logits[:, -batch.new_tokens - 1 : -1]
     # At least float32 (bf16 under autocast), float64 where the model is.
     predicting = predicting.to(torch.promote_types(predicting.dtype, torch.float32)) / temperature
-    log_softmax = predicting.log_softmax(-1)
+    log_softmax = without_padding(predicting, pad_id).log_softmax(-1)
     completion = batch.sequences[:, -batch.new_tokens :]
-    log_probs = log_softmax.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    # Zero after a completion's end: the padding there has probability 0 (its -inf would be NaN).
+    log_probs = (
+        log_softmax.gather(-1, completion.unsqueeze(-1)).squeeze(-1).masked_fill(~batch.completion_mask, 0.0)
+    )
+    entropy = -(log_softmax.exp() * log_softmax.clamp(min=torch.finfo(log_softmax.dtype).min)).sum(-1)
     return log_probs, entropy
 
 
@@ -74,15 +84,18 @@ class GRPO:
         self,
         policy: TransformerLM,
         cfg: GRPOConfig,
+        pad_id: int,
         gradient_sync: GradientSync | None = None,
         clock: PhaseClock | None = None,
         autocast: torch.dtype | None = None,
         accumulation_steps: int = 1,
         optimizer_offload: bool = False,
     ) -> None:
-        """``autocast``: the dtype the transformer runs its forward passes in (mixed precision);
+        """``pad_id``: the padding token, never a choice of the policy; ``autocast``: the dtype the
+        transformer runs its forward passes in (mixed precision);
         ``accumulation_steps``: micro-batches per minibatch (``train.gradient_accumulation_steps``);
         ``optimizer_offload``: the optimiser's state in CPU memory (``offload``)."""
+        self.pad_id = pad_id
         self.accumulation_steps = accumulation_steps
         self.policy = policy
         self.cfg = cfg
@@ -106,7 +119,7 @@ class GRPO:
     def log_probs(self, model: TransformerLM, batch: CompletionBatch) -> torch.Tensor:
         """``model``'s log-probabilities of the completions, without gradients."""
         with torch.no_grad():
-            return token_log_probs(model, batch, self.cfg.temperature, self.autocast)[0]
+            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)[0]
 
     def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
         """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global
@@ -156,13 +169,13 @@ class GRPO:
         completions, that count (the gradient's weight in the cross-rank mean), and detached
         statistics (token means)."""
         cfg = self.cfg
-        log_probs, entropy = token_log_probs(self.policy, mb, cfg.temperature, self.autocast)
+        log_probs, entropy = token_log_probs(self.policy, mb, cfg.temperature, self.pad_id, self.autocast)
         mask = mb.completion_mask.to(log_probs.dtype)
         log_ratio = log_probs - mb.old_log_probs
         ratio = log_ratio.exp()
         advantages = mb.advantages[:, None]
         clipped_ratio = ratio.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
-        per_token = -torch.min(ratio * advantages, clipped_ratio * advantages)
+        per_token = -torch.min(ratio * advantages, clipped_ratio * advantages) - cfg.entropy_coef * entropy
         terms: dict[str, torch.Tensor] = {}
         tokens = mask.sum()
         if cfg.kl_coef > 0.0:

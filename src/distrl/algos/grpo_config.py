@@ -55,6 +55,9 @@ class GRPOConfig(Section):
     loss_normalization: Literal["token", "sequence"] = "token"
     """``token``: the loss is a mean over every completion token of the global minibatch (long
     completions weigh more); ``sequence``: a mean over completions of each one's token mean."""
+    entropy_coef: NonNegativeFloat = 0.0
+    """Weight of an entropy bonus per completion token (normalised as the loss is): keeps a policy
+    that has solved its easy prompts exploring, so its groups keep differing."""
     kl_coef: NonNegativeFloat = 0.0
     """Weight of the KL penalty to the frozen initial policy (0: none, no reference kept)."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"

@@ -56,6 +56,12 @@ def left_padded(
     return tokens, mask
 
 
+def without_padding(logits: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """``logits`` with the padding token's set to -inf: padding is never generated (it would
+    vanish from the decoded text), and the loss's log-probabilities exclude it alike."""
+    return logits.index_fill(-1, torch.tensor([pad_id], device=logits.device), -torch.inf)
+
+
 def filter_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """Logits scaled by the temperature, those outside the top k (and outside the smallest set
     whose probability reaches top_p) set to -inf."""
@@ -103,7 +109,7 @@ def generate(
         else:
             so_far = torch.cat([prompts, tokens[:, :step]], 1), torch.cat([prompt_mask, mask[:, :step]], 1)
             logits, _ = model(*so_far)
-        logits = logits[:, -1]
+        logits = without_padding(logits[:, -1], pad_id)
         if noise is None:
             chosen = logits.argmax(-1)
         else:

@@ -81,6 +81,7 @@ class GRPORunner(Runner):
         self.algo = GRPO(
             self.policy,
             cfg.algo,
+            self.tokenizer.pad_id,
             gradient_sync=functools.partial(comm.sum_gradients_, clock=ctx.clock),
             clock=ctx.clock,
             autocast=self.autocast,
