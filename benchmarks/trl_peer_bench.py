@@ -22,7 +22,7 @@ with the extra ``key=value`` overrides given to both sides. Per seed, before any
     ``eval.episodes`` held-out prompts distrl evaluates on. TRL reads them unshuffled
     (``shuffle_dataset=False``), P prompts x G completions a step, so it trains on the same
     prompts in the same order, curriculum included. ``--no-curriculum`` sets
-    ``task.curriculum_fraction=0`` for both (every prompt 1-6 digits from the start);
+    ``task.curriculum_fraction=0`` for both (every prompt at any length from the start);
   * the reward: distrl's own verifier functions (their source, read with ``inspect``, runs in the
     TRL worker) on the completion up to its end token; a completion without one gets
     ``task.unfinished_reward``, as distrl scores it.
