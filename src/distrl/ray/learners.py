@@ -238,8 +238,9 @@ def _wait(
     """(the first non-zero exit status, else 0; the rank of a learner that died, which ends the
     wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. Once a
     learner has failed the others get ``STOP_GRACE_S`` to end by themselves (a preempted group
-    ends together) before the wait gives up on them. A learner's error and a death's cause are
-    one line each; a learner that raised has its traceback in the run dir's errors log."""
+    ends together) before the wait gives up on them; and once more when they have ended, so a
+    job shorter than ``every_s`` is sampled too. A learner's error and a death's cause are one
+    line each; a learner that raised has its traceback in the run dir's errors log."""
     from ray.exceptions import RayActorError, RayTaskError
 
     pending, status, stop_by = list(runs), 0, math.inf
@@ -262,4 +263,5 @@ def _wait(
             print(f"distrl: error: learner {rank}: {line}", file=sys.stderr)
         if code and not status:
             status, stop_by = code, time.monotonic() + STOP_GRACE_S
+    meanwhile()
     return status, None
