@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from distrl.algos.grpo import GRPO, group_advantages
-from distrl.collect.generate import Sampling, generate, left_padded
+from distrl.collect.generate import Completions, Sampling, generate, left_padded
 from distrl.errors import UserError
 from distrl.eval.completions import score_held_out
 from distrl.io.train_state import ModuleTrainState, TrainState
@@ -33,7 +33,7 @@ from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runne
 from distrl.seeding import completion_seed, minibatch_seed, seed_torch
 from distrl.sharding import even_split
 from distrl.storage.completions import CompletionBatch
-from distrl.tasks.prompts import PromptSource, task_tokenizer
+from distrl.tasks.prompts import Example, PromptSource, task_tokenizer
 from distrl.tasks.verifiers import RewardFunctions
 
 if TYPE_CHECKING:
@@ -96,57 +96,42 @@ class GRPORunner(Runner):
 
     def iteration(self, global_step: int) -> IterationResult:
         cfg = self.cfg
-        start = time.perf_counter()
         step = global_step // self.completions_per_step
         lr = scheduled_learning_rate(cfg, global_step)
         self.algo.set_learning_rate(lr)
-        indices = [
-            step * cfg.algo.num_prompts_per_step + self.first_prompt + i for i in range(self.prompt_count)
-        ]
+        first = step * cfg.algo.num_prompts_per_step + self.first_prompt
+        indices = list(range(first, first + self.prompt_count))
         examples = self.prompts.examples(indices, global_step / cfg.train.total_steps)
-        with self.clock("generate"):
-            group = self.group_size
-            rows = [self.tokenizer.encode(e.prompt, "task prompt") for e in examples for _ in range(group)]
-            prompts, prompt_mask = left_padded(rows, self.tokenizer.pad_id, self.device)
-            seeds = [
-                completion_seed(cfg.train.seed, step, index, sample)
-                for index in indices
-                for sample in range(group)
-            ]
-            with autocast(self.device, self.autocast):
-                done = generate(
-                    self.policy, prompts, prompt_mask, cfg.algo.max_new_tokens, self.tokenizer.eos_id,
-                    self.tokenizer.pad_id, self.sampling, seeds,
-                )  # fmt: skip
+        start = time.perf_counter()
+        done = self.generate(step, indices, examples)
         generate_s = time.perf_counter() - start
         with self.clock("score"):
             texts = [self.tokenizer.decode(row) for row in done.tokens.tolist()]
-            grouped = [example for example in examples for _ in range(group)]
+            grouped = [example for example in examples for _ in range(self.group_size)]
             scores = self.reward_functions.score(grouped, texts, done.ended.tolist())
-        dtype = next(self.policy.parameters()).dtype
-        rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, group)
+        rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, self.group_size)
         advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
+        dtype = next(self.policy.parameters()).dtype
         batch = CompletionBatch(*done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype))
         with self.clock("log_probs"):
             batch.old_log_probs = self.algo.log_probs(self.policy, batch)
             if self.reference is not None:
                 batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
-        update_start = time.perf_counter()
+        start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step))
-        update_s = time.perf_counter() - update_start
+        update_s = time.perf_counter() - start
         skipped = losses.pop("skipped_minibatches")
         lengths = done.mask.sum(1).double()
         self.finished += len(texts)
-        generated = float(lengths.sum())
         averaged = {
             **losses,
             "unfinished_fraction": scores.unfinished / len(texts),
             "zero_advantage_groups": float((advantages == 0).all(1).double().mean()),
-            "generated_tokens_per_s": generated / generate_s,
-            "trained_tokens_per_s": generated * cfg.algo.update_epochs / update_s,
+            "generated_tokens_per_s": float(lengths.sum()) / generate_s,
+            "trained_tokens_per_s": float(lengths.sum()) * cfg.algo.update_epochs / update_s,
             **{f"reward/{name}": float(np.mean(v)) if v else 0.0 for name, v in scores.by_function.items()},
+            **self.evaluate_held_out(step),
         }
-        averaged.update(self.evaluate_held_out(step))
         return IterationResult(
             env_steps=self.completions_per_step,
             averaged=averaged,
@@ -156,6 +141,24 @@ class GRPORunner(Runner):
             local_steps=len(texts),
             skipped=skipped > 0,
         )
+
+    def generate(self, step: int, indices: list[int], examples: list[Example]) -> Completions:
+        """G sampled completions of each prompt, each with the noise of its prompt's global index,
+        its number in the group and the step."""
+        tokenizer, group = self.tokenizer, self.group_size
+        with self.clock("generate"):
+            rows = [tokenizer.encode(e.prompt, "task prompt") for e in examples for _ in range(group)]
+            prompts, prompt_mask = left_padded(rows, tokenizer.pad_id, self.device)
+            seeds = [
+                completion_seed(self.cfg.train.seed, step, i, sample)
+                for i in indices
+                for sample in range(group)
+            ]
+            with autocast(self.device, self.autocast):
+                return generate(
+                    self.policy, prompts, prompt_mask, self.cfg.algo.max_new_tokens, tokenizer.eos_id,
+                    tokenizer.pad_id, self.sampling, seeds,
+                )  # fmt: skip
 
     def minibatch_plan(self, step: int) -> list[list[torch.Tensor]]:
         """Per epoch, this rank's rows of each global minibatch: the step's prompts shuffled by a
