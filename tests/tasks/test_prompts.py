@@ -43,8 +43,8 @@ def test_the_curriculum_grows_the_longest_length() -> None:
     assert [source.longest_length(p) for p in (0.0, 0.25, 0.5, 0.9)] == [2, 5, 8, 8]
     early = {len(source.example(i, progress=0.0).answer) for i in range(100)}
     assert early == {2}
-    # Held-out prompts are always at the full range.
-    assert PromptSource(task, 1, True).longest_length(0.0) == 8
+    # Held-out prompts are all at the full length, from the start.
+    assert {len(PromptSource(task, 1, True).example(i, progress=0.0).answer) for i in range(50)} == {8}
 
 
 def test_prompt_files_in_jsonl_and_parquet(tmp_path: Path) -> None:

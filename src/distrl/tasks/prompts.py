@@ -4,7 +4,7 @@ ranks, so ranks split a step's prompts by index and a resumed run continues the 
 Built-in generators draw digit problems (``task.name``) whose length follows the curriculum; a
 file (``task.prompts``) is read in a seeded order, epoch after epoch. Either way a fixed share of
 all prompts, chosen by a hash of the prompt text, is held out: training never sees them and
-evaluation scores only them.
+evaluation scores only them (a generator's at ``task.max_length``).
 """
 
 from __future__ import annotations
@@ -103,8 +103,10 @@ class PromptSource:
             return self.rows[order[position]]
         rng = np.random.default_rng([self.seed, index])
         longest = self.longest_length(progress)
+        # Held-out prompts are all at the full length: the evaluation is of the hardest problems.
+        shortest = longest if self.held_out_side else self.task.min_length
         for _ in range(MAX_DRAWS):
-            length = int(rng.integers(self.task.min_length, longest + 1))
+            length = int(rng.integers(shortest, longest + 1))
             example = GENERATORS[self.task.name](rng, length)
             if held_out(example, self.task.held_out_fraction) == self.held_out_side:
                 return example
