@@ -21,7 +21,7 @@ def score_held_out(
     """Scores of the greedy completions of held-out prompts ``first .. first + count - 1`` (at the
     task's full length) and each one's exact match with its answer."""
     source = PromptSource(cfg.task, cfg.train.seed, held_out_side=True)
-    examples = [source.example(first + i) for i in range(count)]
+    examples = source.examples(range(first, first + count))
     texts: list[str] = []
     ended: list[bool] = []
     for start in range(0, count, _BATCH):
