@@ -76,7 +76,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from cartpole_bench import CommandFailed, distrl_cmd, distrl_eval, ensure_venv, metrics_rows, run_timed
 
-from distrl.algos.ppo import minibatches_per_epoch
 from distrl.config.run import RunConfig, load_config
 
 if TYPE_CHECKING:  # only the rsl_rl venv has tensordict
@@ -142,7 +141,7 @@ def load_distrl_config(overrides: Sequence[str] = ()) -> RunConfig:
 
 def minibatch_count(cfg: RunConfig, num_envs: int) -> int:
     """distrl's minibatches per epoch for ``num_envs`` envs (one process), as its PPO computes it."""
-    return minibatches_per_epoch(cfg.algo, cfg.algo.rollout_steps * num_envs)
+    return cfg.algo.minibatches_per_epoch(cfg.algo.rollout_steps * num_envs)
 
 
 def update_budget(cfg: RunConfig) -> int:

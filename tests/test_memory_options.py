@@ -75,3 +75,15 @@ def test_a_memory_fraction_caps_what_a_process_may_allocate() -> None:
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
         torch.cuda.empty_cache()
+
+
+def test_grpo_takes_optimizer_offload_and_ppo_refuses_it() -> None:
+    from distrl.config.run import load_config
+    from distrl.errors import UserError
+    from tests.helpers import CARTPOLE, REPO
+
+    assert load_config(
+        REPO / "configs" / "grpo_reverse.yaml", ["train.optimizer_offload=true"]
+    ).train.optimizer_offload
+    with pytest.raises(UserError, match="train.optimizer_offload=true is not supported by algo.name=ppo"):
+        load_config(CARTPOLE, ["train.optimizer_offload=true"])

@@ -17,21 +17,60 @@ from typing import Any, NoReturn
 from distrl.errors import CollectiveMismatch, PeerFailure, UserError
 from distrl.launch.run_dir import RunDir
 
+DESCRIPTION = """\
+Train reinforcement-learning policies with one config on one process or many: torchrun, SLURM,
+a shared-file rendezvous across nodes, Ray worker groups or JAX processes. Every rank steps its
+own envs and keeps its own buffer; only gradients travel, and all ranks keep identical weights."""
+
+EPILOG = """\
+examples:
+  distrl train --config configs/cartpole_ppo.yaml                  train in this process
+  python -m torch.distributed.run --nproc_per_node=2 -m distrl.train \\
+      --config configs/cartpole_ppo.yaml --distributed             the same run on 2 ranks
+  distrl config configs/cartpole_ppo.yaml --ranks 4                 the resolved config, per-rank sizes
+  distrl eval --checkpoint runs/cartpole_ppo                        evaluate the newest checkpoint
+
+Run `distrl COMMAND --help` for a command's options and examples.
+Exit codes: 0 done; 2 bad input, one line saying why; 3 another rank died or hung;
+75 preempted (a checkpoint was written: run the same command again to resume)."""
+
 
 @dataclass(frozen=True)
 class Subcommand:
     help: str
+    """One line in ``distrl --help``'s list."""
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    examples: tuple[tuple[str, str], ...]
+    """(command, what it does) pairs shown under the subcommand's ``--help``."""
     takes_overrides: bool = False
     """Stray ``key=value`` arguments are config overrides (anywhere on the line)."""
 
+    def epilog(self) -> str:
+        lines = ["examples:"]
+        for command, what in self.examples:
+            lines += [f"  {command}", f"      {what}"]
+        return "\n".join(lines)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="distrl", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="distrl",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in SUBCOMMANDS.items():
-        command.add_arguments(sub.add_parser(name, help=command.help))
+        command.add_arguments(
+            sub.add_parser(
+                name,
+                help=command.help,
+                description=command.help[0].upper() + command.help[1:] + ".",
+                epilog=command.epilog(),
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
     return parser
 
 
@@ -44,15 +83,34 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML config file")
-    parser.add_argument("--env", help="Gymnasium env id or module:Class (env.id)")
+    parser.add_argument(
+        "--env",
+        "--task",
+        dest="env",
+        help="Gymnasium env id or module:Class (env.id; --task: Isaac Lab's name)",
+    )
     parser.add_argument("--run-dir", type=Path, help="output dir (default: runs/<config name>)")
     parser.add_argument("--seed", type=int, help="train.seed")
     parser.add_argument("--total-steps", type=int, help="env steps summed over all ranks")
     parser.add_argument("--num-envs", type=int, help="envs summed over all ranks (env.num_envs)")
+    parser.add_argument(
+        "--num_envs",
+        dest="num_envs_per_rank",
+        type=int,
+        help="envs on every rank, as Isaac Lab means it (env.num_envs_per_rank)",
+    )
     parser.add_argument("--data", help="learn from this logged dataset (data.path) instead of envs")
     parser.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
     parser.add_argument(
-        "--ml-framework", choices=["torch", "jax"], help="the learner's framework (ml_framework)"
+        "--ml-framework",
+        "--ml_framework",
+        choices=["torch", "jax"],
+        help="the learner's framework (ml_framework)",
+    )
+    parser.add_argument(
+        "--headless",
+        action="store_true",
+        help="accepted for Isaac Lab's command lines; distrl never opens windows",
     )
     parser.add_argument("--network-interface", help="interface for collectives (comm.network_interface)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
@@ -89,14 +147,20 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "train.seed": args.seed,
         "train.total_steps": args.total_steps,
         "env.num_envs": args.num_envs,
+        "env.num_envs_per_rank": args.num_envs_per_rank,
         "data.path": args.data,
         "train.device": args.device,
         "ml_framework": args.ml_framework,
         "comm.network_interface": args.network_interface,
         "log.profile_updates": args.profile,
     }
+    # An env count given as a flag replaces the config's, whichever kind the config gives.
+    if args.num_envs is not None:
+        flags["env.num_envs_per_rank"] = "null"
+    if args.num_envs_per_rank is not None:
+        flags["env.num_envs"] = "null"
     # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
-    return [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
+    return [f"{k}={'null' if v == 'null' else json.dumps(v)}" for k, v in flags.items() if v is not None]
 
 
 def default_run_dir(args: argparse.Namespace, env_id: str) -> Path:
@@ -138,7 +202,65 @@ def _train_config(args: argparse.Namespace) -> Any:
     for arg in args.overrides:
         if "=" not in arg:
             raise UserError(f"unexpected argument {arg!r}: overrides look like dotted.key=value")
+    if args.num_envs is not None and args.num_envs_per_rank is not None:
+        raise UserError(
+            "--num-envs (over all ranks) and --num_envs (per rank, Isaac Lab's) exclude each other"
+        )
     return load_config(args.config, [*args.overrides, *_flag_overrides(args)])
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", type=Path, help="YAML config file (default: all defaults)")
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        help="share the sizes out over this many ranks (default: workers.policy, i.e. 1 unless a Ray "
+        "config names more learners)",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
+
+
+def command_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from distrl.config.run import load_config
+
+    args.config, args.overrides = _config_and_overrides(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides)
+    ranks = args.ranks if args.ranks is not None else cfg.workers.policy
+    if ranks < 1:
+        raise UserError(f"--ranks {ranks}: must be at least 1")
+    sizes = cfg.algo.sizes(cfg, ranks)
+    print(f"# {args.config or 'the defaults'}{' with ' + ' '.join(args.overrides) if args.overrides else ''}")
+    print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).rstrip())
+    width = max(len(size.name) for size in sizes)
+    print(f"# sizes of algo.name={cfg.algo.name} on {ranks} rank(s): the run's, then each rank's")
+    for size in sizes:
+        print(f"#   {size.name:<{width}}  {size.total:>9,}  {rank_shares(size.per_rank)}")
+    return 0
+
+
+def _config_and_overrides(config: Path | None, overrides: list[str]) -> tuple[Path | None, list[str]]:
+    """``distrl config a.b=1`` (no file): argparse took the first override for the file."""
+    if config is not None and "=" in config.name:
+        return None, [str(config), *overrides]
+    return config, overrides
+
+
+def rank_shares(per_rank: list[int]) -> str:
+    """Runs of equal shares: ``ranks 0-1: 11, rank 2: 10``, or ``each rank: 8``."""
+    if len(set(per_rank)) == 1:
+        return f"each rank: {per_rank[0]:,}"
+    runs: list[tuple[int, int, int]] = []  # (first rank, last rank, share)
+    for rank, share in enumerate(per_rank):
+        if runs and runs[-1][2] == share:
+            runs[-1] = (runs[-1][0], rank, share)
+        else:
+            runs.append((rank, rank, share))
+    return ", ".join(
+        f"rank {first}: {share:,}" if first == last else f"ranks {first}-{last}: {share:,}"
+        for first, last, share in runs
+    )
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -356,36 +478,115 @@ def command_plot(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS: dict[str, Subcommand] = {
     "train": Subcommand(
-        "train a policy (one process, torchrun, srun or file rendezvous)",
+        "train a policy: in this process, or one rank of torchrun, srun, a file rendezvous or Ray",
         add_train_arguments,
         command_train,
+        examples=(
+            (
+                "distrl train --config configs/cartpole_ppo.yaml",
+                "train until the config's stop rule or budget",
+            ),
+            (
+                "distrl train --env Acrobot-v1 --total-steps 200000 algo.learning_rate=1e-3",
+                "no config file: defaults, flags and dotted overrides",
+            ),
+            (
+                "python -m torch.distributed.run --nproc_per_node=2 -m distrl.train "
+                "--config configs/cartpole_ppo.yaml --distributed",
+                "2 ranks on this machine (Isaac Lab's --task, --num_envs, --headless also work)",
+            ),
+            (
+                "distrl train --config configs/cartpole_ppo.yaml --launcher ray workers.env=2",
+                "Ray mode: a learner and 2 env workers",
+            ),
+            (
+                "distrl train --config configs/cartpole_ppo.yaml --resume",
+                "continue from the newest checkpoint",
+            ),
+        ),
         takes_overrides=True,
     ),
-    "eval": Subcommand("evaluate a checkpoint deterministically", add_eval_arguments, command_eval),
+    "config": Subcommand(
+        "print a config as training would use it: every default filled in, and each rank's sizes",
+        add_config_arguments,
+        command_config,
+        examples=(
+            ("distrl config configs/cartpole_ppo.yaml", "the resolved config, sizes for one process"),
+            (
+                "distrl config configs/halfcheetah_ppo.yaml --ranks 8 env.num_envs=64",
+                "with an override, as 8 ranks would share it out",
+            ),
+        ),
+        takes_overrides=True,
+    ),
+    "eval": Subcommand(
+        "evaluate a checkpoint: deterministic episodes (held-out prompts for GRPO)",
+        add_eval_arguments,
+        command_eval,
+        examples=(
+            (
+                "distrl eval --checkpoint runs/cartpole_ppo",
+                "the run's newest checkpoint, eval.episodes episodes",
+            ),
+            ("distrl eval --checkpoint runs/cartpole_ppo --episodes 100 --json", "one JSON object"),
+        ),
+    ),
     "status": Subcommand(
-        "a Ray cluster's resources and its distrl jobs' workers: state, restarts, CPU, memory, work",
+        "show a Ray cluster's resources and its distrl jobs' workers: state, restarts, CPU, memory, work",
         add_status_arguments,
         command_status,
+        examples=(
+            ("distrl status", "the Ray cluster this machine belongs to"),
+            ("distrl status --run-dir runs/cartpole_ppo", "a job that started its own local Ray"),
+        ),
     ),
     "collect": Subcommand(
-        "log transitions of a discrete-action env to Parquet (ReAgent's columns)",
+        "log transitions of a discrete-action env to Parquet files (ReAgent's columns)",
         add_collect_arguments,
         command_collect,
+        examples=(
+            ("distrl collect --env CartPole-v1 --steps 50000 --out data/cartpole", "a random policy's data"),
+            (
+                "distrl collect --env CartPole-v1 --steps 50000 --out data/mixed "
+                "--policy epsilon-greedy:runs/cartpole_dqn:0.3",
+                "a trained policy's, with exploration",
+            ),
+        ),
     ),
     "export": Subcommand(
-        "write a checkpoint's deterministic policy as one TorchScript or ONNX file",
+        "write a checkpoint's deterministic policy as TorchScript, ONNX or a transformers model",
         add_export_arguments,
         command_export,
+        examples=(
+            ("distrl export --checkpoint runs/cartpole_ppo --format onnx --out policy.onnx", "one ONNX file"),
+            (
+                "distrl export --checkpoint runs/grpo_reverse --format transformers --out reverse-model",
+                "a GRPO policy as a transformers GPT-2 directory",
+            ),
+        ),
     ),
     "plot": Subcommand(
         "draw learning curves from run dirs (seeds of one config: mean and min-max band)",
         add_plot_arguments,
         command_plot,
+        examples=(
+            ("distrl plot runs/seed1 runs/seed2 --out curves.png", "episode return against env steps"),
+            (
+                "distrl plot runs/a --metric sps --x time_s --out speed.png",
+                "another metric, against seconds of training",
+            ),
+        ),
     ),
     "evaluate-offline": Subcommand(
         "estimate a dqn checkpoint's value from logged data (IPS, DM, DR, SDR, WDR)",
         add_evaluate_offline_arguments,
         command_evaluate_offline,
+        examples=(
+            (
+                "distrl evaluate-offline --checkpoint runs/cartpole_offline_dqn --data data/cartpole",
+                "estimates with bootstrap intervals",
+            ),
+        ),
     ),
 }
 
@@ -411,6 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     except (PeerFailure, CollectiveMismatch) as exc:
         print(f"distrl: error: {exc}", file=sys.stderr)
         return 3
+    except BrokenPipeError:  # `distrl config ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def run(argv: list[str] | None = None) -> NoReturn:

@@ -43,3 +43,13 @@ def shard_envs(cfg: EnvConfig, rank: int, world_size: int) -> EnvShard:
         )
     first, count = even_split(total, rank, world_size)
     return EnvShard(first, count, total, total // world_size)
+
+
+def env_counts(cfg: EnvConfig, world_size: int) -> list[int]:
+    """Every rank's number of envs."""
+    return [shard_envs(cfg, rank, world_size).count for rank in range(world_size)]
+
+
+def even_counts(total: int, world_size: int) -> list[int]:
+    """Every rank's share of ``total`` items split by ``even_split``."""
+    return [even_split(total, rank, world_size)[1] for rank in range(world_size)]

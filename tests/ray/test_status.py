@@ -78,3 +78,8 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     assert traces == ["env", "env", "eval", "rank0.json"]
     for trace in (run_dir / "profile").iterdir():
         assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_memory_is_shown_in_gib() -> None:
+    assert resource_amount("memory", 1.75564e10) == "16.4 GiB"
+    assert resource_amount("CPU", 4.0) == "4"

@@ -3,11 +3,15 @@ a config never imports torch."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from distrl.config.base import Section
+from distrl.config.base import Section, Size
+from distrl.sharding import even_counts
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
 
 
 class GRPOConfig(Section):
@@ -27,10 +31,12 @@ class GRPOConfig(Section):
     honoured_train_switches: ClassVar[tuple[str, ...]] = (
         "activation_checkpointing",
         "gradient_accumulation_steps",
+        "optimizer_offload",
     )
     """The ``train`` keys (``config.run.TRAIN_SWITCHES``) its torch learner honours."""
 
     name: Literal["grpo"] = "grpo"
+    """The algorithm: group relative policy optimisation for sequence policies."""
     num_prompts_per_step: PositiveInt = 32
     """Prompts per update summed over all ranks (each rank generates for its share)."""
     num_generations_per_prompt: int = Field(8, ge=2)
@@ -41,7 +47,9 @@ class GRPOConfig(Section):
     temperature: PositiveFloat = 1.0
     """Sampling temperature; the log-probabilities of the loss use the same scaling."""
     top_k: PositiveInt | None = None
+    """Sample only among the k most likely tokens (unset: all)."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling: only among the most likely tokens whose probabilities sum to this (1: all)."""
     baseline: Literal["leave_one_out", "mean"] = "leave_one_out"
     """A completion's baseline: the mean reward of the other G-1 completions of its prompt, or of
     all G."""
@@ -73,8 +81,24 @@ class GRPOConfig(Section):
     num_minibatches: PositiveInt = 1
     """Optimiser steps per pass, each on a share of the global batch's prompts (whole groups)."""
     learning_rate: PositiveFloat = 1e-3
+    """AdamW's learning rate (its start, with ``anneal_lr``)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to zero over ``train.total_steps``."""
     max_grad_norm: PositiveFloat = 1.0
+    """Clip the global gradient norm, computed after the cross-rank average."""
     adam_eps: PositiveFloat = 1e-8
+    """AdamW's epsilon."""
     weight_decay: NonNegativeFloat = 0.0
+    """AdamW's decoupled weight decay."""
+
+    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+        prompts = even_counts(self.num_prompts_per_step, world_size)
+        group = self.num_generations_per_prompt
+        completions = self.num_prompts_per_step * group
+        updates = -(-run.train.total_steps // completions)
+        return [
+            Size("prompts per update", self.num_prompts_per_step, prompts),
+            Size("completions per update", completions, [count * group for count in prompts]),
+            Size("minibatches per epoch", self.num_minibatches, [self.num_minibatches] * world_size),
+            Size("updates", updates, [updates] * world_size),
+        ]

@@ -25,14 +25,6 @@ MinibatchSampler = Callable[[int], list[torch.Tensor]]
 minibatches as chunk index tensors."""
 
 
-def minibatches_per_epoch(cfg: PPOConfig, global_batch: int) -> int:
-    """Optimiser steps per epoch: ``num_minibatches`` when given, else the global batch (summed
-    over ranks) divided by ``minibatch_size``, rounded half up and at least one."""
-    if cfg.num_minibatches is not None:
-        return cfg.num_minibatches
-    return max(1, (global_batch + cfg.minibatch_size // 2) // cfg.minibatch_size)
-
-
 class PPO:
     def __init__(
         self,
@@ -44,7 +36,8 @@ class PPO:
         generator: torch.Generator | None = None,
         compile_loss: bool = False,
     ) -> None:
-        """``num_minibatches``: parts each epoch splits the local rollout into (``minibatches_per_epoch``);
+        """``num_minibatches``: parts each epoch splits the local rollout into
+        (``PPOConfig.minibatches_per_epoch``);
         ``compile_loss``: run the loss and its backward pass through ``torch.compile`` (fused kernels)."""
         self.policy = policy
         self.cfg = cfg

@@ -4,13 +4,15 @@ pairs of keys of which the user sets one (a global or a per-rank size, say). Kep
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Each field's docstring is its description (the configuration reference is built from them).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
 def default_unless_either(data: Any, key: str, alternative: str, default: int) -> Any:
@@ -26,3 +28,12 @@ def at_most_one(section: Section, name: str, key: str, alternative: str) -> Any:
             f"{name}.{key} and {name}.{alternative} exclude each other; set one ({name}.{key}=null clears it)"
         )
     return section
+
+
+@dataclass(frozen=True)
+class Size:
+    """One of a run's sizes as ``distrl config`` shows it: over all ranks and on each."""
+
+    name: str
+    total: int
+    per_rank: list[int]

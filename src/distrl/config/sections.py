@@ -27,6 +27,8 @@ DEFAULT_NUM_ENVS = 8
 
 
 class EnvConfig(Section):
+    """The environments each rank steps: which env, how many, and the backend that vectorises them."""
+
     id: str = "CartPole-v1"
     """A registered Gymnasium id, or ``package.module:Class`` for a user's own env class (a
     gymnasium.Env, or with ``backend: torch`` a batched torch env)."""
@@ -80,9 +82,11 @@ class TransformerConfig(Section):
     GPT-2's layout. The defaults give about 0.4 M parameters."""
 
     layers: PositiveInt = 2
+    """Transformer blocks."""
     width: PositiveInt = 128
     """Embedding width; a multiple of ``heads``."""
     heads: PositiveInt = 4
+    """Attention heads per block."""
     context: PositiveInt = 64
     """Positions the model reads: a prompt's tokens plus ``algo.max_new_tokens`` must fit."""
 
@@ -94,6 +98,8 @@ class TransformerConfig(Section):
 
 
 class ModelConfig(Section):
+    """The policy's network: encoder, hidden layers, recurrent core, and the sequence policy's transformer."""
+
     encoder: Literal["auto", "mlp", "nature_cnn", "impala_cnn"] = "auto"
     """What turns observations into features: ``mlp`` for feature vectors, ``nature_cnn`` (Mnih
     et al.'s three convolutions and 512 units) or ``impala_cnn`` (Espeholt et al.'s three
@@ -106,6 +112,7 @@ class ModelConfig(Section):
     hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [64, 64])
     """Hidden layer widths, shared by the separate actor and critic MLPs."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
+    """Activation of the MLP layers."""
     memory: Literal["none", "lstm", "gru"] = "none"
     """A recurrent core between the encoder and the heads, shared by actor and critic (PPO with
     the torch learner): its state carries what single observations do not show. Trained by
@@ -143,7 +150,9 @@ class TaskConfig(Section):
     unset: the built-in generator's own (``0123456789rev =`` for ``reverse``), or digits, lowercase
     letters, space and ``+-*=:,.`` for a prompt file. The fewer, the faster a policy learns."""
     min_length: PositiveInt = 1
+    """Fewest digits a generated prompt has (per number for ``add``)."""
     max_length: PositiveInt = 8
+    """Most digits a generated prompt has (per number for ``add``); held-out prompts all have this many."""
     curriculum_fraction: float = Field(0.0, ge=0.0, le=1.0)
     """The curriculum: the longest length drawn grows from ``min_length`` to ``max_length`` over
     this fraction of ``train.total_steps`` (0: every length from the start)."""
@@ -164,6 +173,8 @@ class TaskConfig(Section):
 
 
 class NormalizeConfig(Section):
+    """Running normalisation of observations and rewards, its statistics merged over all ranks."""
+
     observations: bool | None = None
     """Running observation normalisation; ``None`` means on for continuous actions only."""
     rewards: bool = False
@@ -176,9 +187,13 @@ class NormalizeConfig(Section):
 
 
 class TrainConfig(Section):
+    """The run as a whole: budget, seed, device, stop rule, and the speed and memory options."""
+
     total_steps: PositiveInt = 100_000
     """Environment steps summed over all ranks."""
     seed: int = 1
+    """Seed of the run: env seeds (by global env index, never by rank), initial weights and
+    sampling all derive from it."""
     device: str = "auto"
     """``auto`` (cuda:LOCAL_RANK when CUDA is available, else cpu), ``cpu``, ``cuda`` or ``cuda:N``."""
     stop_return: float | None = None
@@ -271,6 +286,8 @@ class DataConfig(Section):
 
 
 class CheckpointConfig(Section):
+    """When checkpoints are written and how many are kept."""
+
     interval_steps: PositiveInt = 50_000
     """Write a checkpoint every this many global env steps (and always at the end)."""
     interval_minutes: PositiveFloat | None = None
@@ -280,15 +297,21 @@ class CheckpointConfig(Section):
 
 
 class OutputConfig(Section):
+    """The final policy written out as one deployable file, besides the run dir."""
+
     path: str | None = None
     """When set, rank 0 writes the final deterministic policy here as one deployable file
     (``distrl export``'s): ONNX for a ``.onnx`` name, TorchScript otherwise."""
 
 
 class LogConfig(Section):
+    """What rank 0 logs: TensorBoard, the progress line, profiler traces."""
+
     tensorboard: bool = True
+    """Write TensorBoard event files into ``<run dir>/tb`` (rank 0), besides ``metrics.jsonl``."""
     progress: bool = True
-    """Show a progress bar on rank 0 when stdout is a terminal."""
+    """Show progress on rank 0: a bar when stdout is a terminal, else (a log file, a pipe) a plain
+    line at every tenth of ``train.total_steps``."""
     profile_updates: NonNegativeInt = 0
     """Record torch.profiler Chrome traces of this many updates (after the first) on every rank
     into the run dir's ``profile/rank<r>.json``, and of as many calls on every Ray worker
@@ -296,7 +319,10 @@ class LogConfig(Section):
 
 
 class EvalConfig(Section):
+    """Deterministic evaluation: during training (the stop check, eval workers) and ``distrl eval``."""
+
     episodes: PositiveInt = 10
+    """Deterministic episodes per evaluation (held-out prompts for GRPO); also ``distrl eval``'s default."""
     seed: int = 10_000
     """First seed of the evaluation episodes (kept apart from training seeds)."""
     every: PositiveInt = 5
@@ -322,6 +348,7 @@ class ClusterConfig(Section):
     cpus_per_node: PositiveFloat | None = None
     """CPUs the job may use on each node; unset: whatever the workers ask for."""
     gpus_per_node: NonNegativeInt = 0
+    """GPUs the job may use on each node."""
     strategy: Literal["SPREAD", "PACK"] = "SPREAD"
     """How the nodes' placement groups (one per node, its workers on one Ray node) share Ray's
     nodes: SPREAD gives each a Ray node of its own, PACK lets Ray put several on one node."""
@@ -353,7 +380,9 @@ class WorkersConfig(Section):
     policy_per_node: PositiveInt | None = None
     """Instead of ``policy``: learners on each of ``cluster.num_nodes`` nodes."""
     cpus_per_policy: PositiveFloat = 1.0
+    """CPUs Ray reserves for each learner."""
     gpus_per_policy: NonNegativeFloat = 0.0
+    """GPUs Ray reserves for each learner (1: a GPU of its own, NCCL between learners)."""
     env: NonNegativeInt = 0
     """Environment workers in all (online PPO and DQN), shared out over the learners: each steps
     a part of its learner's envs with a CPU copy of the newest weights; 0: learners step their
@@ -361,6 +390,7 @@ class WorkersConfig(Section):
     env_per_node: NonNegativeInt | None = None
     """Instead of ``env``: env workers on each of ``cluster.num_nodes`` nodes."""
     cpus_per_env: PositiveFloat = 1.0
+    """CPUs Ray reserves for each env worker (less than 1 lets several share a core)."""
     eval: NonNegativeInt = 0
     """Evaluation workers in all: every ``eval.every`` updates the newest weights go to a free one,
     which plays ``eval.episodes`` deterministic episodes while training goes on; rank 0 logs the
@@ -368,6 +398,7 @@ class WorkersConfig(Section):
     eval_per_node: NonNegativeInt | None = None
     """Instead of ``eval``: eval workers on each of ``cluster.num_nodes`` nodes."""
     cpus_per_eval: PositiveFloat = 1.0
+    """CPUs Ray reserves for each eval worker."""
     data: NonNegativeInt = 0
     """Data workers in all (offline DQN, ``data.path``), shared out over the learners: they read,
     validate and shuffle each learner's part of the dataset and send it batches, so learners read
@@ -375,6 +406,7 @@ class WorkersConfig(Section):
     data_per_node: NonNegativeInt | None = None
     """Instead of ``data``: data workers on each of ``cluster.num_nodes`` nodes."""
     cpus_per_data: PositiveFloat = 1.0
+    """CPUs Ray reserves for each data worker."""
     max_restarts: NonNegativeInt = 3
     """A failed env, eval or data worker is restarted and its work (a part of the rollout, an
     evaluation, a chunk of batches) done again, this many times in a row at most; the learners'

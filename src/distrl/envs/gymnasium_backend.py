@@ -3,6 +3,8 @@ subprocess vector envs), for a registered id or a user's ``gymnasium.Env`` class
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +24,7 @@ def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
     """Return a constructor for one env: a registered Gymnasium id or ``module:Class``."""
     if is_class_spec(cfg.id):
         env_cls = import_env_class(cfg.id)
+        show_mujoco_warnings_once()
 
         def make_custom() -> gym.Env:
             env = env_cls(**cfg.kwargs)
@@ -31,7 +34,7 @@ def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
 
         return make_custom
     try:
-        gym.spec(cfg.id)
+        entry_point = gym.spec(cfg.id).entry_point
     except gym.error.Error as exc:
         # Third-party ids (ALE/..., MiniGrid-...) exist once their package is imported.
         hint = (
@@ -40,7 +43,27 @@ def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
             else "; if a package registers it, name it in env.imports, e.g. env.imports=[ale_py]"
         )
         raise UserError(f"env.id {cfg.id!r}: {exc}{hint}") from None
+    if isinstance(entry_point, str):  # its module imports the simulator, if it has one
+        importlib.import_module(entry_point.partition(":")[0])
+    show_mujoco_warnings_once()
     return lambda: gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+
+
+_mujoco_warnings_shown: set[str] = set()
+
+
+def _print_mujoco_warning_once(message: str) -> None:
+    if message not in _mujoco_warnings_shown:
+        _mujoco_warnings_shown.add(message)
+        print(f"MuJoCo warning (shown once): {message}", file=sys.stderr)
+
+
+def show_mujoco_warnings_once() -> None:
+    """MuJoCo warns each time it compiles a model (``settotalmass is deprecated`` for
+    HalfCheetah), i.e. for every env built, burying the progress line: each message once."""
+    mujoco = sys.modules.get("mujoco")
+    if mujoco is not None:
+        mujoco.set_mju_user_warning(_print_mujoco_warning_once)
 
 
 def make_gymnasium_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device) -> GymnasiumVecEnv:

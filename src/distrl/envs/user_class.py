@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
 from distrl.errors import UserError
+from distrl.user_code import import_user_module
 
 
 def is_class_spec(env_id: str) -> bool:
@@ -14,13 +11,10 @@ def is_class_spec(env_id: str) -> bool:
 
 
 def import_env_class(spec: str) -> type:
-    """Import as ``python -m`` would: from installed packages or the current directory (the
-    ``distrl`` console script does not put it on the path by itself)."""
+    """Import as ``python -m`` would (``distrl.user_code``)."""
     module_name, _, class_name = spec.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name)
     except ImportError as exc:
         raise UserError(f"env.id {spec!r}: cannot import module {module_name!r}: {exc}") from None
     env_cls = getattr(module, class_name, None)

@@ -1,4 +1,5 @@
-"""Rank 0's metrics sinks: metrics.jsonl, TensorBoard and a terminal progress bar.
+"""Rank 0's metrics sinks: metrics.jsonl, TensorBoard and the progress: a bar in a terminal, a
+plain line every tenth of the budget when stdout is a file or pipe (no control codes in logs).
 
 Other ranks get a logger with ``enabled=False`` that does nothing, so callers need no rank checks.
 """
@@ -34,6 +35,10 @@ class MetricsLogger:
         self._file = None
         self._tb = None
         self._progress = None
+        self._total_steps = total_steps
+        self._plain_tenths = 0
+        """Tenths of the budget already reported by a plain line (stdout not a terminal)."""
+        self._plain = progress and not sys.stdout.isatty()
         if not enabled:
             return
         # Held open for the whole run (line-buffered) and closed in close().
@@ -58,6 +63,13 @@ class MetricsLogger:
             self._tb.add_summary(_scalars_summary(row), step)
         if self._progress is not None:
             self._progress.update(self._task, completed=step, description=progress_label(row))
+        tenths = min(10, step * 10 // max(self._total_steps, 1))
+        if self._plain and tenths > self._plain_tenths:
+            self._plain_tenths = tenths
+            label = progress_label(row)
+            print(
+                f"distrl: {step:,}/{self._total_steps:,} ({tenths * 10}%)" + (f" | {label}" if label else "")
+            )
 
     def close(self) -> None:
         if self._progress is not None:

@@ -161,6 +161,11 @@ def _death_line(cause: Any) -> str:
     return lines[0].split(":", 1)[1].strip().strip('"') if lines else ""
 
 
+def resource_amount(resource: str, amount: float) -> str:
+    """A Ray resource as a person reads it: Ray counts memory in bytes."""
+    return f"{amount / 2**30:.1f} GiB" if resource == "memory" else f"{amount:g}"
+
+
 def print_report(report: dict[str, Any]) -> None:
     """``distrl status``'s tables."""
     from rich.console import Console
@@ -171,7 +176,7 @@ def print_report(report: dict[str, Any]) -> None:
     for column in ("resource", "available", "total"):
         cluster.add_column(column)
     for resource, (available, total) in report["resources"].items():
-        cluster.add_row(resource, f"{available:g}", f"{total:g}")
+        cluster.add_row(resource, resource_amount(resource, available), resource_amount(resource, total))
     console.print(cluster)
     if not report["workers"]:
         console.print(f"no distrl job running in namespace {report['namespace']!r}")

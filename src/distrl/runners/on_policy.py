@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from distrl.algos.ppo import PPO, minibatches_per_epoch
+from distrl.algos.ppo import PPO
 from distrl.collect.rollout import ActionNoise, Collection, RolloutCollector, finite
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
@@ -57,7 +57,7 @@ def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int, sequen
     so each rank's share of a minibatch shrinks as ranks grow. A part is whole chunks of
     ``sequence_length`` steps (single samples without memory)."""
     rollout = cfg.algo.rollout_steps
-    count = minibatches_per_epoch(cfg.algo, rollout * envs.global_count)
+    count = cfg.algo.minibatches_per_epoch(rollout * envs.global_count)
     smallest_rank_chunks = rollout // sequence_length * envs.min_count
     if count > smallest_rank_chunks:
         unit = "samples" if sequence_length == 1 else f"chunks of algo.bptt_len={sequence_length} steps"

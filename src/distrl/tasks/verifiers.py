@@ -4,7 +4,6 @@ gets ``task.unfinished_reward``."""
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from distrl.config.sections import TaskConfig
 from distrl.errors import UserError
 from distrl.tasks.prompts import Example
+from distrl.user_code import import_user_module
 
 Verifier = Callable[[str, str, str], float]
 """``(prompt, completion, answer) -> reward``."""
@@ -41,7 +41,7 @@ def load_verifier(name: str) -> Verifier:
             f"task.rewards: function {name!r}: expected {' or '.join(BUILT_IN)}, or module:function"
         )
     try:
-        function = getattr(importlib.import_module(module), attribute)
+        function = getattr(import_user_module(module), attribute)
     except (ImportError, AttributeError) as exc:
         raise UserError(f"task.rewards: function {name!r} cannot be loaded: {exc}") from None
     if not callable(function):
