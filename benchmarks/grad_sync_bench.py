@@ -43,8 +43,8 @@ class ActionStats(nn.Module):
         super().__init__()
         self.policy = policy
 
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor):
-        return self.policy.action_stats(obs, actions)
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, *memory: torch.Tensor | None):
+        return self.policy.action_stats(obs, actions, *memory)
 
 
 def make_batch(policy: ActorCritic, obs_dim: int) -> RolloutBatch:
@@ -90,8 +90,8 @@ class _DDPPolicy:
     def __init__(self, policy: ActorCritic, ddp: DistributedDataParallel) -> None:
         self._policy, self._ddp = policy, ddp
 
-    def action_stats(self, obs: torch.Tensor, actions: torch.Tensor):
-        return self._ddp(obs, actions)
+    def action_stats(self, obs: torch.Tensor, actions: torch.Tensor, *memory: torch.Tensor | None):
+        return self._ddp(obs, actions, *memory)
 
 
 def main() -> None:

@@ -148,7 +148,8 @@ def test_torchrun_static_master_across_bare_hosts(hosts: Hosts, tmp_path: Path) 
 
 def c10d(index: int, cluster_names: bool) -> list[str]:
     """The c10d flags on host ``index``. Where hostnames resolve to 127.0.0.1, torchrun needs each
-    agent's own address and the store's host marked (its own requirement, documented in README)."""
+    agent's own address and the store's host marked (its own requirement, documented in
+    docs/launchers/multi-node.md)."""
     common = ["--rdzv_backend=c10d", "--rdzv_id=distrl-test"]
     if cluster_names:
         return [*common, f"--rdzv_endpoint={HOSTNAMES[0]}:29400"]

@@ -187,7 +187,7 @@ V_TARGET = np.linalg.solve(
 Q_TARGET = REWARD + GAMMA * TRANSITION @ V_TARGET
 TRUE_MDP_VALUE = float(START @ V_TARGET)
 MDP_TOLERANCE = 0.05
-"""SDR and WDR within 5% of the truth on 10,000 logged episodes (README)."""
+"""SDR and WDR within 5% of the truth on 10,000 logged episodes (docs/algorithms/ope.md)."""
 
 
 def log_episodes(episodes: int, seed: int, q_hat: np.ndarray) -> EvaluationSteps:

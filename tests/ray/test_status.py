@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from distrl.ray.status import LEARNER_KEY
+from distrl.ray.status import LEARNER_KEY, resource_amount
 from tests.helpers import CARTPOLE, clean_env, distrl, run_python
 from tests.ray_cluster import BUDGET, HEAD_CPUS, metrics_rows
 

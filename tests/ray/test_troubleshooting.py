@@ -1,4 +1,4 @@
-"""Runs every row of the README's Ray-mode troubleshooting table against the session's Ray head
+"""Runs every row of the troubleshooting page's Ray-mode table against the session's Ray head
 and checks the one line it documents."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import REPO, distrl
 from tests.test_troubleshooting import table_rows
 
-ROWS = table_rows("### Ray mode: troubleshooting")
+ROWS = table_rows("## Ray mode")
 
 
 def test_the_table_covers_the_ray_cases() -> None:

@@ -1,7 +1,7 @@
 """The size rule on real process groups: env.num_envs and algo.minibatch_size are global, so 1, 2
-and 3 ranks take the same optimiser steps on the same global minibatch size (README, "Adding
-ranks"). 7 envs x 4 rollout steps = 28 samples per update, minibatch_size 8 -> round(3.5) = 4
-minibatches of 7 samples per epoch, split over the ranks with remainders."""
+and 3 ranks take the same optimiser steps on the same global minibatch size (docs/concepts/sizes.md,
+"The PPO minibatch rule"). 7 envs x 4 rollout steps = 28 samples per update, minibatch_size 8 ->
+round(3.5) = 4 minibatches of 7 samples per epoch, split over the ranks with remainders."""
 
 from __future__ import annotations
 

@@ -52,9 +52,9 @@ def normalize_advantages(
 
 
 def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int, sequence_length: int = 1) -> int:
-    """Parts each rank splits its rollout into per epoch, by the size rule (README, "Adding
-    ranks"): the global minibatch stays ``minibatch_size`` samples however many ranks there are,
-    so each rank's share of a minibatch shrinks as ranks grow. A part is whole chunks of
+    """Parts each rank splits its rollout into per epoch, by the size rule (docs/concepts/sizes.md,
+    "The PPO minibatch rule"): the global minibatch stays ``minibatch_size`` samples however many
+    ranks there are, so each rank's share of a minibatch shrinks as ranks grow. A part is whole chunks of
     ``sequence_length`` steps (single samples without memory)."""
     rollout = cfg.algo.rollout_steps
     count = cfg.algo.minibatches_per_epoch(rollout * envs.global_count)
