@@ -162,7 +162,7 @@ class TaskConfig(Section):
         if self.min_length > self.max_length:
             raise ValueError(
                 f"min_length={self.min_length} is more than max_length={self.max_length}; "
-                "lower min_length or raise max_length"
+                "lower task.min_length or raise task.max_length"
             )
         return self
 
