@@ -192,7 +192,11 @@ def test_a_node_that_cannot_be_placed_fails_in_seconds(ray_head: str, tmp_path: 
         "distrl: error: node 0 of cluster.num_nodes=1 (its 1 worker(s) need 1 CPU, 0 GPU on one Ray "
         "node) was not placed within cluster.placement_timeout_s=3: free now in the Ray cluster: 0.5 CPU"
     ), line
-    assert "; missing: 0.5 CPU (see `ray status`)" in line
+    assert line.endswith(
+        "; missing: 0.5 CPU (see `ray status`): wait for other jobs to free them (a longer "
+        "cluster.placement_timeout_s) or ask for less: fewer workers.policy, or a smaller "
+        "workers.cpus_per_policy"
+    ), line
     assert "Traceback" not in result.stderr
     assert time.monotonic() - started < 60
 
@@ -201,7 +205,8 @@ def test_a_job_larger_than_the_cluster_is_one_line(ray_head: str, tmp_path: Path
     result = ray_train(ray_head, tmp_path, "workers.policy=3", "workers.cpus_per_policy=2")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"distrl: error: workers.policy=3 need 6 CPU in all; the Ray cluster has {HEAD_CPUS}"
+        f"distrl: error: workers.policy=3 need 6 CPU in all; the Ray cluster has {HEAD_CPUS}: set "
+        "workers.policy=2 or workers.cpus_per_policy=1.33, or join a larger Ray cluster with --ray-address"
     )
 
 
@@ -252,6 +257,62 @@ def test_a_node_larger_than_any_ray_node_is_one_line() -> None:
         UserError, match="node 0 of the job needs 3 CPU on one Ray node .*: the largest Ray node has 2"
     ):
         check_fits(ClusterConfig(), WorkersConfig(cpus_per_policy=3), [{"CPU": 2.0}, {"CPU": 2.0}])
+
+
+@pytest.mark.parametrize(
+    ("cluster", "workers", "nodes", "way_out"),
+    [
+        (  # the 2-core laptop: fewer env workers, or half a CPU each
+            ClusterConfig(),
+            WorkersConfig(env=2),
+            [{"CPU": 2.0}],
+            ": set workers.env=1 or workers.cpus_per_env=0.5, or join a larger Ray cluster with "
+            "--ray-address",
+        ),
+        (  # env workers below one per learner are none
+            ClusterConfig(),
+            WorkersConfig(policy=2, env=4, eval=1),
+            [{"CPU": 4.0}],
+            ": set workers.env=0 or workers.cpus_per_env=0.25, or join a larger Ray cluster with "
+            "--ray-address",
+        ),
+        (
+            ClusterConfig(gpus_per_node=4),
+            WorkersConfig(policy=4, gpus_per_policy=1),
+            [{"CPU": 8.0, "GPU": 2.0}],
+            ": set workers.policy=2 or workers.gpus_per_policy=0 (learners on the CPU), or join a larger "
+            "Ray cluster with --ray-address",
+        ),
+        (
+            ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=1.5),
+            WorkersConfig(env=2, cpus_per_env=0.75),
+            [{"CPU": 4.0}],
+            ": set workers.cpus_per_policy=0.75 or workers.cpus_per_env=0.5, or raise "
+            "cluster.cpus_per_node to 1.75",
+        ),
+        (
+            ClusterConfig(),
+            WorkersConfig(gpus_per_policy=1),
+            [{"CPU": 4.0}],
+            ": set workers.gpus_per_policy=0 (learners on the CPU), or raise cluster.gpus_per_node to 1",
+        ),
+    ],
+    ids=["laptop", "env-none", "gpus", "one-node", "gpu-budget"],
+)
+def test_fit_check_names_settings_that_fit(
+    cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[str, float]], way_out: str
+) -> None:
+    with pytest.raises(UserError) as refused:
+        check_fits(cluster, workers, nodes)
+    assert str(refused.value).endswith(way_out), str(refused.value)
+    for setting in way_out.split(", or ")[0].removeprefix(": set ").split(" or "):
+        key, value = setting.split(" (")[0].split("=")
+        section, field = key.split(".")
+        fixed = {"cluster": cluster, "workers": workers}
+        fixed[section] = fixed[section].model_copy(
+            update={field: type(getattr(fixed[section], field))(value)}
+        )
+        check_fits(fixed["cluster"], fixed["workers"], nodes)  # each suggested setting fits
 
 
 @pytest.mark.parametrize("family", ["ray", "grpo"])

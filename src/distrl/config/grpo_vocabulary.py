@@ -70,7 +70,10 @@ def translate_grpo_section(data: dict[str, Any], source: str) -> dict[str, Any]:
     if section is None:
         return data
     if not isinstance(section, dict):
-        raise UserError(f"{source}: grpo: must be a mapping of keys, got {type(section).__name__}")
+        raise UserError(
+            f"{source}: grpo: must be a mapping of keys, got {type(section).__name__} "
+            f"(known: {', '.join(KEYS)})"
+        )
     unknown = sorted(set(section) - set(KEYS))
     if unknown:
         raise UserError(

@@ -117,7 +117,8 @@ def _check_switches_honoured(cfg: RunConfig, source: str) -> None:
     Checked on what the user gives, not on configs saved in checkpoints before this rule."""
     if cfg.train.compile and cfg.ml_framework == "jax":
         raise UserError(
-            f"{source}: train.compile=true is for torch learners; JAX learners are always compiled"
+            f"{source}: train.compile=true is for torch learners; JAX learners are always compiled: "
+            "set train.compile=false"
         )
     for switch in TRAIN_SWITCHES:
         value, default = getattr(cfg.train, switch), TrainConfig.model_fields[switch].default
@@ -158,7 +159,8 @@ def _problem(source: str, err: Any) -> str:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise UserError(f"config file not found: {path}")
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise UserError(f"config file not found: {path}{where}")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -166,7 +168,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+        raise UserError(
+            f"{path}: top level must be a mapping of sections, got {type(data).__name__}; "
+            f"known: {', '.join(RunConfig.model_fields)}"
+        )
     return data
 
 
@@ -184,10 +189,13 @@ def _parse_override(text: str) -> tuple[str, Any]:
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     node = data
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1], 1):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise UserError(f"override {key}: {part} is not a section")
+            held = ".".join(parts[:depth])
+            raise UserError(
+                f"override {key}: {part} is not a section; {held} holds a value: set {held}=VALUE"
+            )
         node = child
     node[parts[-1]] = value
 

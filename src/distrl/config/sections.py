@@ -93,7 +93,8 @@ class TransformerConfig(Section):
     @model_validator(mode="after")
     def _whole_heads(self) -> TransformerConfig:
         if self.width % self.heads:
-            raise ValueError(f"width={self.width} is not a multiple of heads={self.heads}")
+            fits = max(self.heads, self.width - self.width % self.heads)
+            raise ValueError(f"width={self.width} is not a multiple of heads={self.heads}; e.g. width={fits}")
         return self
 
 
@@ -168,7 +169,10 @@ class TaskConfig(Section):
     @model_validator(mode="after")
     def _lengths_in_order(self) -> TaskConfig:
         if self.min_length > self.max_length:
-            raise ValueError(f"min_length={self.min_length} is more than max_length={self.max_length}")
+            raise ValueError(
+                f"min_length={self.min_length} is more than max_length={self.max_length}; "
+                "lower task.min_length or raise task.max_length"
+            )
         return self
 
 

@@ -118,7 +118,9 @@ class LoggedDataset:
     def __init__(self, path: Path, on_bad_row: str = "error") -> None:
         files = sorted(path.glob("*.parquet")) if path.is_dir() else []
         if not files:
-            raise UserError(f"--data {path}: no .parquet files there")
+            raise UserError(
+                f"--data {path}: no .parquet files there; give a .parquet file or a directory of them"
+            )
         self.on_bad_row = on_bad_row
         self.parametric = "action_features" in _open(files[0]).schema_arrow.names
         """Rows carry candidate sets with action features instead of discrete masks."""

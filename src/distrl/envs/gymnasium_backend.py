@@ -98,7 +98,8 @@ class GymnasiumVecEnv:
             self.observation_space = self._packed
         elif obs_keys:
             raise UserError(
-                f"env.obs_keys: env {env_id!r}'s observations are {self.observation_space}, not a Dict"
+                f"env.obs_keys: env {env_id!r}'s observations are {self.observation_space}, not a Dict; "
+                "env.obs_keys picks keys of Dict observations only: unset it"
             )
         self.action_space = self._env.single_action_space
         self._obs_dtype = obs_array_dtype(self.observation_space)

@@ -84,7 +84,10 @@ class RslRlStyleVecEnv:
         if isinstance(space, gym.spaces.Space):
             return space
         if not isinstance(getattr(env, "num_actions", None), int):
-            raise UserError(f"env.id {self._env_id!r}: the env has neither num_actions nor an action_space")
+            raise UserError(
+                f"env.id {self._env_id!r}: the env has neither num_actions nor an action_space; give its "
+                "class one of them"
+            )
         return gym.spaces.Box(-np.inf, np.inf, (env.num_actions,), np.float32)
 
 

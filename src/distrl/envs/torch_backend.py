@@ -47,6 +47,7 @@ def _built_in_env(cfg: EnvConfig, num_envs: int, device: torch.device, seed: int
 def _user_env(cfg: EnvConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
     if cfg.max_episode_steps is not None:
         raise UserError(
-            f"env.max_episode_steps: {cfg.id!r} is a user's torch env, which keeps its own time limit"
+            f"env.max_episode_steps: {cfg.id!r} is a user's torch env, which keeps its own time limit; "
+            "unset env.max_episode_steps"
         )
     return build_rsl_rl_style_env(import_env_class(cfg.id), cfg.id, num_envs, device, seed, cfg.kwargs)

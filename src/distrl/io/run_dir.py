@@ -33,7 +33,10 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
     if resume and existing:
         payload = ckpt.pack(newest_valid_checkpoint(existing, cfg))
     elif must_resume:
-        raise UserError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+        raise UserError(
+            f"--resume: no checkpoint in {run_dir / 'checkpoints'}; leave out --resume to start a new "
+            "run there"
+        )
     elif existing and not overwrite:
         raise UserError(
             f"run dir {run_dir} already holds a run; pass --resume to continue it "
@@ -70,7 +73,10 @@ def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.Che
                 )
         print(f"distrl: resuming from {path}", file=sys.stderr)
         return files
-    raise UserError(f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt")
+    raise UserError(
+        f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt; "
+        "start over with --overwrite or a new --run-dir"
+    )
 
 
 def _dotted(data: dict[str, Any], key: str) -> Any:

@@ -57,7 +57,8 @@ def launch_node(argv: list[str], num_nodes: int, node_index: int, rendezvous_fil
         raise UserError(f"--procs-per-node {procs}: must be at least 1")
     if not rendezvous_file.parent.is_dir():
         raise UserError(
-            f"--rendezvous-file {rendezvous_file}: directory {rendezvous_file.parent} does not exist"
+            f"--rendezvous-file {rendezvous_file}: directory {rendezvous_file.parent} does not exist; "
+            "create it, on a file system every node shares"
         )
     world_size = num_nodes * procs
     envs = [

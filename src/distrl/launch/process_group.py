@@ -28,7 +28,10 @@ def resolve_device(requested: str, topology: Topology) -> torch.device:
         raise UserError(f"--device {requested!r}: expected auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise UserError(f"--device {requested}: CUDA is not available on this machine")
+            raise UserError(
+                f"--device {requested}: CUDA is not available on this machine; use --device cpu "
+                "(or auto, which takes CUDA where there is one)"
+            )
         if device.index is None:
             device = torch.device("cuda", topology.local_rank % torch.cuda.device_count())
     return device

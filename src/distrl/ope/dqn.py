@@ -114,7 +114,10 @@ def _first_episodes(mdp_id: np.ndarray, max_rows: int) -> np.ndarray:
     in_order = np.argsort(first_row)
     rows_so_far = np.cumsum(lengths[in_order])
     if rows_so_far[0] > max_rows:
-        raise UserError(f"max rows {max_rows}: fewer than the first episode's {rows_so_far[0]} rows")
+        raise UserError(
+            f"max rows {max_rows}: fewer than the first episode's {rows_so_far[0]} rows; "
+            f"allow at least {rows_so_far[0]}"
+        )
     return np.flatnonzero(np.isin(episode, in_order[rows_so_far <= max_rows]))
 
 

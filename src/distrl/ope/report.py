@@ -38,7 +38,8 @@ def evaluate_checkpoint_offline(
     if (dataset.obs_dim, dataset.num_actions) != (obs_dim, q_network.num_actions):
         raise UserError(
             f"--data {data}: {dataset.obs_dim} observation features and {dataset.num_actions} actions, "
-            f"but checkpoint {loaded.checkpoint} was trained on {obs_dim} and {q_network.num_actions}"
+            f"but checkpoint {loaded.checkpoint} was trained on {obs_dim} and {q_network.num_actions}; "
+            "evaluate it on data logged in the env it was trained in"
         )
     evaluator = OfflineEvaluator.from_dataset(dataset, loaded.cfg.algo.gamma, bootstrap, max_rows)
     return {

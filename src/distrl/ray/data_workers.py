@@ -172,7 +172,8 @@ class RayDataWorkers(RestartableWorkers):
         if self.node_bound and opened["node"] != self.nodes[index]:
             raise UserError(
                 f"data worker {index} came back on another Ray node ({opened['address']}): under "
-                "data.layout=split its part of the data is on the node it left"
+                "data.layout=split its part of the data is on the node it left; with the whole dataset "
+                "on every node, data.layout=copy lets a worker move"
             )
         if self._start_args:
             ray.get(handle.start.remote(*self._start_args[index]))

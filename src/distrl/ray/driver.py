@@ -12,6 +12,7 @@ the group is launched again from the newest checkpoint (at most ``workers.max_re
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import sys
 from dataclasses import replace
@@ -166,27 +167,40 @@ def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
 
 
 def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[str, float]]) -> None:
-    """One line naming what does not fit, before anything starts; ``nodes``: each alive Ray
-    node's resources."""
-    nodes_need = [needs(bundles) for bundles in node_bundles(cluster.num_nodes, job_bundles(workers))[0]]
+    """One line naming what does not fit and settings that would, before anything starts;
+    ``nodes``: each alive Ray node's resources."""
+    bundles, slots = node_bundles(cluster.num_nodes, job_bundles(workers))
+    nodes_need = [needs(mine) for mine in bundles]
+    counts = [
+        {group: sum(n == node for n, _ in mine) for group, mine in slots.items()}
+        for node in range(len(bundles))
+    ]
     used = sum(1 for need in nodes_need if need["CPU"] or need["GPU"])
     if cluster.strategy == "SPREAD" and used > len(nodes):
         raise UserError(
             f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {len(nodes)} alive node(s) "
             "(cluster.strategy=SPREAD puts each node's workers on a Ray node of their own; "
-            "PACK lets them share)"
+            f"PACK lets them share): set cluster.strategy=PACK or cluster.num_nodes={len(nodes)}, "
+            "or join a cluster with more nodes with --ray-address"
         )
     budget = {"CPU": cluster.cpus_per_node, "GPU": float(cluster.gpus_per_node)}
+    totals = [{group: count for group, (count, _) in job_bundles(workers).items()}]
     for resource, limit in budget.items():
         need = sum(node[resource] for node in nodes_need)
+        # Raising the config's limit to the largest node's need makes every node fit it.
+        raise_limit = f"raise cluster.{resource.lower()}s_per_node to {_at_least(resource, nodes_need)}"
         if limit is not None and need > limit * cluster.num_nodes:
             raise UserError(
                 f"{_job(workers)} need {need:g} {resource} in all: more than "
                 f"cluster.{resource.lower()}s_per_node x num_nodes = {limit * cluster.num_nodes:g}"
+                + _way_out(workers, resource, totals, limit * cluster.num_nodes, raise_limit)
             )
         have = sum(node.get(resource, 0.0) for node in nodes)
         if need > have:
-            raise UserError(f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has {have:g}")
+            raise UserError(
+                f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has {have:g}"
+                + _way_out(workers, resource, totals, have, LARGER_CLUSTER)
+            )
         largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
         for index, node_need in enumerate(nodes_need):
             where = (
@@ -195,9 +209,72 @@ def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[
                 "learners first)"
             )
             if limit is not None and node_need[resource] > limit:
-                raise UserError(f"{where}: more than cluster.{resource.lower()}s_per_node = {limit:g}")
+                raise UserError(
+                    f"{where}: more than cluster.{resource.lower()}s_per_node = {limit:g}"
+                    + _way_out(workers, resource, counts, limit, raise_limit)
+                )
             if node_need[resource] > largest:
-                raise UserError(f"{where}: the largest Ray node has {largest:g}")
+                raise UserError(
+                    f"{where}: the largest Ray node has {largest:g}"
+                    + _way_out(
+                        workers,
+                        resource,
+                        counts,
+                        largest,
+                        "join a cluster with larger nodes with --ray-address",
+                    )
+                )
+
+
+LARGER_CLUSTER = "join a larger Ray cluster with --ray-address"
+
+
+def _way_out(
+    workers: WorkersConfig, resource: str, counts: list[dict[str, int]], room: float, otherwise: str
+) -> str:
+    """The end of a refusal: settings with which the job's ``resource`` fits ``room`` on each of
+    ``counts`` (workers per group; one entry: the whole job), then ``otherwise``."""
+    per_worker = {group: bundle.get(resource, 0.0) for group, (_, bundle) in job_bundles(workers).items()}
+    fixes = _fewer_workers(workers, per_worker, counts[0], room) if len(counts) == 1 else []
+    for group, share in per_worker.items():
+        if not share or not any(count.get(group) for count in counts):
+            continue
+        # The share each of the group's workers may have so that every node fits.
+        fits = min(
+            (room - sum(c * per_worker[g] for g, c in count.items() if g != group)) / count[group]
+            for count in counts
+            if count.get(group)
+        )
+        smaller = (
+            math.floor(fits) if resource == "GPU" and workers.policy > 1 else math.floor(fits * 100) / 100
+        )
+        if 0 < smaller < share:
+            fixes.append(f"workers.{resource.lower()}s_per_{group}={smaller:g}")
+    if resource == "GPU":
+        fixes.append("workers.gpus_per_policy=0 (learners on the CPU)")
+    return f": set {' or '.join(fixes)}, or {otherwise}" if fixes else f": {otherwise}"
+
+
+def _fewer_workers(
+    workers: WorkersConfig, per_worker: dict[str, float], count: dict[str, int], room: float
+) -> list[str]:
+    """A smaller count of one group with which the job's need fits ``room``, group by group."""
+    excess = sum(count[group] * share for group, share in per_worker.items()) - room
+    fixes = []
+    for group, share in per_worker.items():
+        if not share or not count[group]:
+            continue
+        keep = count[group] - math.ceil(excess / share - 1e-9)
+        if group in ("env", "data") and keep < workers.policy:
+            keep = 0  # every learner needs one of its own, or none has any
+        if keep >= (1 if group == "policy" else 0):
+            fixes.append(f"workers.{group}={keep}")
+    return fixes
+
+
+def _at_least(resource: str, nodes_need: list[dict[str, float]]) -> str:
+    largest = max(node[resource] for node in nodes_need)
+    return f"{math.ceil(largest) if resource == 'GPU' else largest:g}"
 
 
 def _job(workers: WorkersConfig) -> str:

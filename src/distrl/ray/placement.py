@@ -100,7 +100,8 @@ def place(ray: Any, cluster: ClusterConfig, workers: WorkersConfig, job: str) ->
         except GetTimeoutError:
             for each in filter(None, placed):
                 remove_placement_group(each)
-            raise UserError(_not_placed(ray, cluster, node, mine, len(taken))) from None
+            groups = [group for group, where in slots.items() if any(n == node for n, _ in where)]
+            raise UserError(_not_placed(ray, cluster, node, mine, len(taken), groups)) from None
         if spread:
             taken.append(placement_group_table(group)["bundles_to_node_id"][0])
     return VirtualCluster(placed, slots)
@@ -116,18 +117,34 @@ def needs(bundles: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _not_placed(
-    ray: Any, cluster: ClusterConfig, node: int, bundles: list[dict[str, float]], others: int
+    ray: Any,
+    cluster: ClusterConfig,
+    node: int,
+    bundles: list[dict[str, float]],
+    others: int,
+    groups: list[str],
 ) -> str:
+    """The refusal of node ``node``, whose ``bundles`` hold workers of ``groups``: what it asked
+    for, what is free, and how to ask for less."""
     need = needs(bundles)
     available = ray.available_resources()
     apart = f", on a Ray node apart from the {others} the job's other nodes took" if others else ""
     spread = f" (cluster.strategy={cluster.strategy}{apart})" if cluster.num_nodes > 1 else ""
-    short = [f"{need[r] - available.get(r, 0.0):g} {r}" for r in need if need[r] > available.get(r, 0.0)]
+    lacking = [r for r in need if need[r] > available.get(r, 0.0)]
+    short = [f"{need[r] - available.get(r, 0.0):g} {r}" for r in lacking]
     missing = f"; missing: {' and '.join(short)}" if short else ""
+    # Free enough in all yet not on one Ray node: either resource the node asks for may be the one.
+    lacking = lacking or [r for r in need if need[r]]
+    shares = [f"workers.cpus_per_{group}" for group in groups] if "CPU" in lacking else []
+    if "GPU" in lacking and "policy" in groups:
+        shares.append("workers.gpus_per_policy")
+    fewer = " or ".join(f"workers.{group}" for group in groups)
     return (
         f"node {node} of cluster.num_nodes={cluster.num_nodes} (its {len(bundles)} worker(s) need "
         f"{need['CPU']:g} CPU, {need['GPU']:g} GPU on one Ray node{spread}) was not placed within "
         f"cluster.placement_timeout_s={cluster.placement_timeout_s:g}: free now in the Ray cluster: "
         f"{available.get('CPU', 0):g} CPU, {available.get('GPU', 0):g} GPU "
-        f"on {len(alive_nodes(ray))} node(s){missing} (see `ray status`)"
+        f"on {len(alive_nodes(ray))} node(s){missing} (see `ray status`): wait for other jobs to free "
+        f"them (a longer cluster.placement_timeout_s) or ask for less: fewer {fewer}"
+        + (f", or a smaller {' or '.join(shares)}" if shares else "")
     )

@@ -43,7 +43,8 @@ class QLearningRunner(Runner):
         if cfg.algo.batch_size < comm.world_size:
             raise UserError(
                 f"algo.batch_size={cfg.algo.batch_size} counts samples over all ranks and is fewer than the "
-                f"{comm.world_size} ranks; every rank needs at least one sample per gradient step"
+                f"{comm.world_size} ranks; every rank needs at least one sample per gradient step: "
+                f"raise it to at least {comm.world_size}"
             )
         self.cfg = cfg
         self.device = ctx.device
@@ -87,7 +88,10 @@ class OffPolicyRunner(QLearningRunner):
         self.envs = rank_envs.shard
         observation_space, action_space = rank_envs.observation_space, rank_envs.action_space
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise UserError(f"env {cfg.env.id!r}: dqn needs Discrete actions, not {action_space}")
+            raise UserError(
+                f"env {cfg.env.id!r}: dqn needs Discrete actions, not {action_space}; "
+                "algo.name=ppo trains on it"
+            )
         super().__init__(ctx, observation_space, action_space)
         self.collection: TransitionSource
         if rank_envs.env is not None:

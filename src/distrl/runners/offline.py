@@ -68,7 +68,8 @@ class OfflineRunner(QLearningRunner):
         cfg, comm = ctx.cfg, ctx.comm
         if cfg.normalize.clip_rewards:
             raise UserError(
-                "normalize.clip_rewards is for online training; logged rewards are learnt as logged"
+                "normalize.clip_rewards is for online training; logged rewards are learnt as logged: "
+                "set normalize.clip_rewards=false"
             )
         seed_torch(cfg.train.seed, comm.rank)
         self.data_workers = ctx.workers.data

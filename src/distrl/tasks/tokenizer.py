@@ -21,7 +21,7 @@ class CharTokenizer:
 
     def __init__(self, alphabet: str = ALPHABET) -> None:
         if len(set(alphabet)) != len(alphabet):
-            raise UserError(f"task.alphabet {alphabet!r}: a character appears twice")
+            raise UserError(f"task.alphabet {alphabet!r}: a character appears twice; list each once")
         self.alphabet = alphabet
         self.tokens = [PAD, EOS, *alphabet]
         self.ids = {char: index for index, char in enumerate(self.tokens) if index > self.eos_id}

@@ -45,7 +45,7 @@ def load_verifier(name: str) -> Verifier:
     except (ImportError, AttributeError) as exc:
         raise UserError(f"task.rewards: function {name!r} cannot be loaded: {exc}") from None
     if not callable(function):
-        raise UserError(f"task.rewards: {name!r} is not a function")
+        raise UserError(f"task.rewards: {name!r} is not a function; name one as module:function")
     return function
 
 
