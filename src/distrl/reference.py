@@ -13,6 +13,7 @@ import types
 import typing
 from collections.abc import Iterator
 from dataclasses import astuple
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,12 @@ def section_of(field: FieldInfo) -> type[BaseModel] | None:
 
 
 def one_line(text: str | None) -> str:
-    """A docstring as one table cell: RST's double backticks as Markdown's single, no pipes."""
-    return " ".join((text or "").split()).replace("``", "`").replace("|", "\\|")
+    """A docstring as one table cell: RST's double backticks as Markdown's single, and pipes
+    escaped outside code spans (inside them the table reads them as text)."""
+    parts = " ".join((text or "").split()).replace("``", "`").split("`")
+    return "`".join(
+        part if inside else part.replace("|", "\\|") for inside, part in zip(cycle((False, True)), parts)
+    )
 
 
 def config_sections() -> Iterator[tuple[str, type[BaseModel], str]]:
@@ -130,7 +135,7 @@ def configuration_page() -> str:
         lines += [f"## {name or 'Top level'}", "", one_line(description), ""]
         lines += ["| key | type | default | description |", "| --- | --- | --- | --- |"]
         for key, field in rows:
-            kind = one_line(type_name(field.annotation, field.metadata))
+            kind = type_name(field.annotation, field.metadata)
             lines.append(
                 f"| `{prefix}{key}` | `{kind}` | `{default_text(field)}` | {one_line(field.description)} |"
             )
