@@ -103,3 +103,26 @@ def test_train_eval_and_refuse_to_clobber(tmp_path: Path) -> None:
     saved = sorted((run / "checkpoints").iterdir())
     assert_user_error(distrl(*args), "already holds a run", "--resume", "--overwrite")
     assert sorted((run / "checkpoints").iterdir()) == saved  # nothing lost
+
+
+def test_help_is_in_users_words_with_examples() -> None:
+    for args in (["--help"], *([name, "--help"] for name in ("train", "config", "eval", "export"))):
+        result = distrl(*args)
+        assert result.returncode == 0, result.stderr
+        assert "examples:" in result.stdout and "distrl " in result.stdout.split("examples:")[1]
+        assert "``" not in result.stdout  # no reStructuredText from docstrings
+
+
+def test_config_prints_the_resolved_config_and_each_ranks_sizes() -> None:
+    result = distrl("config", str(CARTPOLE), "--ranks", "3", "algo.learning_rate=1e-3")
+    assert result.returncode == 0, result.stderr
+    import yaml
+
+    resolved = yaml.safe_load(result.stdout)  # the sizes are YAML comments
+    assert resolved["algo"]["learning_rate"] == 1e-3 and resolved["algo"]["update_epochs"] == 4
+    sizes = [line for line in result.stdout.splitlines() if line.startswith("#   ")]
+    # 32 envs over 3 ranks: 11, 11 and 10, each stepping 16 steps per update; 512 samples in all.
+    assert "#   envs 32 ranks 0-1: 11, rank 2: 10" in [
+        " ".join(line.split()).replace("# ", "#   ") for line in sizes
+    ]
+    assert any("samples per update" in line and "ranks 0-1: 176, rank 2: 160" in line for line in sizes)

@@ -8,7 +8,7 @@ from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.seeding import env_seeds
 from distrl.sharding import shard_envs
-from tests.helpers import REPO, distrl
+from tests.helpers import REPO, distrl, run_python
 
 
 def test_user_env_class_with_kwargs_and_time_limit() -> None:
@@ -66,3 +66,17 @@ def test_env_imports_through_the_command_line(tmp_path: Path) -> None:
         "log.tensorboard=false", cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def test_mujoco_warns_once_however_many_envs_are_built() -> None:
+    code = (
+        "import torch\n"
+        "from distrl.config.sections import EnvConfig\n"
+        "from distrl.envs.gymnasium_backend import make_gymnasium_vec_env\n"
+        "for _ in range(2):\n"
+        "    cfg = EnvConfig(id='HalfCheetah-v5', num_envs=3)\n"
+        "    make_gymnasium_vec_env(cfg, [1, 2, 3], torch.device('cpu'))\n"
+    )
+    result = run_python("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout + result.stderr).count("settotalmass") == 1

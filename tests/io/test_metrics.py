@@ -49,3 +49,14 @@ def test_progress_label_summarises_speed_return_and_sync() -> None:
     row = {"sps": 12345.6, "episode_return_mean": 87.25, "grad_sync_share": 0.123, "global_step": 1}
     assert progress_label(row) == "12,346 steps/s | return 87.2 | sync 12%"
     assert progress_label({"sps": 10.0, "episode_return_mean": math.nan}) == "10 steps/s"
+
+
+def test_progress_to_a_file_is_a_plain_line_per_tenth(tmp_path: Path, capsys) -> None:
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=False, total_steps=1000, progress=True)
+    for step in range(50, 1001, 50):  # captured stdout is not a terminal
+        logger.log({"global_step": step, "sps": 100.0})
+    logger.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "distrl: 100/1,000 (10%) | 100 steps/s"
+    assert [line.split()[2] for line in lines] == [f"({p}%)" for p in range(10, 101, 10)]
+    assert all("\x1b" not in line and "\r" not in line for line in lines)
