@@ -54,3 +54,12 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "reference" / "configuration" / "index.html").is_file()
     # The benchmarks page holds BENCHMARKS.md's summary table, included at build time.
     assert "Contender" in (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+
+
+def test_the_readme_links_to_pages_that_exist() -> None:
+    import re
+
+    links = re.findall(r"\]\(([^)#]+)\)", (REPO / "README.md").read_text())
+    local = [link for link in links if not link.startswith("http")]
+    assert len(local) >= 20  # the front door links each feature to its page
+    assert [link for link in local if not (REPO / link).exists()] == []
