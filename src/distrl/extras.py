@@ -24,5 +24,10 @@ ENVPOOL = ("envpool", ("envpool",), "env.backend=envpool needs EnvPool")
 RAY = ("ray", ("ray",), "--launcher ray needs Ray")
 ATARI = ("atari", ("ale_py",), "env.backend=ale needs ale-py")
 TRANSFORMERS = ("transformers", ("transformers", "tokenizers"), "--format transformers needs transformers")
+PRETRAINED = (
+    "transformers",
+    ("transformers", "tokenizers"),
+    "model.transformer.pretrained needs transformers",
+)
 ENV_PACKAGES = {"ale_py": "atari", "minigrid": "minigrid"}
 """``env.imports`` modules an extra installs, by module."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,10 +23,12 @@ from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.collect.generate import without_padding
-from distrl.models.transformer import TransformerLM
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
 from distrl.timing import PhaseClock
+
+if TYPE_CHECKING:
+    from distrl.models.sequence_policy import SequenceModel
 
 
 def group_advantages(rewards: torch.Tensor, baseline: str, scale_by_std: bool) -> torch.Tensor:
@@ -55,7 +58,7 @@ def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfi
 
 
 def token_log_probs(
-    model: TransformerLM,
+    model: SequenceModel,
     batch: CompletionBatch,
     temperature: float,
     pad_id: int,
@@ -82,7 +85,7 @@ def token_log_probs(
 class GRPO:
     def __init__(
         self,
-        policy: TransformerLM,
+        policy: SequenceModel,
         cfg: GRPOConfig,
         pad_id: int,
         gradient_sync: GradientSync | None = None,
@@ -116,7 +119,7 @@ class GRPO:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def log_probs(self, model: TransformerLM, batch: CompletionBatch) -> torch.Tensor:
+    def log_probs(self, model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
         """``model``'s log-probabilities of the completions, without gradients."""
         with torch.no_grad():
             return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)[0]

@@ -23,6 +23,7 @@ class GRPOConfig(Section):
         "model.transformer.width",
         "model.transformer.heads",
         "model.transformer.context",
+        "model.transformer.pretrained",
         "task.name",
         "task.alphabet",
     )

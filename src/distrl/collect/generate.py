@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from distrl.models.transformer import KVCache, TransformerLM
+from distrl.models.transformer import KVCache
+
+if TYPE_CHECKING:
+    from distrl.models.sequence_policy import SequenceModel
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def filter_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 
 @torch.no_grad()
 def generate(
-    model: TransformerLM,
+    model: SequenceModel,
     prompts: torch.Tensor,
     prompt_mask: torch.Tensor,
     max_new_tokens: int,
@@ -93,10 +97,10 @@ def generate(
     greedy without ``seeds``. ``use_cache=False`` feeds the whole sequence every step (the
     reference the cached path is tested against)."""
     batch, device = prompts.shape[0], prompts.device
-    dtype = model.token_embedding.weight.dtype
+    dtype = next(model.parameters()).dtype
     noise = None
     if seeds is not None:
-        vocab = model.token_embedding.num_embeddings
+        vocab = model.vocab_size
         noise = torch.stack([_gumbel(seed, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)

@@ -89,6 +89,11 @@ class TransformerConfig(Section):
     """Attention heads per block."""
     context: PositiveInt = 64
     """Positions the model reads: a prompt's tokens plus ``algo.max_new_tokens`` must fit."""
+    pretrained: str | None = None
+    """A local directory holding a Hugging Face causal LM and its tokenizer (written by their
+    ``save_pretrained``), loaded offline as the policy instead of the transformer the keys above
+    describe (the ``transformers`` extra). Its tokenizer needs a padding token apart from its end
+    token. Resuming and evaluating read the directory again: keep it where it was."""
 
     @model_validator(mode="after")
     def _whole_heads(self) -> TransformerConfig:

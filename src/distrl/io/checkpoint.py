@@ -29,7 +29,17 @@ _PREFIX = "step_"
 
 
 def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
-    return save_tensors({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+    """Tensors sharing memory (tied weights: a pretrained language model's output layer and its
+    embedding) are written as a copy each, which safetensors needs; loading them back into the
+    model ties them again, both holding the same values."""
+    written: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
+    for name, given in tensors.items():
+        tensor = given.detach().cpu().contiguous()
+        storage = tensor.untyped_storage().data_ptr()
+        written[name] = tensor.clone() if storage in storages else tensor
+        storages.add(storage)
+    return save_tensors(written)
 
 
 def tensors_from_bytes(data: bytes) -> dict[str, torch.Tensor]:

@@ -16,6 +16,7 @@ import torch
 
 from distrl import extras
 from distrl.extras import require_extra
+from distrl.models.pretrained import PretrainedLM
 from distrl.models.sequence_policy import SequencePolicy
 from distrl.models.transformer import TransformerLM
 from distrl.tasks.tokenizer import CharTokenizer
@@ -47,7 +48,8 @@ def gpt2_tensors(model: TransformerLM) -> dict[str, torch.Tensor]:
 
 
 def save_as_transformers(policy: SequencePolicy, out: Path) -> None:
-    """Write ``policy`` (model and tokenizer) to the directory ``out``."""
+    """Write ``policy`` (model and tokenizer) to the directory ``out``: a pretrained model as its
+    own kind, with its trained weights; distrl's transformer as GPT-2."""
     require_extra(*extras.TRANSFORMERS)
     from transformers import GPT2Config, GPT2LMHeadModel
     from transformers.utils import logging
@@ -55,6 +57,10 @@ def save_as_transformers(policy: SequencePolicy, out: Path) -> None:
     logging.disable_progress_bar()
 
     model, tokenizer = policy.model, policy.tokenizer
+    if isinstance(model, PretrainedLM):
+        model.model.save_pretrained(out)
+        tokenizer.tokenizer.save_pretrained(out)
+        return
     width = model.token_embedding.embedding_dim
     config = GPT2Config(
         vocab_size=tokenizer.vocab_size,

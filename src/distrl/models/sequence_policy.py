@@ -11,6 +11,13 @@ from torch import nn
 
 from distrl.collect.generate import generate, left_padded
 from distrl.io.train_state import SavedState
+from distrl.models.pretrained import (
+    PretrainedLM,
+    PretrainedTokenizer,
+    load_pretrained_model,
+    load_pretrained_tokenizer,
+    pretrained_context,
+)
 from distrl.models.transformer import TransformerLM
 from distrl.tasks.prompts import task_tokenizer
 from distrl.tasks.tokenizer import CharTokenizer
@@ -19,8 +26,12 @@ if TYPE_CHECKING:
     from distrl.config.run import RunConfig
 
 
+SequenceModel = TransformerLM | PretrainedLM
+Tokenizer = CharTokenizer | PretrainedTokenizer
+
+
 class SequencePolicy(nn.Module):
-    def __init__(self, model: TransformerLM, tokenizer: CharTokenizer, max_new_tokens: int) -> None:
+    def __init__(self, model: SequenceModel, tokenizer: Tokenizer, max_new_tokens: int) -> None:
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
@@ -28,7 +39,7 @@ class SequencePolicy(nn.Module):
 
     def complete(self, prompts: Sequence[str]) -> tuple[list[str], list[bool]]:
         """Each prompt's greedy completion (the text before the end token) and whether it ended."""
-        device = self.model.token_embedding.weight.device
+        device = next(self.model.parameters()).device
         rows = [self.tokenizer.encode(prompt, "prompt") for prompt in prompts]
         tokens, mask = left_padded(rows, self.tokenizer.pad_id, device)
         done = generate(
@@ -45,7 +56,31 @@ class SequencePolicy(nn.Module):
 
 def sequence_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
     """GRPO's deployable policy from a checkpoint (the algorithm registry's ``deployable_policy``)."""
-    tokenizer = task_tokenizer(cfg.task)
-    model = TransformerLM(tokenizer.vocab_size, cfg.model.transformer)
+    tokenizer = sequence_tokenizer(cfg)
+    model = sequence_model(cfg, tokenizer)
     model.load_state_dict(saved.module_tensors("policy"))
     return SequencePolicy(model, tokenizer, cfg.algo.max_new_tokens)
+
+
+def sequence_tokenizer(cfg: RunConfig) -> Tokenizer:
+    """The pretrained model's tokenizer, or the task's character tokenizer."""
+    pretrained = cfg.model.transformer.pretrained
+    return load_pretrained_tokenizer(pretrained) if pretrained else task_tokenizer(cfg.task)
+
+
+def sequence_model(cfg: RunConfig, tokenizer: Tokenizer) -> SequenceModel:
+    """The pretrained model, or distrl's transformer built from random weights."""
+    pretrained = cfg.model.transformer.pretrained
+    return (
+        load_pretrained_model(pretrained)
+        if pretrained
+        else TransformerLM(tokenizer.vocab_size, cfg.model.transformer)
+    )
+
+
+def sequence_context(cfg: RunConfig) -> tuple[int, str]:
+    """The positions the model reads, and the setting that says so (for messages)."""
+    pretrained = cfg.model.transformer.pretrained
+    if pretrained:
+        return pretrained_context(pretrained), f"the {pretrained} model's"
+    return cfg.model.transformer.context, "model.transformer.context="

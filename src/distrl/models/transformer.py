@@ -79,6 +79,7 @@ class TransformerLM(nn.Module):
     def __init__(self, vocab_size: int, cfg: TransformerConfig) -> None:
         super().__init__()
         self.context = cfg.context
+        self.vocab_size = vocab_size
         self.token_embedding = nn.Embedding(vocab_size, cfg.width)
         self.position_embedding = nn.Embedding(cfg.context, cfg.width)
         self.blocks = nn.ModuleList(Block(cfg.width, cfg.heads) for _ in range(cfg.layers))

@@ -10,11 +10,9 @@ restarted by Ray, set up again and asked for the same prompts again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from distrl.config.sections import TaskConfig
-from distrl.ray.workers import RestartableWorkers, WorkerActor
-from distrl.sharding import even_split
+from distrl.ray.workers import StartedWorkers, WorkerActor
 from distrl.tasks.prompts import Example, PromptSource
 
 
@@ -38,29 +36,18 @@ class PromptWorker(WorkerActor):
         return examples
 
 
-class RayPromptWorkers(RestartableWorkers):
+class RayPromptWorkers(StartedWorkers):
     """A learner's prompt workers, serving as ``tasks.prompts.PromptSource`` does."""
 
     group = "data"
     retried = "serving its prompts"
 
-    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(handles, max_restarts, backoff_s)
-        self.start_args: tuple[TaskConfig, int] | None = None
-
     def start(self, task: TaskConfig, seed: int) -> RayPromptWorkers:
-        self.start_args = (task, seed)
-        self.call_all("start", task, seed)
+        self.start_all(task, seed)
         return self
 
-    def set_up(self, index: int, rebuild: int) -> None:
-        import ray
-
-        ray.get(self.handles[index].start.remote(*self.start_args))
-
     def examples(self, indices: Sequence[int], progress: float = 1.0) -> list[Example]:
-        parts = [even_split(len(indices), i, len(self.handles)) for i in range(len(self.handles))]
-        served = self.call_each("examples", [(indices[f : f + n], progress) for f, n in parts])
+        served = self.call_each("examples", [(indices[part], progress) for part in self.parts(len(indices))])
         return [example for part in served for example in part]
 
     def counts(self) -> dict[str, float]:

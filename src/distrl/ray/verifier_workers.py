@@ -12,11 +12,9 @@ raises or returns a non-number is bad input: its one line stops the run, as with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from distrl.config.sections import TaskConfig
-from distrl.ray.workers import RestartableWorkers, WorkerActor
-from distrl.sharding import even_split
+from distrl.ray.workers import StartedWorkers, WorkerActor
 from distrl.tasks.prompts import Example
 from distrl.tasks.verifiers import RewardFunctions, Scores
 
@@ -41,30 +39,19 @@ class VerifierWorker(WorkerActor):
         return scores
 
 
-class RayVerifierWorkers(RestartableWorkers):
+class RayVerifierWorkers(StartedWorkers):
     """A learner's verifier workers, scoring as ``tasks.verifiers.RewardFunctions`` does."""
 
     group = "env"
     retried = "scoring its part"
 
-    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(handles, max_restarts, backoff_s)
-        self.task: TaskConfig | None = None
-
     def start(self, task: TaskConfig) -> RayVerifierWorkers:
-        self.task = task
-        self.call_all("start", task)
+        self.start_all(task)
         return self
-
-    def set_up(self, index: int, rebuild: int) -> None:
-        import ray
-
-        ray.get(self.handles[index].start.remote(self.task))
 
     def score(self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]) -> Scores:
         """Each verifier scores a consecutive part; the parts' scores joined in order."""
-        parts = [even_split(len(examples), i, len(self.handles)) for i in range(len(self.handles))]
-        args = [(examples[f : f + n], completions[f : f + n], ended[f : f + n]) for f, n in parts]
+        args = [(examples[part], completions[part], ended[part]) for part in self.parts(len(examples))]
         return Scores.joined(self.call_each("score", args))
 
     def counts(self) -> dict[str, float]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from distrl.errors import UserError
+from distrl.sharding import even_split
 
 REBUILD_WAIT_S = 60.0
 """How long a failed worker may take to come back (Ray restarts it) before it counts as failed again."""
@@ -266,6 +267,30 @@ class RestartableWorkers(ABC):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(self.backoff_s)
+
+
+class StartedWorkers(RestartableWorkers):
+    """Workers whose whole state is what their ``start`` call gave them (reward functions, a
+    prompt source): a restarted one is started again with the same arguments, and each call's
+    items are cut into consecutive parts, one per worker."""
+
+    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        super().__init__(handles, max_restarts, backoff_s)
+        self.start_args: tuple[Any, ...] = ()
+
+    def start_all(self, *args: Any) -> None:
+        self.start_args = args
+        self.call_all("start", *args)
+
+    def set_up(self, index: int, rebuild: int) -> None:
+        import ray
+
+        ray.get(self.handles[index].start.remote(*self.start_args))
+
+    def parts(self, count: int) -> list[slice]:
+        """``count`` items as consecutive parts, one per worker, differing by at most one."""
+        splits = (even_split(count, i, len(self.handles)) for i in range(len(self.handles)))
+        return [slice(first, first + size) for first, size in splits]
 
 
 RATE_WINDOW_S = 10.0

@@ -26,14 +26,13 @@ from distrl.collect.generate import Completions, Sampling, generate, left_padded
 from distrl.errors import UserError
 from distrl.eval.completions import score_held_out
 from distrl.io.train_state import ModuleTrainState, TrainState
-from distrl.models.sequence_policy import SequencePolicy
-from distrl.models.transformer import TransformerLM
+from distrl.models.sequence_policy import SequencePolicy, sequence_model, sequence_tokenizer
 from distrl.precision import autocast, low_precision
 from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runner, scheduled_learning_rate
 from distrl.seeding import completion_seed, minibatch_seed, seed_torch
 from distrl.sharding import even_split
 from distrl.storage.completions import CompletionBatch
-from distrl.tasks.prompts import Example, PromptSource, task_tokenizer
+from distrl.tasks.prompts import Example, PromptSource
 from distrl.tasks.verifiers import RewardFunctions
 
 if TYPE_CHECKING:
@@ -58,7 +57,7 @@ class GRPORunner(Runner):
         self.first_prompt, self.prompt_count = even_split(prompts, comm.rank, comm.world_size)
         self.group_size = cfg.algo.num_generations_per_prompt
         self.completions_per_step = prompts * self.group_size
-        self.tokenizer = task_tokenizer(cfg.task)
+        self.tokenizer = sequence_tokenizer(cfg)
         # In Ray mode prompt workers serve the prompts and verifier workers score the completions.
         workers = ctx.workers
         self.prompts: PromptSource | RayPromptWorkers = (
@@ -72,7 +71,7 @@ class GRPORunner(Runner):
         self.remote = [group for group in (workers.data, workers.env) if group is not None]
         self.evaluates_itself = workers.eval is None
         """Without eval workers the ranks score held-out prompts themselves every ``eval.every``."""
-        self.policy = TransformerLM(self.tokenizer.vocab_size, cfg.model.transformer).to(device)
+        self.policy = sequence_model(cfg, self.tokenizer).to(device)
         self.policy.activation_checkpointing = cfg.train.activation_checkpointing
         comm.broadcast_parameters_(self.policy)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False) if cfg.algo.kl_coef > 0 else None

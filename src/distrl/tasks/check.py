@@ -4,11 +4,11 @@ one line."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distrl.errors import UserError
-from distrl.tasks.prompts import PromptSource, longest_prompt, read_prompt_file, task_tokenizer
+from distrl.models.sequence_policy import sequence_context, sequence_tokenizer
+from distrl.tasks.prompts import PromptSource, longest_prompt, task_file_rows
 from distrl.tasks.verifiers import RewardFunctions
 
 if TYPE_CHECKING:
@@ -18,18 +18,18 @@ if TYPE_CHECKING:
 def check_task(cfg: RunConfig) -> None:
     task = cfg.task
     RewardFunctions(task)
+    rows = task_file_rows(task)  # read once for all the checks below
     for held_out in (False, True):
-        PromptSource(task, cfg.train.seed, held_out).example(0)
-    tokenizer = task_tokenizer(task)
-    if task.prompts:
-        for row in read_prompt_file(Path(task.prompts)):
-            tokenizer.encode(row.prompt, f"task.prompts {task.prompts}: prompt")
-            tokenizer.encode(row.answer, f"task.prompts {task.prompts}: answer")
-    prompt = longest_prompt(task)
+        PromptSource(task, cfg.train.seed, held_out, rows).example(0)
+    tokenizer = sequence_tokenizer(cfg)
+    for row in rows or ():
+        tokenizer.encode(row.prompt, f"task.prompts {task.prompts}: prompt")
+        tokenizer.encode(row.answer, f"task.prompts {task.prompts}: answer")
+    prompt = longest_prompt(task, rows)
     tokens = len(tokenizer.encode(prompt, "task prompt"))
-    context, new = cfg.model.transformer.context, cfg.algo.max_new_tokens
+    (context, named), new = sequence_context(cfg), cfg.algo.max_new_tokens
     if tokens + new > context:
         raise UserError(
             f"task prompt {prompt!r} ({tokens} tokens) and algo.max_new_tokens={new} need {tokens + new} "
-            f"positions, more than model.transformer.context={context}; raise the context or shorten them"
+            f"positions, more than {named}{context}; raise the context or shorten them"
         )

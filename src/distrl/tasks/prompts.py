@@ -81,11 +81,14 @@ def held_out(example: Example, fraction: float) -> bool:
 class PromptSource:
     """Training or held-out prompts of ``task``, by global index."""
 
-    def __init__(self, task: TaskConfig, seed: int, held_out_side: bool) -> None:
+    def __init__(
+        self, task: TaskConfig, seed: int, held_out_side: bool, file_rows: list[Example] | None = None
+    ) -> None:
+        """``file_rows``: ``task.prompts``'s rows when already read (else read here)."""
         self.task = task
         self.seed = seed
         self.held_out_side = held_out_side
-        self.rows = read_prompt_file(Path(task.prompts)) if task.prompts else None
+        self.rows = file_rows if file_rows is not None else task_file_rows(task)
         if self.rows is not None:
             self.rows = [row for row in self.rows if held_out(row, task.held_out_fraction) == held_out_side]
             if not self.rows:
@@ -128,11 +131,18 @@ class PromptSource:
         return task.min_length + int(grown)
 
 
-def longest_prompt(task: TaskConfig) -> str:
-    """The longest prompt the task can give (a generator's at ``max_length``)."""
-    if task.prompts:
-        return max((row.prompt for row in read_prompt_file(Path(task.prompts))), key=len)
+def longest_prompt(task: TaskConfig, file_rows: list[Example] | None = None) -> str:
+    """The longest prompt the task can give: its file's (``file_rows`` when already read), or a
+    generator's at ``max_length``."""
+    rows = file_rows if file_rows is not None else task_file_rows(task)
+    if rows is not None:
+        return max((row.prompt for row in rows), key=len)
     return GENERATORS[task.name](np.random.default_rng(0), task.max_length).prompt
+
+
+def task_file_rows(task: TaskConfig) -> list[Example] | None:
+    """The rows of ``task.prompts``; None for a built-in generator."""
+    return read_prompt_file(Path(task.prompts)) if task.prompts else None
 
 
 def read_prompt_file(path: Path) -> list[Example]:
