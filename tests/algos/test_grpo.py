@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from distrl.algos.grpo import GRPO, group_advantages, kl_estimate, token_log_probs
+from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages, kl_estimate, token_log_probs
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.config.sections import TransformerConfig
 from distrl.models.transformer import TransformerLM
@@ -123,3 +123,11 @@ def test_micro_batches_step_as_the_whole_minibatch(normalization: str) -> None:
     assert (params[0] - start).abs().max() > 1e-3
     for accumulated in params[1:]:
         torch.testing.assert_close(accumulated, params[0], atol=1e-6, rtol=0)
+
+
+def test_the_entropy_floor_raises_the_bonus_in_proportion_up_to_its_cap() -> None:
+    cfg = GRPOConfig(entropy_coef=0.03, entropy_target=0.15, entropy_boost_max=10.0)
+    assert entropy_coefficient(cfg, 0.3) == 0.03  # above the floor: unchanged
+    assert entropy_coefficient(cfg, 0.05) == pytest.approx(0.09)  # 0.15 / 0.05 = 3x
+    assert entropy_coefficient(cfg, 0.001) == pytest.approx(0.3)  # 150x capped at 10x
+    assert entropy_coefficient(GRPOConfig(entropy_coef=0.03), 0.001) == 0.03  # no floor set

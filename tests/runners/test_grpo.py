@@ -26,6 +26,8 @@ SMALL = [
     "algo.update_epochs=2",
     "algo.num_minibatches=2",
     "algo.kl_coef=0.1",
+    "algo.entropy_coef=0.01",
+    "algo.entropy_target=4.0",  # above the policy's entropy: the weight follows every rank's batches
     "task.rewards=[{function: 'tests.tasks.reward_functions:length'}, "
     "{function: positional_match, weight: 2}]",
     "model.transformer={layers: 1, width: 16, heads: 2, context: 16}",
@@ -66,6 +68,8 @@ def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, normalization:
     )
     assert rows[-1]["global_step"] == 45
     assert rows[0]["approx_kl"] > 0.0  # a second epoch ran against the generating policy
+    assert [r["entropy_coef"] for r in rows] == pytest.approx([r["entropy_coef"] for r in rows2])
+    assert all(0.01 < r["entropy_coef"] < 0.1 for r in rows)  # raised by the floor, not capped
 
 
 def _run_and_resume_halfway(comm: TorchComm, overrides: list[str], run_dir: Path) -> None:

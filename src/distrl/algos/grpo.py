@@ -45,6 +45,16 @@ def group_advantages(rewards: torch.Tensor, baseline: str, scale_by_std: bool) -
     return advantages.masked_fill(flat, 0.0)
 
 
+def entropy_coefficient(cfg: GRPOConfig, entropy: float) -> float:
+    """The entropy bonus's weight for a batch whose sampling policy has mean token ``entropy``
+    (over all ranks): ``entropy_coef``, raised by target/entropy (at most ``entropy_boost_max``
+    times) while below ``entropy_target``. It depends on the batch alone, not on earlier ones,
+    so N ranks and a resumed run weigh it alike."""
+    if cfg.entropy_target is None or entropy >= cfg.entropy_target:
+        return cfg.entropy_coef
+    return cfg.entropy_coef * min(cfg.entropy_target / max(entropy, 1e-12), cfg.entropy_boost_max)
+
+
 def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfig) -> torch.Tensor:
     """Per-token estimate of KL(policy || reference) from samples of the policy."""
     log_r = (reference - log_probs).clamp(-cfg.kl_input_clamp, cfg.kl_input_clamp)
@@ -105,6 +115,8 @@ class GRPO:
         self.gradient_sync = gradient_sync
         self.autocast = autocast
         self.clock = clock or PhaseClock()
+        self.entropy_coef = cfg.entropy_coef
+        """The entropy bonus's weight in the next update (``entropy_coefficient`` may raise it)."""
         params = list(policy.parameters())
         self.grads = FlatGradients(params, self.clock)
         self.optimizer = optimizer_for(
@@ -121,8 +133,14 @@ class GRPO:
 
     def log_probs(self, model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
         """``model``'s log-probabilities of the completions, without gradients."""
+        return self.log_probs_and_entropy(model, batch)[0]
+
+    def log_probs_and_entropy(
+        self, model: SequenceModel, batch: CompletionBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_probs`` and the per-token entropies of the same forward pass."""
         with torch.no_grad():
-            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)[0]
+            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)
 
     def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
         """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global
@@ -178,7 +196,7 @@ class GRPO:
         ratio = log_ratio.exp()
         advantages = mb.advantages[:, None]
         clipped_ratio = ratio.clamp(1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
-        per_token = -torch.min(ratio * advantages, clipped_ratio * advantages) - cfg.entropy_coef * entropy
+        per_token = -torch.min(ratio * advantages, clipped_ratio * advantages) - self.entropy_coef * entropy
         terms: dict[str, torch.Tensor] = {}
         tokens = mask.sum()
         if cfg.kl_coef > 0.0:

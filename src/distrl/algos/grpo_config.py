@@ -67,6 +67,14 @@ class GRPOConfig(Section):
     entropy_coef: NonNegativeFloat = 0.0
     """Weight of an entropy bonus per completion token (normalised as the loss is): keeps a policy
     that has solved its easy prompts exploring, so its groups keep differing."""
+    entropy_target: PositiveFloat | None = None
+    """A floor on the sampling policy's mean token entropy (nats; unset: none). While a batch's
+    entropy is below it, the bonus's weight is ``entropy_coef`` times target/entropy (at most
+    ``entropy_boost_max`` times): a fixed bonus stops pulling once the policy is almost
+    deterministic, and then a group's completions are all the same, its rewards equal and its
+    advantages zero, so it teaches nothing."""
+    entropy_boost_max: float = Field(10.0, ge=1.0)
+    """The most ``entropy_target`` multiplies ``entropy_coef`` by."""
     kl_coef: NonNegativeFloat = 0.0
     """Weight of the KL penalty to the frozen initial policy (0: none, no reference kept)."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from distrl.algos.grpo import GRPO, group_advantages
+from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages
 from distrl.collect.generate import Completions, Sampling, generate, left_padded
 from distrl.errors import UserError
 from distrl.eval.completions import score_held_out
@@ -113,9 +113,10 @@ class GRPORunner(Runner):
         dtype = next(self.policy.parameters()).dtype
         batch = CompletionBatch(*done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype))
         with self.clock("log_probs"):
-            batch.old_log_probs = self.algo.log_probs(self.policy, batch)
+            batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
             if self.reference is not None:
                 batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
+        self.algo.entropy_coef = entropy_coefficient(cfg.algo, self.global_entropy(entropy, batch))
         start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step))
         update_s = time.perf_counter() - start
@@ -134,7 +135,11 @@ class GRPORunner(Runner):
         return IterationResult(
             env_steps=self.completions_per_step,
             averaged=averaged,
-            replicated={"learning_rate": lr, "skipped_minibatches": skipped},
+            replicated={
+                "learning_rate": lr,
+                "skipped_minibatches": skipped,
+                "entropy_coef": self.algo.entropy_coef,
+            },
             counted={key: value for group in self.remote for key, value in group.counts().items()},
             episodes=EpisodeStats(float(rewards.sum()), float(lengths.sum()), len(texts), self.finished),
             local_steps=len(texts),
@@ -158,6 +163,15 @@ class GRPORunner(Runner):
                     self.policy, prompts, prompt_mask, self.cfg.algo.max_new_tokens, tokenizer.eos_id,
                     tokenizer.pad_id, self.sampling, seeds,
                 )  # fmt: skip
+
+    def global_entropy(self, entropy: torch.Tensor, batch: CompletionBatch) -> float:
+        """The sampling policy's mean token entropy over every rank's completions: one collective,
+        only with ``algo.entropy_target`` (its one reader); 0 without it."""
+        if self.cfg.algo.entropy_target is None:
+            return 0.0
+        mask = batch.completion_mask.to(entropy.dtype)
+        total, tokens = self.comm.sum_scalars([float((entropy * mask).sum()), float(mask.sum())])
+        return total / max(tokens, 1.0)
 
     def minibatch_plan(self, step: int) -> list[list[torch.Tensor]]:
         """Per epoch, this rank's rows of each global minibatch: the step's prompts shuffled by a
