@@ -39,9 +39,21 @@ if TYPE_CHECKING:
 def train_process(
     cfg: RunConfig, topology: Topology, run_dir: RunDir, workers: RemoteWorkers | None = None
 ) -> int:
-    """Train this process's rank of the run: join the group, prepare or resume the run dir, run
-    the training loop; returns the exit status (0, or the preempted status). ``workers``: the
-    processes the launcher gives this rank for part of its work (Ray mode's worker groups)."""
+    """Train this process's rank of the run (``run_training``) and print its last line; returns
+    the exit status (0, or the preempted status)."""
+    status, summary = run_training(cfg, topology, run_dir, workers)
+    if summary:
+        print(summary)
+    return status
+
+
+def run_training(
+    cfg: RunConfig, topology: Topology, run_dir: RunDir, workers: RemoteWorkers | None = None
+) -> tuple[int, str]:
+    """Join the group, prepare or resume the run dir, run the training loop: (the exit status,
+    and on the main rank the run's last line: what it trained and why it stopped; else "").
+    ``workers``: the processes the launcher gives this rank for part of its work (Ray mode's
+    worker groups, whose driver prints the line: an actor's own output may never reach it)."""
     device = _set_up_process(cfg, topology)
     comm = _connect(cfg, topology, device)
     try:
@@ -60,15 +72,15 @@ def train_process(
         except Preempted as exc:
             comm.barrier()  # every rank raised at the same agreed step
             _report_preemption(comm, exc, run_dir.path)
-            return PREEMPTED_EXIT_CODE
+            return PREEMPTED_EXIT_CODE, ""
         # Leave together: a rank tearing gloo down while rank 0 still writes the final
         # checkpoint was seen to abort at exit (SIGABRT) and fail the whole launch.
         comm.barrier()
     finally:
         comm.close()
-    if comm.is_main:
-        print(f"distrl: {stop_summary(cfg, row, loop.stopped_by_check)}; run dir {run_dir.path}")
-    return 0
+    if not comm.is_main:
+        return 0, ""
+    return 0, f"distrl: {stop_summary(cfg, row, loop.stopped_by_check)}; run dir {run_dir.path}"
 
 
 def stop_summary(cfg: RunConfig, row: dict[str, Any], stopped_by_check: bool) -> str:

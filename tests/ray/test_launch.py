@@ -35,6 +35,10 @@ from distrl.ray.driver import check_fits  # noqa: E402
 def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, tmp_path: Path) -> None:
     result = ray_train(ray_head, tmp_path / "ray", "workers.policy=2", *BUDGET)
     assert result.returncode == 0, result.stderr[-3000:]
+    # The driver prints rank 0's last line: what was trained and why it stopped.
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("distrl: trained 4096 env steps on 2 rank(s)"), result.stdout[-2000:]
+    assert "stopped: the step budget (train.total_steps=4096) was reached" in last
     reference = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "torchrun"), *BUDGET)
     assert reference.returncode == 0, reference.stderr[-3000:]
     on_ray = param_digests(tmp_path / "ray")

@@ -135,10 +135,11 @@ class Learner:
 
     def train(
         self, cfg: RunConfig, topology: Topology, run_dir: RunDir, workers: dict[str, Any], dry_run: bool
-    ) -> tuple[int, str]:
-        """The training process's exit status and, when it stopped on bad input or a failed
-        collective, its error: values, not stderr text (Ray forwards actor output to the driver
-        late or not at all once the job ends: the driver says it)."""
+    ) -> tuple[int, str, str]:
+        """The training process's exit status, its error when it stopped on bad input or a failed
+        collective, and rank 0's last line (what it trained and why it stopped): values, not
+        output (Ray forwards actor output to the driver late or not at all once the job ends:
+        the driver prints them)."""
         from distrl import entry
         from distrl.errors import CollectiveMismatch, PeerFailure
 
@@ -146,12 +147,15 @@ class Learner:
         os.environ.update(topology.torchrun_variables())
         try:
             if dry_run:
-                return entry.dry_run(cfg, topology), ""
-            return entry.train_process(cfg, topology, run_dir, remote_workers(cfg.algo.name, workers)), ""
+                return entry.dry_run(cfg, topology), "", ""
+            status, summary = entry.run_training(
+                cfg, topology, run_dir, remote_workers(cfg.algo.name, workers)
+            )
+            return status, "", summary
         except UserError as exc:
-            return 2, str(exc)
+            return 2, str(exc), ""
         except (PeerFailure, CollectiveMismatch) as exc:
-            return 3, str(exc)
+            return 3, str(exc), ""
 
 
 def remote_workers(algorithm_name: str, spec: dict[str, Any]) -> RemoteWorkers:
@@ -251,14 +255,16 @@ def _wait(
             continue
         rank = runs.index(done[0])
         try:
-            code, error = ray.get(done[0])
+            code, error, summary = ray.get(done[0])
         except RayActorError as exc:
             cause = failure_cause(exc, processes[rank])
             print(f"distrl: learner {rank} (a policy worker) died: {cause}", file=sys.stderr, flush=True)
             return 1, rank
         except RayTaskError as exc:
             log = record_error(run_dir, f"learner {rank} raised", exc)
-            code, error = 1, f"{failure_cause(exc)} (traceback in {log})"
+            code, error, summary = 1, f"{failure_cause(exc)} (traceback in {log})", ""
+        if summary:
+            print(summary, flush=True)
         for line in error.splitlines():
             print(f"distrl: error: learner {rank}: {line}", file=sys.stderr)
         if code and not status:
