@@ -18,6 +18,7 @@ from torch import nn
 from distrl import extras
 from distrl.errors import UserError
 from distrl.extras import require_extra
+from distrl.tasks.tokenizer import text_ids
 
 
 class PretrainedTokenizer:
@@ -45,13 +46,7 @@ class PretrainedTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text before the first end token (padding skipped)."""
-        kept = []
-        for index in ids:
-            if index == self.eos_id:
-                break
-            if index != self.pad_id:
-                kept.append(index)
-        return self.tokenizer.decode(kept)
+        return self.tokenizer.decode(text_ids(ids, self.eos_id, self.pad_id))
 
 
 @dataclass
@@ -106,37 +101,31 @@ class PretrainedLM(nn.Module):
 def load_pretrained_tokenizer(path: str) -> PretrainedTokenizer:
     from transformers import AutoTokenizer
 
-    where = _checked_directory(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{where}: no tokenizer could be loaded: {str(exc).splitlines()[0]}") from None
-    return PretrainedTokenizer(tokenizer, where)
+    return PretrainedTokenizer(_loaded(AutoTokenizer, path, "tokenizer"), _checked_directory(path))
 
 
 def load_pretrained_model(path: str) -> PretrainedLM:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
-    where = _checked_directory(path)
     logging.disable_progress_bar()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{where}: no causal LM could be loaded: {str(exc).splitlines()[0]}") from None
-    return PretrainedLM(model)
+    return PretrainedLM(_loaded(AutoModelForCausalLM, path, "causal LM", dtype=torch.float32))
 
 
 def pretrained_context(path: str) -> int:
     """The positions the model reads, from its config alone."""
     from transformers import AutoConfig
 
+    return _positions(_loaded(AutoConfig, path, "model config"))
+
+
+def _loaded(auto_class: Any, path: str, what: str, **kwargs: Any) -> Any:
+    """``auto_class.from_pretrained(path)`` offline; one line naming ``what`` when it fails."""
     where = _checked_directory(path)
     try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        return auto_class.from_pretrained(path, local_files_only=True, **kwargs)
     except (OSError, ValueError) as exc:
-        raise UserError(f"{where}: no model config could be loaded: {str(exc).splitlines()[0]}") from None
-    return _positions(config)
+        raise UserError(f"{where}: no {what} could be loaded: {str(exc).splitlines()[0]}") from None
 
 
 def _positions(config: Any) -> int:

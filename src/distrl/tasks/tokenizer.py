@@ -43,10 +43,15 @@ class CharTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text before the first end token (padding skipped)."""
-        chars = []
-        for index in ids:
-            if index == self.eos_id:
-                break
-            if index != self.pad_id:
-                chars.append(self.tokens[index])
-        return "".join(chars)
+        return "".join(self.tokens[index] for index in text_ids(ids, self.eos_id, self.pad_id))
+
+
+def text_ids(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
+    """The ids before the first end token, padding left out: what a completion's text is."""
+    kept = []
+    for index in ids:
+        if index == eos_id:
+            break
+        if index != pad_id:
+            kept.append(index)
+    return kept
