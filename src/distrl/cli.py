@@ -155,12 +155,12 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "log.profile_updates": args.profile,
     }
     # An env count given as a flag replaces the config's, whichever kind the config gives.
-    if args.num_envs is not None:
-        flags["env.num_envs_per_rank"] = "null"
-    if args.num_envs_per_rank is not None:
-        flags["env.num_envs"] = "null"
+    cleared = ["env.num_envs_per_rank"] * (args.num_envs is not None) + ["env.num_envs"] * (
+        args.num_envs_per_rank is not None
+    )
     # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
-    return [f"{k}={'null' if v == 'null' else json.dumps(v)}" for k, v in flags.items() if v is not None]
+    given = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
+    return [f"{key}=null" for key in cleared] + given
 
 
 def default_run_dir(args: argparse.Namespace, env_id: str) -> Path:
