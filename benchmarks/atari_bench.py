@@ -4,6 +4,7 @@ frames) in each ``train.mixed_precision``, interleaved repeats, medians; each ru
 memory (``peak_rss.py``) and the bytes of observations its rollout stores.
 
     python benchmarks/atari_bench.py [--repeats 3] [--updates 5] [--precisions fp32 bf16]
+                                     [--device cpu|cuda]
 
 The rate is steady state: env steps over seconds from the end of the first update to the end of
 the last (the first update, with its start-up, left out). The rollout's observation bytes are
@@ -27,11 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "atari_pong_ppo.yaml"
 
 
-def run(precision: str, updates: int, out: Path) -> dict[str, float]:
+def run(precision: str, updates: int, device: str, out: Path) -> dict[str, float]:
     steps = 1024 * updates
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "peak_rss.py"), str(out / "rss"), "-m", "distrl", "train",
          "--config", str(CONFIG), "--run-dir", str(out / "run"), "--overwrite", "--total-steps", str(steps),
+         "--device", device,
          "log.tensorboard=false", "log.progress=false", f"train.mixed_precision={precision}",
          "checkpoint.interval_steps=100000000"],
         check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT,
@@ -76,14 +78,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--updates", type=int, default=5, help="updates of 1,024 agent steps per run")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--device", default="cpu", help="the learner's device: cpu or cuda")
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {p: [] for p in args.precisions}
     with tempfile.TemporaryDirectory(prefix="atari-bench-") as temp:
         for repeat in range(args.repeats):
             for precision in args.precisions:
-                results[precision].append(run(precision, args.updates, Path(temp) / f"{precision}-{repeat}"))
+                results[precision].append(
+                    run(precision, args.updates, args.device, Path(temp) / f"{precision}-{repeat}")
+                )
     now, before = rollout_observation_bytes()
-    print(f"machine: {os.cpu_count()} cores; {args.repeats} interleaved repeats of {args.updates} updates\n")
+    print(
+        f"machine: {os.cpu_count()} cores, learner on {args.device}; "
+        f"{args.repeats} interleaved repeats of {args.updates} updates\n"
+    )
     print(
         "| train.mixed_precision | agent steps/s per repeat | median agent steps/s | median update s "
         "| median peak RSS MiB |"
