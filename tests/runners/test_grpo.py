@@ -53,9 +53,21 @@ def _train(comm: TorchComm, overrides: list[str], run_dir: Path, out: Path) -> N
         np.save(out, torch.stack([start, end]).numpy())
 
 
-@pytest.mark.parametrize("normalization", ["token", "sequence"])
-def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, normalization: str) -> None:
-    overrides = [*SMALL, f"algo.loss_normalization={normalization}"]
+DYNAMIC_SAMPLING = [
+    "algo.dynamic_sampling=true",
+    "algo.num_prompts_per_step=3",
+    "algo.dynamic_sampling_factor=3",  # 9 prompts drawn: 5 and 4 on 2 ranks
+    "train.total_steps=54",  # two updates of 27 completions
+]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["algo.loss_normalization=token"], ["algo.loss_normalization=sequence"], DYNAMIC_SAMPLING],
+    ids=["token", "sequence", "dynamic_sampling"],
+)
+def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, extra: list[str]) -> None:
+    overrides = [*SMALL, *extra]
     run_ranks(_train, 1, overrides, tmp_path, tmp_path / "one.npy")
     run_ranks(_train, 2, overrides, tmp_path, tmp_path / "two.npy")
     (start, one), (_, two) = np.load(tmp_path / "one.npy"), np.load(tmp_path / "two.npy")
@@ -66,10 +78,25 @@ def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, normalization:
     assert [r["episode_return_mean"] for r in rows] == pytest.approx(
         [r["episode_return_mean"] for r in rows2]
     )
-    assert rows[-1]["global_step"] == 45
+    assert rows[-1]["global_step"] == (54 if extra is DYNAMIC_SAMPLING else 45)
+    assert all(r["trained_prompts"] <= (3 if extra is DYNAMIC_SAMPLING else 5) for r in rows)
     assert rows[0]["approx_kl"] > 0.0  # a second epoch ran against the generating policy
     assert [r["entropy_coef"] for r in rows] == pytest.approx([r["entropy_coef"] for r in rows2])
     assert all(0.01 < r["entropy_coef"] < 0.1 for r in rows)  # raised by the floor, not capped
+
+
+def test_dynamic_sampling_trains_on_the_first_groups_whose_rewards_differ(tmp_path: Path) -> None:
+    cfg = load_config(GRPO_REVERSE, [*SMALL, *DYNAMIC_SAMPLING])
+    runner = build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path).runner
+    advantages = torch.zeros(9, 3, dtype=torch.float64)
+    advantages[[1, 4, 6, 8]] = torch.tensor([0.5, -0.25, -0.25], dtype=torch.float64)
+    kept = runner.kept_prompts(advantages)
+    assert kept.tolist() == [1, 4, 6]  # the first num_prompts_per_step informative groups
+    assert runner.local_rows(kept).tolist() == [3, 4, 5, 12, 13, 14, 18, 19, 20]
+    plan = runner.minibatch_plan(0, kept)
+    assert len(plan) == 2 and [len(part) for part in plan[0]] == [6, 3]  # whole groups: 2 + 1
+    assert sorted(torch.cat(plan[0]).tolist()) == list(range(9))  # rows of the kept batch
+    assert runner.minibatch_plan(0, kept[:0]) == []  # nothing informative: no optimiser step
 
 
 def _run_and_resume_halfway(comm: TorchComm, overrides: list[str], run_dir: Path) -> None:

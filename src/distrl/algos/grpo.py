@@ -153,8 +153,12 @@ class GRPO:
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 steps += 1
-        skipped = totals.pop("skipped_minibatches")
-        return {"skipped_minibatches": skipped, **{k: v / steps for k, v in totals.items()}}
+        skipped = totals.pop("skipped_minibatches", 0.0)
+        # Every rank reports every statistic, 0 where it trained on nothing (dynamic sampling can
+        # leave a rank, or the whole step, without prompts): ranks average them in one collective.
+        names = ("loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
+        names += ("kl",) if self.cfg.kl_coef > 0.0 else ()
+        return {"skipped_minibatches": skipped, **{k: totals.get(k, 0.0) / max(steps, 1) for k in names}}
 
     def minibatch_step(self, mb: CompletionBatch | None) -> dict[str, float]:
         """One optimiser step on ``mb``, through ``micro_batches`` parts whose gradients add up to

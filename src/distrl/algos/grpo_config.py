@@ -42,6 +42,16 @@ class GRPOConfig(Section):
     """Prompts per update summed over all ranks (each rank generates for its share)."""
     num_generations_per_prompt: int = Field(8, ge=2)
     """G: completions sampled per prompt, the group each is compared with (at least 2)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: generate for ``dynamic_sampling_factor`` times
+    ``num_prompts_per_step`` prompts and train on the first ``num_prompts_per_step`` of them (in
+    global prompt order) whose G rewards are not all equal, or on all such if fewer are. A group
+    of equal rewards has zero advantages: it adds no policy gradient and only dilutes the others'
+    token mean (and leaves the entropy bonus in charge of the step). ``train.total_steps`` counts
+    every completion generated."""
+    dynamic_sampling_factor: int = Field(2, ge=2)
+    """With ``dynamic_sampling``: prompts generated for per update, as a multiple of
+    ``num_prompts_per_step``."""
     max_new_tokens: PositiveInt = 16
     """The longest completion, its end token included; one that has not ended by then is
     unfinished (``task.unfinished_reward``)."""
@@ -100,13 +110,23 @@ class GRPOConfig(Section):
     weight_decay: NonNegativeFloat = 0.0
     """AdamW's decoupled weight decay."""
 
+    @property
+    def drawn_prompts(self) -> int:
+        """Prompts generated for per update over all ranks: ``num_prompts_per_step``, times
+        ``dynamic_sampling_factor`` with ``dynamic_sampling``."""
+        return self.num_prompts_per_step * (self.dynamic_sampling_factor if self.dynamic_sampling else 1)
+
     def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
-        prompts = even_counts(self.num_prompts_per_step, world_size)
+        prompts = even_counts(self.drawn_prompts, world_size)
         group = self.num_generations_per_prompt
-        completions = self.num_prompts_per_step * group
+        completions = self.drawn_prompts * group
         updates = -(-run.train.total_steps // completions)
         return [
-            Size("prompts per update", self.num_prompts_per_step, prompts),
+            Size(
+                "prompts generated per update" if self.dynamic_sampling else "prompts per update",
+                self.drawn_prompts,
+                prompts,
+            ),
             Size("completions per update", completions, [count * group for count in prompts]),
             Size("minibatches per epoch", self.num_minibatches, [self.num_minibatches] * world_size),
             Size("updates", updates, [updates] * world_size),

@@ -54,9 +54,12 @@ class GRPORunner(Runner):
                 f"algo.num_prompts_per_step={prompts} counts prompts over all ranks and is fewer than the "
                 f"{comm.world_size} ranks; give every rank at least one"
             )
-        self.first_prompt, self.prompt_count = even_split(prompts, comm.rank, comm.world_size)
+        self.drawn_prompts = cfg.algo.drawn_prompts
+        """Prompts generated for per update over all ranks (more than are trained on with
+        ``algo.dynamic_sampling``)."""
+        self.first_prompt, self.prompt_count = even_split(self.drawn_prompts, comm.rank, comm.world_size)
         self.group_size = cfg.algo.num_generations_per_prompt
-        self.completions_per_step = prompts * self.group_size
+        self.completions_per_step = self.drawn_prompts * self.group_size
         self.tokenizer = sequence_tokenizer(cfg)
         # In Ray mode prompt workers serve the prompts and verifier workers score the completions.
         workers = ctx.workers
@@ -98,7 +101,7 @@ class GRPORunner(Runner):
         step = global_step // self.completions_per_step
         lr = scheduled_learning_rate(cfg, global_step)
         self.algo.set_learning_rate(lr)
-        first = step * cfg.algo.num_prompts_per_step + self.first_prompt
+        first = step * self.drawn_prompts + self.first_prompt
         indices = list(range(first, first + self.prompt_count))
         examples = self.prompts.examples(indices, global_step / cfg.train.total_steps)
         start = time.perf_counter()
@@ -112,13 +115,18 @@ class GRPORunner(Runner):
         advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
         dtype = next(self.policy.parameters()).dtype
         batch = CompletionBatch(*done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype))
-        with self.clock("log_probs"):
-            batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
-            if self.reference is not None:
-                batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
+        kept = self.kept_prompts(advantages)
+        if cfg.algo.dynamic_sampling:
+            batch = batch.rows(self.local_rows(self.local_positions(kept)).to(self.device))
+        entropy = torch.zeros(batch.completion_mask.shape, dtype=dtype, device=self.device)
+        if len(batch):
+            with self.clock("log_probs"):
+                batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
+                if self.reference is not None:
+                    batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
         self.algo.entropy_coef = entropy_coefficient(cfg.algo, self.global_entropy(entropy, batch))
         start = time.perf_counter()
-        losses = self.algo.update(batch, self.minibatch_plan(step))
+        losses = self.algo.update(batch, self.minibatch_plan(step, kept))
         update_s = time.perf_counter() - start
         skipped = losses.pop("skipped_minibatches")
         lengths = done.mask.sum(1).double()
@@ -139,6 +147,7 @@ class GRPORunner(Runner):
                 "learning_rate": lr,
                 "skipped_minibatches": skipped,
                 "entropy_coef": self.algo.entropy_coef,
+                "trained_prompts": float(len(kept)),
             },
             counted={key: value for group in self.remote for key, value in group.counts().items()},
             episodes=EpisodeStats(float(rewards.sum()), float(lengths.sum()), len(texts), self.finished),
@@ -173,21 +182,45 @@ class GRPORunner(Runner):
         total, tokens = self.comm.sum_scalars([float((entropy * mask).sum()), float(mask.sum())])
         return total / max(tokens, 1.0)
 
-    def minibatch_plan(self, step: int) -> list[list[torch.Tensor]]:
-        """Per epoch, this rank's rows of each global minibatch: the step's prompts shuffled by a
-        generator keyed on the step and epoch (the same on every rank) and cut into
-        ``num_minibatches`` parts of whole groups; a rank takes its own prompts' completions."""
+    def kept_prompts(self, advantages: torch.Tensor) -> torch.Tensor:
+        """The step's prompts to train on, as positions among all drawn (ascending, the same on
+        every rank): all of them, or with ``algo.dynamic_sampling`` the first
+        ``num_prompts_per_step`` whose group's advantages are not all zero, decided on every rank's
+        flags summed, so that it depends on global positions and rewards only, not on the ranks."""
         algo = self.cfg.algo
-        plan = []
-        for epoch in range(algo.update_epochs):
+        if not algo.dynamic_sampling:
+            return torch.arange(self.drawn_prompts)
+        flags = [0.0] * self.drawn_prompts
+        informative = (advantages != 0).any(1).tolist()
+        flags[self.first_prompt : self.first_prompt + self.prompt_count] = [float(f) for f in informative]
+        summed = torch.tensor(self.comm.sum_scalars(flags))
+        return summed.nonzero().view(-1)[: algo.num_prompts_per_step]
+
+    def local_positions(self, prompts: torch.Tensor) -> torch.Tensor:
+        """This rank's prompts among ``prompts`` (global positions, ascending), as positions among
+        the prompts it drew."""
+        mine = (prompts >= self.first_prompt) & (prompts < self.first_prompt + self.prompt_count)
+        return prompts[mine] - self.first_prompt
+
+    def local_rows(self, prompts: torch.Tensor) -> torch.Tensor:
+        """The completion rows of ``prompts`` (positions), group after group."""
+        return (prompts[:, None] * self.group_size + torch.arange(self.group_size)).reshape(-1)
+
+    def minibatch_plan(self, step: int, kept: torch.Tensor) -> list[list[torch.Tensor]]:
+        """Per epoch, this rank's rows of each global minibatch: the ``kept`` prompts shuffled by
+        a generator keyed on the step and epoch (the same on every rank) and cut into
+        ``num_minibatches`` parts of whole groups (fewer if fewer prompts are kept); a rank takes
+        its own prompts' completions, as rows of its batch, which holds its kept prompts in order."""
+        algo = self.cfg.algo
+        mine = self.local_positions(kept)
+        plan: list[list[torch.Tensor]] = []
+        for epoch in range(algo.update_epochs if len(kept) else 0):
             generator = torch.Generator().manual_seed(minibatch_seed(self.cfg.train.seed, step, epoch))
-            order = torch.randperm(algo.num_prompts_per_step, generator=generator)
+            order = kept[torch.randperm(len(kept), generator=generator)]
             epoch_plan = []
-            for part in order.tensor_split(algo.num_minibatches):
-                local = part[(part >= self.first_prompt) & (part < self.first_prompt + self.prompt_count)]
-                local = local.sort().values - self.first_prompt
-                rows = (local[:, None] * self.group_size + torch.arange(self.group_size)).reshape(-1)
-                epoch_plan.append(rows.to(self.device))
+            for part in order.tensor_split(min(algo.num_minibatches, len(kept))):
+                local = self.local_positions(part.sort().values)
+                epoch_plan.append(self.local_rows(torch.searchsorted(mine, local)).to(self.device))
             plan.append(epoch_plan)
         return plan
 
