@@ -28,12 +28,14 @@ with the extra ``key=value`` overrides given to both sides. Per seed, before any
     ``task.unfinished_reward``, as distrl scores it.
 
 TRL's settings are distrl's config mapped one to one: G -> ``num_generations``; prompts per update
-x G -> ``per_device_train_batch_size`` (TRL 1.16 counts completions there: with
-``gradient_accumulation_steps=1`` one generation batch of P x G completions makes one optimiser
-step, as a distrl update with 1 epoch and 1 minibatch does); ``max_new_tokens`` ->
+x G / M -> ``per_device_train_batch_size`` and ``algo.num_minibatches`` M ->
+``steps_per_generation`` (TRL 1.16 counts completions there: with
+``gradient_accumulation_steps=1`` one generation batch of P x G completions makes M optimiser
+steps, as a distrl update with 1 epoch and M minibatches does); ``max_new_tokens`` ->
 ``max_completion_length`` (both count the end token); temperature, top-k (None -> 0), top-p; lr
-with linear decay to zero over ``ceil(total_steps / (P x G))`` steps (distrl's ``anneal_lr``: the
-same per-update values); AdamW (torch's, fused, betas 0.9/0.999, ``adam_eps``, weight decay),
+with linear decay to zero over ``ceil(total_steps / (P x G))`` updates of M steps (distrl's
+``anneal_lr`` keeps one rate per update, TRL's decays step by step); AdamW (torch's, fused, betas
+0.9/0.999, ``adam_eps``, weight decay),
 ``max_grad_norm``; ``epsilon``/``epsilon_high`` from ``ratio_clip_min``/``ratio_clip_max``;
 ``loss_type="dapo"`` for distrl's token normalisation (TRL's ``dapo`` divides the sum over all
 completion tokens by their count in the global batch: distrl's ``token``; ``grpo`` for
@@ -136,6 +138,11 @@ DIFFERENCES = [
     "in distrl, TRL's `r - mean` may leave a float residue",
     "with `loss_normalization: sequence`, TRL's entropy bonus stays a token mean (distrl's follows the "
     "loss); with `kl_coef` > 0, TRL's k3 estimate is not clamped (distrl's `kl_*_clamp`)",
+    "with `num_minibatches` M > 1: distrl cuts each update's prompts into M minibatches of whole groups "
+    "and normalises each step by its own tokens; TRL shuffles the completions and normalises each step "
+    "by the generation batch's tokens / M",
+    "`algo.entropy_target` (an entropy floor raising the bonus while the policy's entropy is low) is "
+    "distrl's own: TRL keeps `entropy_coef` fixed (run both with `algo.entropy_target=null` to leave it out)",
 ]
 """What the mapping cannot make equal, printed under the table."""
 LOSS_TYPES = {"token": "dapo", "sequence": "grpo"}
@@ -237,20 +244,24 @@ def heldout_exact_match():
 
 
 class Rows(TrainerCallback):
-    """One metrics row per optimiser step, with distrl's keys; held-out exact match every eval_every."""
+    """One metrics row per update (steps_per_update optimiser steps on one generation batch), with
+    distrl's keys; held-out exact match every eval_every updates."""
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.perf_counter()
         self.out = open(spec["rows"], "w")
 
     def on_step_end(self, args, state, control, **kwargs):
+        update, within = divmod(state.global_step, spec["steps_per_update"])
+        if within:
+            return
         row = {
-            "global_step": state.global_step * spec["completions_per_step"],
+            "global_step": update * spec["completions_per_step"],
             "generated_tokens_per_s": generated[0] / generated[1],
             "episode_return_mean": returns[-1],
         }
         generated[:] = [0, 0.0]
-        if state.global_step % spec["eval_every"] == 0:
+        if update % spec["eval_every"] == 0:
             row["heldout/exact_match"] = heldout_exact_match()
         row["time_s"] = time.perf_counter() - self.start
         self.out.write(json.dumps(row) + "\\n")
@@ -368,10 +379,12 @@ def refuse_unmapped(cfg: RunConfig) -> None:
     problems = []
     if algo.name != "grpo":
         problems.append(f"algo.name={algo.name}: this bench compares GRPO")
-    if algo.update_epochs != 1 or algo.num_minibatches != 1 or cfg.train.gradient_accumulation_steps != 1:
-        problems.append(
-            "algo.update_epochs, algo.num_minibatches and train.gradient_accumulation_steps must be 1"
-        )
+    if algo.update_epochs != 1 or cfg.train.gradient_accumulation_steps != 1:
+        problems.append("algo.update_epochs and train.gradient_accumulation_steps must be 1")
+    if completions_per_step(cfg) % algo.num_minibatches:
+        problems.append("algo.num_minibatches must divide the completions per update")
+    if algo.dynamic_sampling:
+        problems.append("algo.dynamic_sampling: TRL's GRPOTrainer has none")
     if algo.kl_coef > 0 and algo.kl_estimator != "k3":
         problems.append(f"algo.kl_estimator={algo.kl_estimator}: TRL's KL penalty is k3")
     unknown = [r.function for r in cfg.task.rewards if r.function not in BUILT_IN]
@@ -415,7 +428,8 @@ def trl_arguments(cfg: RunConfig, out: Path) -> dict[str, Any]:
     algo = cfg.algo
     return {
         "output_dir": str(out),
-        "per_device_train_batch_size": completions_per_step(cfg),
+        "per_device_train_batch_size": completions_per_step(cfg) // algo.num_minibatches,
+        "steps_per_generation": algo.num_minibatches,
         "gradient_accumulation_steps": 1,
         "num_generations": algo.num_generations_per_prompt,
         "num_iterations": 1,
@@ -427,7 +441,7 @@ def trl_arguments(cfg: RunConfig, out: Path) -> dict[str, Any]:
         "learning_rate": algo.learning_rate,
         "lr_scheduler_type": "linear" if algo.anneal_lr else "constant",
         "warmup_steps": 0,
-        "max_steps": updates(cfg),
+        "max_steps": updates(cfg) * algo.num_minibatches,
         "optim": "adamw_torch_fused",
         "adam_beta1": 0.9,
         "adam_beta2": 0.999,
@@ -447,7 +461,7 @@ def trl_arguments(cfg: RunConfig, out: Path) -> dict[str, Any]:
         "seed": cfg.train.seed,
         "report_to": "none",
         "save_strategy": "no",
-        "logging_steps": cfg.eval.every,
+        "logging_steps": cfg.eval.every * algo.num_minibatches,
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
@@ -472,6 +486,7 @@ def trl_spec(cfg: RunConfig, work: Path, real_token_positions: bool) -> Path:
         "real_token_positions": real_token_positions,
         "max_new_tokens": cfg.algo.max_new_tokens,
         "completions_per_step": completions_per_step(cfg),
+        "steps_per_update": cfg.algo.num_minibatches,
         "eval_every": cfg.eval.every,
         "grpo": trl_arguments(cfg, work / "trainer"),
     }
