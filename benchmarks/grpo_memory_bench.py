@@ -122,7 +122,8 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one option in this process
     args = parser.parse_args()
     device = torch.device(args.device)
-    options = OPTIONS | (CUDA_OPTIONS if device.type == "cuda" else {})
+    cuda = device.type == "cuda"
+    options = OPTIONS | (CUDA_OPTIONS if cuda else {})
     if args.one is not None:
         model = [f"model.transformer={args.model}"] if args.model else []
         print(
@@ -151,11 +152,8 @@ def main() -> None:
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             results[name].append(json.loads(out.splitlines()[-1]))
     base = {key: statistics.median(r[key] for r in results["none"]) for key in results["none"][0]}
-    peak = "peak GPU memory allocated MiB" if device.type == "cuda" else "peak RSS growth MiB"
-    print(
-        f"machine: {args.device}"
-        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-    )
+    peak = "peak GPU memory allocated MiB" if cuda else "peak RSS growth MiB"
+    print(f"machine: {args.device}" + (f" ({torch.cuda.get_device_name(device)})" if cuda else ""))
     print(f"| option | saved for backward MiB | / none | {peak} | step s (median) | / none |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, runs in results.items():

@@ -155,9 +155,11 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         "log.profile_updates": args.profile,
     }
     # An env count given as a flag replaces the config's, whichever kind the config gives.
-    cleared = ["env.num_envs_per_rank"] * (args.num_envs is not None) + ["env.num_envs"] * (
-        args.num_envs_per_rank is not None
-    )
+    cleared = []
+    if args.num_envs is not None:
+        cleared.append("env.num_envs_per_rank")
+    if args.num_envs_per_rank is not None:
+        cleared.append("env.num_envs")
     # Quote strings so YAML reads "pkg.mod:Cls" or "cuda:0" as text, never as a mapping.
     given = [f"{k}={json.dumps(v)}" for k, v in flags.items() if v is not None]
     return [f"{key}=null" for key in cleared] + given

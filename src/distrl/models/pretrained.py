@@ -101,7 +101,7 @@ class PretrainedLM(nn.Module):
 def load_pretrained_tokenizer(path: str) -> PretrainedTokenizer:
     from transformers import AutoTokenizer
 
-    return PretrainedTokenizer(_loaded(AutoTokenizer, path, "tokenizer"), _checked_directory(path))
+    return PretrainedTokenizer(_loaded(AutoTokenizer, path, "tokenizer"), _where(path))
 
 
 def load_pretrained_model(path: str) -> PretrainedLM:
@@ -132,10 +132,15 @@ def _positions(config: Any) -> int:
     return getattr(config, "n_positions", None) or config.max_position_embeddings
 
 
+def _where(path: str) -> str:
+    """``model.transformer.pretrained`` as messages name it."""
+    return f"model.transformer.pretrained {path}"
+
+
 def _checked_directory(path: str) -> str:
-    """``model.transformer.pretrained`` as messages name it, after checking it is a directory."""
+    """``_where(path)``, after checking it is a directory."""
     require_extra(*extras.PRETRAINED)
-    where = f"model.transformer.pretrained {path}"
+    where = _where(path)
     if not Path(path).is_dir():
         raise UserError(f"{where}: not a directory; give one written by save_pretrained")
     return where

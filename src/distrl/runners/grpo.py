@@ -118,12 +118,13 @@ class GRPORunner(Runner):
         kept = self.kept_prompts(advantages)
         if cfg.algo.dynamic_sampling:
             batch = batch.rows(self.local_rows(self.local_positions(kept)).to(self.device))
-        entropy = torch.zeros(batch.completion_mask.shape, dtype=dtype, device=self.device)
         if len(batch):
             with self.clock("log_probs"):
                 batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
                 if self.reference is not None:
                     batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
+        else:  # dynamic sampling kept none of this rank's prompts
+            entropy = torch.zeros(batch.completion_mask.shape, dtype=dtype, device=self.device)
         self.algo.entropy_coef = entropy_coefficient(cfg.algo, self.global_entropy(entropy, batch))
         start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step, kept))
