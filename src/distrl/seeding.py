@@ -24,10 +24,10 @@ def env_seeds(seed: int, shard: EnvShard, start_index: int = 0) -> list[int]:
     return [first + i for i in range(shard.count)]
 
 
-def completion_seed(seed: int, step: int, prompt_index: int, sample: int) -> int:
-    """The seed of one completion's sampling noise (GRPO): keyed on the update, the prompt's global
-    index and the sample's number in its group, so any number of ranks samples the same ones."""
-    return int(np.random.SeedSequence([seed, 1, step, prompt_index, sample]).generate_state(1)[0])
+def completion_seed(seed: int, step: int, prompt_index: int) -> int:
+    """The seed of the sampling noise of one prompt's completions (GRPO): keyed on the update and
+    the prompt's global index, so any number of ranks samples the same ones."""
+    return int(np.random.SeedSequence([seed, 1, step, prompt_index]).generate_state(1)[0])
 
 
 def minibatch_seed(seed: int, step: int, epoch: int) -> int:

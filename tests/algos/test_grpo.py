@@ -56,6 +56,22 @@ def tiny_batch() -> tuple[TransformerLM, CompletionBatch]:
     return net, CompletionBatch(sequences, attention, completion_mask, advantages)
 
 
+def test_completions_of_one_prompt_feed_it_once_with_the_same_log_probs_and_gradients() -> None:
+    """Rows 2 and 3 of the tiny batch share their prompt: fed once, its keys and values copied."""
+    results, fed = [], []
+    for shared in (True, False):
+        net, batch = tiny_batch()
+        net.cache_with_gradients = shared
+        fed.clear()
+        net.register_forward_pre_hook(lambda _, args: fed.append(tuple(args[0].shape)))
+        log_probs, entropy = token_log_probs(net, batch, temperature=0.7, pad_id=0)
+        (log_probs * batch.advantages[:, None] + 0.1 * entropy).sum().backward()
+        results.append([log_probs, entropy, *(p.grad for p in net.parameters())])
+        assert fed == ([(2, 3), (3, 2)] if shared else [(3, 6)])  # 2 distinct prompts, then 2 tokens each
+    for with_sharing, whole in zip(*results, strict=True):
+        torch.testing.assert_close(with_sharing, whole, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("normalization", ["token", "sequence"])
 def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str) -> None:
     net, batch = tiny_batch()

@@ -36,7 +36,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def test_a_row_does_not_depend_on_its_batch_and_the_cache_changes_nothing(model_dir: Path) -> None:
+def test_a_row_does_not_depend_on_its_batch_and_the_shared_cache_changes_nothing(model_dir: Path) -> None:
     from distrl.models.pretrained import load_pretrained_model, load_pretrained_tokenizer
 
     model, tokenizer = load_pretrained_model(str(model_dir)), load_pretrained_tokenizer(str(model_dir))
@@ -48,11 +48,10 @@ def test_a_row_does_not_depend_on_its_batch_and_the_cache_changes_nothing(model_
     torch.testing.assert_close(batched[0, -len(rows[0]) :], alone[0], atol=1e-5, rtol=0)
     seeds = [3, 4]
     with torch.no_grad():
-        cached = generate(model, tokens, mask, 6, tokenizer.eos_id, tokenizer.pad_id, Sampling(), seeds)
-        uncached = generate(
-            model, tokens, mask, 6, tokenizer.eos_id, tokenizer.pad_id, Sampling(), seeds, use_cache=False
-        )
-    assert torch.equal(cached.tokens, uncached.tokens)
+        eos, pad = tokenizer.eos_id, tokenizer.pad_id
+        cached = generate(model, tokens, mask, 6, eos, pad, Sampling(), seeds, copies=3)
+        uncached = generate(model, tokens, mask, 6, eos, pad, Sampling(), seeds, use_cache=False, copies=3)
+    assert torch.equal(cached.tokens, uncached.tokens)  # three copies of each prompt from one prefill
     assert tokenizer.decode([*rows[1], tokenizer.eos_id, *rows[0]]) == "rev 31415="
 
 

@@ -34,9 +34,12 @@ def prompts(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return left_padded([TOKENIZER.encode(t, "test") for t in texts], TOKENIZER.pad_id, torch.device("cpu"))
 
 
-def completions_of(net: TransformerLM, texts: list[str], use_cache: bool, sampling: Sampling, seeds=None):
+def completions_of(
+    net: TransformerLM, texts: list[str], use_cache: bool, sampling: Sampling, seeds=None, copies: int = 1
+):
     tokens, mask = prompts(texts)
-    return generate(net, tokens, mask, 10, TOKENIZER.eos_id, TOKENIZER.pad_id, sampling, seeds, use_cache)
+    eos, pad = TOKENIZER.eos_id, TOKENIZER.pad_id
+    return generate(net, tokens, mask, 10, eos, pad, sampling, seeds, use_cache, copies)
 
 
 def log_probs_of(net: TransformerLM, done) -> torch.Tensor:
@@ -72,6 +75,19 @@ def test_a_completion_does_not_depend_on_its_batch_or_padding() -> None:
     # Different seeds give different samples (the noise is per row, not shared).
     other = completions_of(net, PROMPTS[:1], True, Sampling(), seeds=[99])
     assert not torch.equal(other.tokens[0], alone.tokens[0])
+
+
+def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() -> None:
+    net, sampling, seeds = model(2), Sampling(temperature=0.7), [21, 22, 23]
+    cached = completions_of(net, PROMPTS, True, sampling, seeds, copies=4)
+    uncached = completions_of(net, PROMPTS, False, sampling, seeds, copies=4)
+    assert torch.equal(cached.tokens, uncached.tokens)
+    assert torch.equal(cached.prompts, prompts(PROMPTS)[0].repeat_interleave(4, 0))
+    torch.testing.assert_close(log_probs_of(net, cached), log_probs_of(net, uncached), atol=1e-5, rtol=0)
+    # Each copy draws its own noise, and copy j is the same whatever else is generated with it.
+    assert len({tuple(row) for row in cached.tokens.tolist()}) > len(PROMPTS)
+    alone = completions_of(net, PROMPTS[1:2], True, sampling, seeds[1:2], copies=2)
+    assert torch.equal(alone.tokens, cached.tokens[4:6])
 
 
 def test_padding_is_never_generated() -> None:

@@ -67,6 +67,27 @@ def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfi
     return estimate.clamp(-cfg.kl_output_clamp, cfg.kl_output_clamp)
 
 
+def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
+    """``[completions, new_tokens, vocab]``: the logits that predict each completion token.
+    Completions side by side with the same prompt (a group, or part of one) share it, as in
+    generation: it is fed once, and its keys and values are copied to each of them (their
+    gradients add up there), instead of once per completion."""
+    new = batch.new_tokens
+    prompts, prompt_mask = batch.sequences[:, :-new], batch.attention_mask[:, :-new]
+    counts = torch.unique_consecutive(prompts, dim=0, return_counts=True)[1]
+    if len(counts) == len(batch) or not model.cache_with_gradients:
+        logits, _ = model(batch.sequences, batch.attention_mask)
+        return logits[:, -new - 1 : -1]
+    first = counts.cumsum(0) - counts
+    prompt_logits, cache = model(prompts[first], prompt_mask[first])
+    first_token = prompt_logits[:, -1:].repeat_interleave(counts, 0)
+    if new == 1:
+        return first_token
+    cache = cache.repeat_rows(counts)
+    rest, _ = model(batch.sequences[:, -new:-1], batch.attention_mask[:, -new:-1], cache)
+    return torch.cat([first_token, rest], 1)
+
+
 def token_log_probs(
     model: SequenceModel,
     batch: CompletionBatch,
@@ -78,8 +99,7 @@ def token_log_probs(
     were drawn from (``[completions, new_tokens]`` each), at the sampling temperature, padding
     never among the choices (as in ``collect.generate``)."""
     with precision.autocast(batch.sequences.device, autocast):
-        logits, _ = model(batch.sequences, batch.attention_mask)
-    predicting = logits[:, -batch.new_tokens - 1 : -1]
+        predicting = completion_logits(model, batch)
     # At least float32 (bf16 under autocast), float64 where the model is.
     predicting = predicting.to(torch.promote_types(predicting.dtype, torch.float32)) / temperature
     log_softmax = without_padding(predicting, pad_id).log_softmax(-1)

@@ -1,11 +1,15 @@
 """Completions of prompts by a sequence policy, decoded with a KV cache.
 
 Sampling is Gumbel-max: a row's token at step t is the arg-max of its (temperature-scaled,
-top-k/top-p filtered) logits plus Gumbel noise drawn from that row's own generator, seeded by the
-caller from the prompt's global index, its sample number and the training step
-(``seeding.completion_seed``),
-never the rank. So a completion is the same whichever rank, batch or padding it was generated
-in, and 1 and N learners generate the same completions. Without seeds decoding is greedy.
+top-k/top-p filtered) logits plus Gumbel noise. Each prompt's noise comes from its own generator,
+seeded by the caller from the prompt's global index and the training step
+(``seeding.completion_seed``), never the rank; its j-th completion takes the j-th draw. So a
+completion is the same whichever rank, batch or padding it was generated in, and 1 and N learners
+generate the same completions. Without seeds decoding is greedy.
+
+A prompt's completions (GRPO's group) share its prefix: the prompt is fed once and its keys and
+values are copied to each completion, rather than computed once per completion as a generator fed
+repeated prompts does.
 """
 
 from __future__ import annotations
@@ -92,27 +96,32 @@ def generate(
     sampling: Sampling = Sampling(),
     seeds: Sequence[int] | None = None,
     use_cache: bool = True,
+    copies: int = 1,
 ) -> Completions:
-    """Up to ``max_new_tokens`` tokens per row; sampled with row i's noise from ``seeds[i]``, or
-    greedy without ``seeds``. ``use_cache=False`` feeds the whole sequence every step (the
-    reference the cached path is tested against)."""
-    batch, device = prompts.shape[0], prompts.device
+    """``copies`` completions of each prompt row, up to ``max_new_tokens`` tokens each: rows
+    ``i * copies`` to ``(i + 1) * copies - 1`` of the result are prompt i's. Sampled with prompt
+    i's noise from ``seeds[i]``, or greedy without ``seeds``. ``use_cache=False`` feeds every
+    completion's whole sequence every step (the reference the cached path is tested against)."""
     dtype = next(model.parameters()).dtype
+    rows, row_mask = prompts.repeat_interleave(copies, 0), prompt_mask.repeat_interleave(copies, 0)
+    batch, device = rows.shape[0], prompts.device
     noise = None
     if seeds is not None:
         vocab = model.vocab_size
-        noise = torch.stack([_gumbel(seed, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
+        noise = torch.cat([_gumbel(seed, copies, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
     running = torch.ones(batch, dtype=torch.bool, device=device)
     cache: KVCache | None = None
-    feed, feed_mask = prompts, prompt_mask
     for step in range(max_new_tokens):
-        if use_cache:
-            logits, cache = model(feed, feed_mask, cache)
-        else:
-            so_far = torch.cat([prompts, tokens[:, :step]], 1), torch.cat([prompt_mask, mask[:, :step]], 1)
+        if not use_cache:
+            so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
             logits, _ = model(*so_far)
+        elif cache is None:  # the prompts, once each; their completions then go their own ways
+            logits, cache = model(prompts, prompt_mask)
+            logits, cache = logits.repeat_interleave(copies, 0), cache.repeat_rows(copies)
+        else:
+            logits, cache = model(tokens[:, step - 1 : step], mask[:, step - 1 : step], cache)
         logits = without_padding(logits[:, -1], pad_id)
         if noise is None:
             chosen = logits.argmax(-1)
@@ -123,11 +132,11 @@ def generate(
         running = running & (chosen != eos_id)
         if not running.any():
             break
-        feed, feed_mask = tokens[:, step : step + 1], mask[:, step : step + 1]
-    return Completions(prompts, prompt_mask, tokens, mask, ended=~running)
+    return Completions(rows, row_mask, tokens, mask, ended=~running)
 
 
-def _gumbel(seed: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+def _gumbel(seed: int, draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[draws, steps, vocab]`` Gumbel noise; draw j is the same however many follow it."""
     generator = torch.Generator().manual_seed(seed)
-    uniform = torch.rand(steps, vocab, generator=generator, dtype=torch.float64).clamp_(1e-20, 1.0 - 1e-16)
-    return (-torch.log(-torch.log(uniform))).to(dtype)
+    uniform = torch.rand(draws, steps, vocab, generator=generator, dtype=torch.float64)
+    return (-torch.log(-torch.log(uniform.clamp_(1e-20, 1.0 - 1e-16)))).to(dtype)

@@ -56,6 +56,11 @@ class PretrainedCache:
     past: Any
     mask: torch.Tensor
 
+    def repeat_rows(self, copies: int | torch.Tensor) -> PretrainedCache:
+        """As ``KVCache.repeat_rows`` (transformers' cache repeats in place)."""
+        self.past.batch_repeat_interleave(copies)
+        return PretrainedCache(self.past, self.mask.repeat_interleave(copies, 0))
+
 
 class PretrainedLM(nn.Module):
     def __init__(self, model: nn.Module) -> None:
@@ -80,6 +85,11 @@ class PretrainedLM(nn.Module):
             self.model.activation_checkpointing_enable({"use_reentrant": False})
         else:
             self.model.activation_checkpointing_disable()
+
+    @property
+    def cache_with_gradients(self) -> bool:
+        """Under activation checkpointing transformers keeps no cache while training."""
+        return not self.activation_checkpointing
 
     def forward(
         self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: PretrainedCache | None = None

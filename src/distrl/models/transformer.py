@@ -34,6 +34,15 @@ class KVCache:
     def length(self) -> int:
         return self.mask.shape[1]
 
+    def repeat_rows(self, copies: int | torch.Tensor) -> KVCache:
+        """Each row ``copies`` times over (one count for all, or one per row), copies side by
+        side: completions of one prompt share what its prompt computed."""
+        return KVCache(
+            [k.repeat_interleave(copies, 0) for k in self.keys],
+            [v.repeat_interleave(copies, 0) for v in self.values],
+            self.mask.repeat_interleave(copies, 0),
+        )
+
 
 class SelfAttention(nn.Module):
     def __init__(self, width: int, heads: int) -> None:
@@ -87,6 +96,8 @@ class TransformerLM(nn.Module):
         self.activation_checkpointing = False
         """Recompute each block's activations in the backward pass instead of keeping them
         (``train.activation_checkpointing``): less memory for more compute."""
+        self.cache_with_gradients = True
+        """The cache a forward pass returns carries gradients, checkpointed or not."""
         self.apply(_init_like_gpt2)
 
     def forward(

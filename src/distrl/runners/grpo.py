@@ -157,21 +157,17 @@ class GRPORunner(Runner):
         )
 
     def generate(self, step: int, indices: list[int], examples: list[Example]) -> Completions:
-        """G sampled completions of each prompt, each with the noise of its prompt's global index,
-        its number in the group and the step."""
+        """G sampled completions of each prompt, with the noise of its global index and the step
+        (completion j its j-th draw), the prompt fed once for all G."""
         tokenizer, group = self.tokenizer, self.group_size
         with self.clock("generate"):
-            rows = [tokenizer.encode(e.prompt, "task prompt") for e in examples for _ in range(group)]
+            rows = [tokenizer.encode(e.prompt, "task prompt") for e in examples]
             prompts, prompt_mask = left_padded(rows, tokenizer.pad_id, self.device)
-            seeds = [
-                completion_seed(self.cfg.train.seed, step, i, sample)
-                for i in indices
-                for sample in range(group)
-            ]
+            seeds = [completion_seed(self.cfg.train.seed, step, i) for i in indices]
             with autocast(self.device, self.autocast):
                 return generate(
                     self.policy, prompts, prompt_mask, self.cfg.algo.max_new_tokens, tokenizer.eos_id,
-                    tokenizer.pad_id, self.sampling, seeds,
+                    tokenizer.pad_id, self.sampling, seeds, copies=group,
                 )  # fmt: skip
 
     def global_entropy(self, entropy: torch.Tensor, batch: CompletionBatch) -> float:
