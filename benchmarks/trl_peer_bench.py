@@ -5,6 +5,7 @@ offline. Interleaved seeds (distrl, TRL, distrl, TRL, ...), medians.
     python benchmarks/trl_peer_bench.py --setup      # build benchmarks/.trl-venv, print its packages
     python benchmarks/trl_peer_bench.py [--seeds 1 2 3] [--target 0.95] [--cap-s 1200]
         [--config configs/grpo_reverse.yaml] [--no-curriculum] [--trl-padding-positions]
+        [--trl-padding-in-vocab]
         [--keep DIR] [key=value ...]
     python benchmarks/trl_peer_bench.py --quick      # 1 seed, a 60 s cap: a smoke test
 
@@ -62,6 +63,15 @@ padding of shorter prompts there, while generation (transformers derives positio
 attention mask) and distrl count real tokens only: TRL would train a policy other than the one it
 sampled from. The worker gives the loss forward positions from the attention mask in a forward
 pre-hook, as transformers' generate computes them; ``--trl-padding-positions`` runs TRL unchanged.
+
+The padding token is not in distrl's policy (generation never picks it, the loss's log-probabilities
+and entropies leave it out). TRL's generate suppresses it (the exported generation config), but its
+loss (``add_fused_lm_head``) normalises log-probabilities and entropies over the whole vocabulary:
+padding is never sampled, so no reward holds its probability down while the entropy bonus raises it
+(on a solved prompt, whose advantages are zero, the bonus is the whole gradient). Left so, TRL does not
+reach 0.95 on the reversal task, and distrl with its loss normalised TRL's way fails alike. The worker
+gives GPT-2's output layer a constant, untrained bias of -1e9 on padding, so every forward (generate,
+greedy evaluation, TRL's loss) has distrl's distribution; ``--trl-padding-in-vocab`` leaves it out.
 
 TRL's venv (benchmarks/.trl-venv) is built on first use or with ``--setup``: torch==2.13.0 first
 (the CPU wheel on local disk; a later package pulling torch would fetch a CUDA build), then
@@ -127,9 +137,9 @@ DIFFERENCES = [
     "the trainer's seed (the same distribution, other draws)",
     "generation code: distrl's own KV-cache loop, TRL's transformers `generate` (GPT-2, SDPA attention); "
     "greedy evaluation likewise",
-    "padding: where the exported model's generation config suppresses the padding token (as distrl's "
-    "generation never picks it), TRL samples without it too, but its loss normalises the "
-    "log-probabilities (and entropies) over the whole vocabulary, distrl's without padding",
+    "padding: TRL's side runs with a -1e9 output bias on the padding token (neither side can sample or "
+    "score it); with `--trl-padding-in-vocab` TRL's loss normalises log-probabilities and entropies over "
+    "the whole vocabulary (padding included) while its sampling suppresses padding",
     "work per update: distrl computes old log-probabilities in a no-grad pass (a ratio of 1 either way), "
     "TRL reuses the detached ones and computes entropies for its metrics",
     "generation time: distrl's (its `generated_tokens_per_s`) spans the update's start (prompts, "
@@ -207,6 +217,12 @@ def real_token_positions(module, args, kwargs):
 
 if spec["real_token_positions"]:
     model.register_forward_pre_hook(real_token_positions, with_kwargs=True)
+
+if spec["padding_out_of_vocab"]:
+    # Padding out of the policy, as in distrl: the fused LM head of TRL's loss reads lm_head.bias too.
+    bias = torch.zeros(model.config.vocab_size)
+    bias[PAD] = -1e9
+    model.lm_head.bias = torch.nn.Parameter(bias, requires_grad=False)
 
 generate = model.generate
 generated = [0, 0.0]
@@ -475,7 +491,7 @@ def trl_arguments(cfg: RunConfig, out: Path) -> dict[str, Any]:
     }
 
 
-def trl_spec(cfg: RunConfig, work: Path, real_token_positions: bool) -> Path:
+def trl_spec(cfg: RunConfig, work: Path, real_token_positions: bool, padding_out_of_vocab: bool) -> Path:
     """Write TRL's inputs for one seed under ``work``: model, prompts and the spec file."""
     work.mkdir(parents=True)
     export_initial_model(cfg, work / "model")
@@ -492,6 +508,7 @@ def trl_spec(cfg: RunConfig, work: Path, real_token_positions: bool) -> Path:
         "unfinished_reward": cfg.task.unfinished_reward,
         "reward_scale": group / (group - 1) if cfg.algo.baseline == "leave_one_out" else 1.0,
         "real_token_positions": real_token_positions,
+        "padding_out_of_vocab": padding_out_of_vocab,
         "max_new_tokens": cfg.algo.max_new_tokens,
         "completions_per_step": completions_per_step(cfg),
         "steps_per_update": cfg.algo.num_minibatches,
@@ -544,7 +561,12 @@ def measure(args: argparse.Namespace, python: Path, tmp: Path) -> dict[str, list
         cfg = load_config(args.config, overrides)
         refuse_unmapped(cfg)
         work = tmp / f"seed{seed}"
-        spec = trl_spec(cfg, work / "trl", real_token_positions=not args.trl_padding_positions)
+        spec = trl_spec(
+            cfg,
+            work / "trl",
+            real_token_positions=not args.trl_padding_positions,
+            padding_out_of_vocab=not args.trl_padding_in_vocab,
+        )
         worker = work / "trl_worker.py"
         worker.write_text(worker_source(cfg))
         distrl_dir = work / "distrl"
@@ -581,7 +603,8 @@ def print_table(runs: dict[str, list[Run]], args: argparse.Namespace, cfg: RunCo
         f"target: held-out exact match >= {args.target:g} on {cfg.eval.episodes} prompts, checked every "
         f"{cfg.eval.every} updates of {completions_per_step(cfg)} completions; cap {args.cap_s:g} s of "
         f"training time; TRL positions: "
-        f"{'as TRL gives them' if args.trl_padding_positions else 'real tokens only (pre-hook)'}\n"
+        f"{'as TRL gives them' if args.trl_padding_positions else 'real tokens only (pre-hook)'}; TRL's "
+        f"padding token: {'in its loss' if args.trl_padding_in_vocab else 'out of vocabulary (-1e9 bias)'}\n"
     )
     print(
         "| contender | seed | reached target | completions at stop | seconds at stop | final held-out exact "
@@ -633,6 +656,11 @@ def main() -> None:
     parser.add_argument("--no-curriculum", action="store_true", help="task.curriculum_fraction=0 for both")
     parser.add_argument(
         "--trl-padding-positions", action="store_true", help="leave TRL's loss forward without position_ids"
+    )
+    parser.add_argument(
+        "--trl-padding-in-vocab",
+        action="store_true",
+        help="leave TRL's loss normalising over the whole vocabulary, padding included",
     )
     parser.add_argument("--keep", type=Path, help="keep the runs (models, prompts, rows, logs) in this dir")
     args = parser.parse_args()
