@@ -69,13 +69,16 @@ def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfi
 
 def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
     """``[completions, new_tokens, vocab]``: the logits that predict each completion token.
-    Completions side by side with the same prompt (a group, or part of one) share it, as in
-    generation: it is fed once, and its keys and values are copied to each of them (their
+    On a CPU, completions side by side with the same prompt (a group, or part of one) share it,
+    as in generation: it is fed once, and its keys and values are copied to each of them (their
     gradients add up there), instead of once per completion."""
     new = batch.new_tokens
     prompts, prompt_mask = batch.sequences[:, :-new], batch.attention_mask[:, :-new]
-    counts = torch.unique_consecutive(prompts, dim=0, return_counts=True)[1]
-    if len(counts) == len(batch) or not model.cache_with_gradients:
+    # On a GPU the prompt's own pass launches as many kernels again, which cost more than the
+    # arithmetic it saves at the sizes measured (BENCHMARKS.md): there whole sequences go in one.
+    shared = batch.sequences.device.type == "cpu" and model.cache_with_gradients
+    counts = torch.unique_consecutive(prompts, dim=0, return_counts=True)[1] if shared else None
+    if counts is None or len(counts) == len(batch):
         logits, _ = model(batch.sequences, batch.attention_mask)
         return logits[:, -new - 1 : -1]
     first = counts.cumsum(0) - counts
