@@ -133,8 +133,8 @@ STARTUP_ALLOWANCE_S = 300.0
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 EXACT = "heldout/exact_match"
 DIFFERENCES = [
-    "sampling noise: distrl draws Gumbel-max noise seeded per completion, TRL `torch.multinomial` under "
-    "the trainer's seed (the same distribution, other draws)",
+    "sampling noise: distrl draws Gumbel-max noise seeded per prompt (draw j for its completion j), "
+    "TRL `torch.multinomial` under the trainer's seed (the same distribution, other draws)",
     "generation code: distrl's own KV-cache loop, TRL's transformers `generate` (GPT-2, SDPA attention); "
     "greedy evaluation likewise",
     "padding: TRL's side runs with a -1e9 output bias on the padding token (neither side can sample or "

@@ -56,20 +56,30 @@ def tiny_batch() -> tuple[TransformerLM, CompletionBatch]:
     return net, CompletionBatch(sequences, attention, completion_mask, advantages)
 
 
-def test_completions_of_one_prompt_feed_it_once_with_the_same_log_probs_and_gradients() -> None:
-    """Rows 2 and 3 of the tiny batch share their prompt: fed once, its keys and values copied."""
-    results, fed = [], []
-    for shared in (True, False):
-        net, batch = tiny_batch()
-        net.cache_with_gradients = shared
-        fed.clear()
-        net.register_forward_pre_hook(lambda _, args: fed.append(tuple(args[0].shape)))
-        log_probs, entropy = token_log_probs(net, batch, temperature=0.7, pad_id=0)
+@pytest.mark.parametrize("new_tokens", [3, 1])
+def test_completions_of_one_prompt_feed_it_once_with_the_same_log_probs_and_grads(new_tokens: int) -> None:
+    """Rows 2 and 3 of the tiny batch share their prompt: fed once, its keys and values copied,
+    they get the numbers each row fed alone (with no row to share with) gets."""
+    results, fed = [], {}
+    for together in (True, False):
+        net, whole = tiny_batch()
+        keep = whole.sequences.shape[1] - whole.new_tokens + new_tokens  # the first new_tokens
+        batch = CompletionBatch(
+            whole.sequences[:, :keep], whole.attention_mask[:, :keep], whole.completion_mask[:, :new_tokens],
+            whole.advantages,
+        )  # fmt: skip
+        shapes = fed.setdefault(together, [])
+        net.register_forward_pre_hook(lambda _, args, shapes=shapes: shapes.append(tuple(args[0].shape)))
+        parts = [batch] if together else [batch.rows(torch.tensor([row])) for row in range(len(batch))]
+        outputs = [token_log_probs(net, part, temperature=0.7, pad_id=0) for part in parts]
+        log_probs, entropy = (torch.cat(values) for values in zip(*outputs, strict=True))
         (log_probs * batch.advantages[:, None] + 0.1 * entropy).sum().backward()
         results.append([log_probs, entropy, *(p.grad for p in net.parameters())])
-        assert fed == ([(2, 3), (3, 2)] if shared else [(3, 6)])  # 2 distinct prompts, then 2 tokens each
-    for with_sharing, whole in zip(*results, strict=True):
-        torch.testing.assert_close(with_sharing, whole, atol=1e-12, rtol=0)
+    # Two distinct prompts, then the completions' tokens but the last on the copied cache.
+    assert fed[True] == ([(2, 3), (3, new_tokens - 1)] if new_tokens > 1 else [(2, 3)])
+    assert fed[False] == [(1, 3 + new_tokens)] * 3
+    for together, alone in zip(*results, strict=True):
+        torch.testing.assert_close(together, alone, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("normalization", ["token", "sequence"])

@@ -55,6 +55,27 @@ def test_a_row_does_not_depend_on_its_batch_and_the_shared_cache_changes_nothing
     assert tokenizer.decode([*rows[1], tokenizer.eos_id, *rows[0]]) == "rev 31415="
 
 
+def test_the_loss_pass_feeds_a_shared_prompt_once_with_the_same_numbers(model_dir: Path) -> None:
+    from distrl.algos.grpo import token_log_probs
+    from distrl.models.pretrained import load_pretrained_model, load_pretrained_tokenizer
+    from distrl.storage.completions import CompletionBatch
+
+    model, tokenizer = load_pretrained_model(str(model_dir)), load_pretrained_tokenizer(str(model_dir))
+    assert model.repeatable_cache  # GPT-2 caches keys and values only
+    rows = [tokenizer.encode(text, "test") for text in ("rev 1=", "rev 31415=")]
+    tokens, mask = left_padded(rows, tokenizer.pad_id, torch.device("cpu"))
+    done = generate(model, tokens, mask, 4, tokenizer.eos_id, tokenizer.pad_id, Sampling(), [3, 4], copies=2)
+    batch = CompletionBatch(*done.sequences(), done.mask, torch.tensor([1.0, -1.0, 0.5, 2.0]))
+    results = []
+    for parts in ([batch], [batch.rows(torch.tensor([row])) for row in range(len(batch))]):
+        model.zero_grad()
+        log_probs = torch.cat([token_log_probs(model, part, 1.0, tokenizer.pad_id)[0] for part in parts])
+        (log_probs * batch.advantages[:, None]).sum().backward()
+        results.append([log_probs.detach(), *(p.grad.clone() for p in model.parameters())])
+    for together, alone in zip(*results, strict=True):
+        torch.testing.assert_close(together, alone, atol=1e-6, rtol=1e-5)
+
+
 def test_grpo_trains_it_and_it_evaluates_and_exports(model_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     trained = distrl(

@@ -79,7 +79,11 @@ def test_a_completion_does_not_depend_on_its_batch_or_padding() -> None:
 
 def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() -> None:
     net, sampling, seeds = model(2), Sampling(temperature=0.7), [21, 22, 23]
+    fed = []
+    hook = net.register_forward_pre_hook(lambda _, args: fed.append(args[0].shape[0]))
     cached = completions_of(net, PROMPTS, True, sampling, seeds, copies=4)
+    hook.remove()
+    assert fed[:2] == [3, 12]  # each prompt once, then each of its 4 completions
     uncached = completions_of(net, PROMPTS, False, sampling, seeds, copies=4)
     assert torch.equal(cached.tokens, uncached.tokens)
     assert torch.equal(cached.prompts, prompts(PROMPTS)[0].repeat_interleave(4, 0))
@@ -88,6 +92,9 @@ def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() 
     assert len({tuple(row) for row in cached.tokens.tolist()}) > len(PROMPTS)
     alone = completions_of(net, PROMPTS[1:2], True, sampling, seeds[1:2], copies=2)
     assert torch.equal(alone.tokens, cached.tokens[4:6])
+    # A model whose cache cannot be copied row by row is fed each prompt once per completion.
+    net.repeatable_cache = False
+    assert torch.equal(completions_of(net, PROMPTS, True, sampling, seeds, copies=4).tokens, cached.tokens)
 
 
 def test_padding_is_never_generated() -> None:

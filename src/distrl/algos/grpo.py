@@ -75,9 +75,14 @@ def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Ten
     new = batch.new_tokens
     prompts, prompt_mask = batch.sequences[:, :-new], batch.attention_mask[:, :-new]
     # On a GPU the prompt's own pass launches as many kernels again, which cost more than the
-    # arithmetic it saves at the sizes measured (BENCHMARKS.md): there whole sequences go in one.
-    shared = batch.sequences.device.type == "cpu" and model.cache_with_gradients
-    counts = torch.unique_consecutive(prompts, dim=0, return_counts=True)[1] if shared else None
+    # arithmetic it saves at the sizes measured (BENCHMARKS.md). Under activation checkpointing
+    # the copied keys and values would be kept as every block's inputs: the memory it is for.
+    shared = (
+        batch.sequences.device.type == "cpu" and model.repeatable_cache and not model.activation_checkpointing
+    )
+    # Grouped on tokens and mask alike: a prompt's text may hold the padding token itself.
+    marked = prompts.masked_fill(~prompt_mask, -1)
+    counts = torch.unique_consecutive(marked, dim=0, return_counts=True)[1] if shared else None
     if counts is None or len(counts) == len(batch):
         logits, _ = model(batch.sequences, batch.attention_mask)
         return logits[:, -new - 1 : -1]

@@ -23,6 +23,7 @@ import torch
 from distrl.models.transformer import KVCache
 
 if TYPE_CHECKING:
+    from distrl.models.pretrained import PretrainedCache
     from distrl.models.sequence_policy import SequenceModel
 
 
@@ -112,14 +113,17 @@ def generate(
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
     running = torch.ones(batch, dtype=torch.bool, device=device)
-    cache: KVCache | None = None
+    # Each prompt once where the model's cache copies row by row, else once per completion.
+    first_feed = (prompts, prompt_mask) if model.repeatable_cache else (rows, row_mask)
+    cache: KVCache | PretrainedCache | None = None
     for step in range(max_new_tokens):
         if not use_cache:
             so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
             logits, _ = model(*so_far)
-        elif cache is None:  # the prompts, once each; their completions then go their own ways
-            logits, cache = model(prompts, prompt_mask)
-            logits, cache = logits.repeat_interleave(copies, 0), cache.repeat_rows(copies)
+        elif cache is None:
+            logits, cache = model(*first_feed)
+            if logits.shape[0] < batch:  # the prompts' completions now go their own ways
+                logits, cache = logits[:, -1:].repeat_interleave(copies, 0), cache.repeat_rows(copies)
         else:
             logits, cache = model(tokens[:, step - 1 : step], mask[:, step - 1 : step], cache)
         logits = without_padding(logits[:, -1], pad_id)

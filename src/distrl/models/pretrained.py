@@ -57,7 +57,8 @@ class PretrainedCache:
     mask: torch.Tensor
 
     def repeat_rows(self, copies: int | torch.Tensor) -> PretrainedCache:
-        """As ``KVCache.repeat_rows`` (transformers' cache repeats in place)."""
+        """As ``KVCache.repeat_rows``; transformers repeats its cache in place, so this one is
+        spent."""
         self.past.batch_repeat_interleave(copies)
         return PretrainedCache(self.past, self.mask.repeat_interleave(copies, 0))
 
@@ -73,6 +74,9 @@ class PretrainedLM(nn.Module):
         for module in model.modules():
             if isinstance(module, nn.Dropout):
                 module.p = 0.0
+        self.repeatable_cache = _plain_key_value_cache(model.config)
+        """Every layer caches keys and values only, which copy row by row; a recurrent or
+        linear-attention state, a static or quantized layer, would not."""
 
     @property
     def activation_checkpointing(self) -> bool:
@@ -85,11 +89,6 @@ class PretrainedLM(nn.Module):
             self.model.activation_checkpointing_enable({"use_reentrant": False})
         else:
             self.model.activation_checkpointing_disable()
-
-    @property
-    def cache_with_gradients(self) -> bool:
-        """Under activation checkpointing transformers keeps no cache while training."""
-        return not self.activation_checkpointing
 
     def forward(
         self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: PretrainedCache | None = None
@@ -106,6 +105,13 @@ class PretrainedLM(nn.Module):
             use_cache=not (self.activation_checkpointing and torch.is_grad_enabled()),
         )
         return out.logits, PretrainedCache(out.cache, mask)
+
+
+def _plain_key_value_cache(config: Any) -> bool:  # noqa: ANN401 (transformers is an optional extra)
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+    plain = (DynamicLayer, DynamicSlidingWindowLayer)
+    return all(type(layer) in plain for layer in DynamicCache(config=config).layers)
 
 
 def load_pretrained_tokenizer(path: str) -> PretrainedTokenizer:

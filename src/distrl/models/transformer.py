@@ -96,8 +96,9 @@ class TransformerLM(nn.Module):
         self.activation_checkpointing = False
         """Recompute each block's activations in the backward pass instead of keeping them
         (``train.activation_checkpointing``): less memory for more compute."""
-        self.cache_with_gradients = True
-        """The cache a forward pass returns carries gradients, checkpointed or not."""
+        self.repeatable_cache = True
+        """Its cache can be copied row by row (``KVCache.repeat_rows``): a prompt fed once serves
+        each of its completions."""
         self.apply(_init_like_gpt2)
 
     def forward(
