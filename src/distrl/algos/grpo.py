@@ -22,7 +22,7 @@ import torch
 from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.grpo_config import GRPOConfig
-from distrl.collect.generate import without_padding
+from distrl.collect.generate import prompts_fed_once, without_padding
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
 from distrl.timing import PhaseClock
@@ -77,21 +77,18 @@ def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Ten
     # On a GPU the prompt's own pass launches as many kernels again, which cost more than the
     # arithmetic it saves at the sizes measured (BENCHMARKS.md). Under activation checkpointing
     # the copied keys and values would be kept as every block's inputs: the memory it is for.
-    shared = (
-        batch.sequences.device.type == "cpu" and model.repeatable_cache and not model.activation_checkpointing
-    )
-    # Grouped on tokens and mask alike: a prompt's text may hold the padding token itself.
-    marked = prompts.masked_fill(~prompt_mask, -1)
-    counts = torch.unique_consecutive(marked, dim=0, return_counts=True)[1] if shared else None
+    counts = None
+    if batch.sequences.device.type == "cpu" and model.repeatable_cache and not model.activation_checkpointing:
+        # Grouped on tokens and mask alike: a prompt's text may hold the padding token itself.
+        marked = prompts.masked_fill(~prompt_mask, -1)
+        counts = torch.unique_consecutive(marked, dim=0, return_counts=True)[1]
     if counts is None or len(counts) == len(batch):
         logits, _ = model(batch.sequences, batch.attention_mask)
         return logits[:, -new - 1 : -1]
     first = counts.cumsum(0) - counts
-    prompt_logits, cache = model(prompts[first], prompt_mask[first])
-    first_token = prompt_logits[:, -1:].repeat_interleave(counts, 0)
+    first_token, cache = prompts_fed_once(model, prompts[first], prompt_mask[first], counts)
     if new == 1:
         return first_token
-    cache = cache.repeat_rows(counts)
     rest, _ = model(batch.sequences[:, -new:-1], batch.attention_mask[:, -new:-1], cache)
     return torch.cat([first_token, rest], 1)
 

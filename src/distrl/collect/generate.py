@@ -113,19 +113,17 @@ def generate(
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
     running = torch.ones(batch, dtype=torch.bool, device=device)
-    # Each prompt once where the model's cache copies row by row, else once per completion.
-    first_feed = (prompts, prompt_mask) if model.repeatable_cache else (rows, row_mask)
     cache: KVCache | PretrainedCache | None = None
     for step in range(max_new_tokens):
         if not use_cache:
             so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
             logits, _ = model(*so_far)
-        elif cache is None:
-            logits, cache = model(*first_feed)
-            if logits.shape[0] < batch:  # the prompts' completions now go their own ways
-                logits, cache = logits[:, -1:].repeat_interleave(copies, 0), cache.repeat_rows(copies)
-        else:
+        elif cache is not None:
             logits, cache = model(tokens[:, step - 1 : step], mask[:, step - 1 : step], cache)
+        elif copies > 1 and model.repeatable_cache:  # each prompt once, then its completions apart
+            logits, cache = prompts_fed_once(model, prompts, prompt_mask, copies)
+        else:  # once per completion: a cache that cannot be copied row by row
+            logits, cache = model(rows, row_mask)
         logits = without_padding(logits[:, -1], pad_id)
         if noise is None:
             chosen = logits.argmax(-1)
@@ -137,6 +135,16 @@ def generate(
         if not running.any():
             break
     return Completions(rows, row_mask, tokens, mask, ended=~running)
+
+
+def prompts_fed_once(
+    model: SequenceModel, prompts: torch.Tensor, prompt_mask: torch.Tensor, copies: int | torch.Tensor
+) -> tuple[torch.Tensor, KVCache | PretrainedCache]:
+    """The logits at each prompt's last position and the cache after it, from one pass over the
+    prompts, each row copied ``copies`` times side by side (one count for all, or one per row)
+    for its completions; the model's cache must copy row by row (``repeatable_cache``)."""
+    logits, cache = model(prompts, prompt_mask)
+    return logits[:, -1:].repeat_interleave(copies, 0), cache.repeat_rows(copies)
 
 
 def _gumbel(seed: int, draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
