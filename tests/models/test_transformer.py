@@ -97,6 +97,22 @@ def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() 
     assert torch.equal(completions_of(net, PROMPTS, True, sampling, seeds, copies=4).tokens, cached.tokens)
 
 
+@pytest.mark.parametrize("copies", [1, 4])
+def test_generation_keeps_the_log_probabilities_and_entropies_the_loss_pass_computes(copies: int) -> None:
+    net, sampling = model(2).double(), Sampling(temperature=0.7, top_k=5)
+    done = completions_of(net, PROMPTS, True, sampling, [31, 32, 33], copies=copies)
+    assert done.mask.sum() > len(PROMPTS) * copies and not done.mask.all()  # several tokens; some ended
+    batch = CompletionBatch(
+        *done.sequences(), done.mask, torch.zeros(done.tokens.shape[0], dtype=torch.float64)
+    )
+    with torch.no_grad():
+        log_probs, entropy = token_log_probs(net, batch, temperature=0.7, pad_id=TOKENIZER.pad_id)
+    # The policy's own distribution at the temperature, not the top-k one it was sampled from.
+    torch.testing.assert_close(done.log_probs, log_probs, atol=1e-10, rtol=0)
+    torch.testing.assert_close(done.entropy, entropy * done.mask, atol=1e-10, rtol=0)
+    assert done.log_probs.dtype == torch.float64 and bool((done.entropy[~done.mask] == 0).all())
+
+
 def test_padding_is_never_generated() -> None:
     net = model(3)
     with torch.no_grad():  # the output layer is the embedding: make padding every row's favourite

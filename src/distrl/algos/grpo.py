@@ -22,7 +22,7 @@ import torch
 from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.grpo_config import GRPOConfig
-from distrl.collect.generate import prompts_fed_once, without_padding
+from distrl.collect.generate import entropy_of, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
 from distrl.timing import PhaseClock
@@ -105,16 +105,13 @@ def token_log_probs(
     never among the choices (as in ``collect.generate``)."""
     with precision.autocast(batch.sequences.device, autocast):
         predicting = completion_logits(model, batch)
-    # At least float32 (bf16 under autocast), float64 where the model is.
-    predicting = predicting.to(torch.promote_types(predicting.dtype, torch.float32)) / temperature
-    log_softmax = without_padding(predicting, pad_id).log_softmax(-1)
+    log_softmax = policy_log_softmax(predicting, temperature, pad_id)
     completion = batch.sequences[:, -batch.new_tokens :]
     # Zero after a completion's end: the padding there has probability 0 (its -inf would be NaN).
     log_probs = (
         log_softmax.gather(-1, completion.unsqueeze(-1)).squeeze(-1).masked_fill(~batch.completion_mask, 0.0)
     )
-    entropy = -(log_softmax.exp() * log_softmax.clamp(min=torch.finfo(log_softmax.dtype).min)).sum(-1)
-    return log_probs, entropy
+    return log_probs, entropy_of(log_softmax)
 
 
 class GRPO:
@@ -158,14 +155,8 @@ class GRPO:
 
     def log_probs(self, model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
         """``model``'s log-probabilities of the completions, without gradients."""
-        return self.log_probs_and_entropy(model, batch)[0]
-
-    def log_probs_and_entropy(
-        self, model: SequenceModel, batch: CompletionBatch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``log_probs`` and the per-token entropies of the same forward pass."""
         with torch.no_grad():
-            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)
+            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)[0]
 
     def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
         """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global

@@ -10,6 +10,10 @@ generate the same completions. Without seeds decoding is greedy.
 A prompt's completions (GRPO's group) share its prefix: the prompt is fed once and its keys and
 values are copied to each completion, rather than computed once per completion as a generator fed
 repeated prompts does.
+
+Each token's log-probability under the generating policy, and the entropy of the distribution it
+was drawn from, are kept as it is chosen (at the sampling temperature, before top-k/top-p: the
+policy GRPO's ratios compare with), so no second pass over the completions is needed for them.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ class Completions:
     """True on a completion's tokens (its end token included)."""
     ended: torch.Tensor
     """``[batch]``: the completion produced the end token."""
+    log_probs: torch.Tensor
+    """``[batch, new_tokens]``: each token's log-probability under the generating policy
+    (``policy_log_softmax``), 0 after the completion's end."""
+    entropy: torch.Tensor
+    """``[batch, new_tokens]``: the entropy of the distribution each token was drawn from, 0
+    after the completion's end."""
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt and completion side by side, and where real tokens are."""
@@ -69,6 +79,18 @@ def without_padding(logits: torch.Tensor, pad_id: int) -> torch.Tensor:
     """``logits`` with the padding token's set to -inf: padding is never generated (it would
     vanish from the decoded text), and the loss's log-probabilities exclude it alike."""
     return logits.index_fill(-1, torch.tensor([pad_id], device=logits.device), -torch.inf)
+
+
+def policy_log_softmax(logits: torch.Tensor, temperature: float, pad_id: int) -> torch.Tensor:
+    """The policy's log-probabilities from its logits: at least float32 (float64 where the model
+    is), scaled by the sampling temperature, padding never a choice."""
+    scaled = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    return without_padding(scaled, pad_id).log_softmax(-1)
+
+
+def entropy_of(log_softmax: torch.Tensor) -> torch.Tensor:
+    """The entropy of each distribution given as log-probabilities (-inf ones contribute 0)."""
+    return -(log_softmax.exp() * log_softmax.clamp(min=torch.finfo(log_softmax.dtype).min)).sum(-1)
 
 
 def filter_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -112,6 +134,10 @@ def generate(
         noise = torch.cat([_gumbel(seed, copies, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
+    log_probs = torch.zeros(
+        batch, max_new_tokens, dtype=torch.promote_types(dtype, torch.float32), device=device
+    )
+    entropy = torch.zeros_like(log_probs)
     running = torch.ones(batch, dtype=torch.bool, device=device)
     cache: KVCache | PretrainedCache | None = None
     for step in range(max_new_tokens):
@@ -129,12 +155,16 @@ def generate(
             chosen = logits.argmax(-1)
         else:
             chosen = (filter_logits(logits, sampling) + noise[:, step]).argmax(-1)
+        log_softmax = policy_log_softmax(logits, sampling.temperature, pad_id)
+        chosen_log_prob = log_softmax.gather(-1, chosen[:, None]).squeeze(-1)
         tokens[:, step] = torch.where(running, chosen, pad_id)
         mask[:, step] = running
+        log_probs[:, step] = chosen_log_prob.masked_fill(~running, 0.0)
+        entropy[:, step] = entropy_of(log_softmax).masked_fill(~running, 0.0)
         running = running & (chosen != eos_id)
         if not running.any():
             break
-    return Completions(rows, row_mask, tokens, mask, ended=~running)
+    return Completions(rows, row_mask, tokens, mask, ~running, log_probs, entropy)
 
 
 def prompts_fed_once(
