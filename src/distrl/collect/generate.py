@@ -9,7 +9,8 @@ generate the same completions. Without seeds decoding is greedy.
 
 A prompt's completions (GRPO's group) share its prefix: the prompt is fed once and its keys and
 values are copied to each completion, rather than computed once per completion as a generator fed
-repeated prompts does.
+repeated prompts does. A completion that has ended leaves the batch (its rows of the cache with it),
+so later steps compute only the completions still going.
 
 Each token's log-probability under the generating policy, and the entropy of the distribution it
 was drawn from, are kept as it is chosen (at the sampling temperature, before top-k/top-p: the
@@ -139,13 +140,16 @@ def generate(
     )
     entropy = torch.zeros_like(log_probs)
     running = torch.ones(batch, dtype=torch.bool, device=device)
+    # The rows the model computes this step, in the cache's order: every row, or with a cache
+    # that selects rows, those still running.
+    fed = torch.arange(batch, device=device)
     cache: KVCache | PretrainedCache | None = None
     for step in range(max_new_tokens):
         if not use_cache:
             so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
             logits, _ = model(*so_far)
         elif cache is not None:
-            logits, cache = model(tokens[:, step - 1 : step], mask[:, step - 1 : step], cache)
+            logits, cache = model(tokens[fed, step - 1 : step], mask[fed, step - 1 : step], cache)
         elif copies > 1 and model.repeatable_cache:  # each prompt once, then its completions apart
             logits, cache = prompts_fed_once(model, prompts, prompt_mask, copies)
         else:  # once per completion: a cache that cannot be copied row by row
@@ -154,16 +158,20 @@ def generate(
         if noise is None:
             chosen = logits.argmax(-1)
         else:
-            chosen = (filter_logits(logits, sampling) + noise[:, step]).argmax(-1)
+            chosen = (filter_logits(logits, sampling) + noise[fed, step]).argmax(-1)
         log_softmax = policy_log_softmax(logits, sampling.temperature, pad_id)
         chosen_log_prob = log_softmax.gather(-1, chosen[:, None]).squeeze(-1)
-        tokens[:, step] = torch.where(running, chosen, pad_id)
-        mask[:, step] = running
-        log_probs[:, step] = chosen_log_prob.masked_fill(~running, 0.0)
-        entropy[:, step] = entropy_of(log_softmax).masked_fill(~running, 0.0)
-        running = running & (chosen != eos_id)
-        if not running.any():
+        going = running[fed]
+        tokens[fed, step] = torch.where(going, chosen, pad_id)
+        mask[fed, step] = going
+        log_probs[fed, step] = chosen_log_prob.masked_fill(~going, 0.0)
+        entropy[fed, step] = entropy_of(log_softmax).masked_fill(~going, 0.0)
+        still = going & (chosen != eos_id)
+        running[fed] = still
+        if not still.any():
             break
+        if use_cache and model.repeatable_cache and not still.all():
+            fed, cache = fed[still], cache.select_rows(still.nonzero().squeeze(1))
     return Completions(rows, row_mask, tokens, mask, ~running, log_probs, entropy)
 
 

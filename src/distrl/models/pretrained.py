@@ -62,6 +62,11 @@ class PretrainedCache:
         self.past.batch_repeat_interleave(copies)
         return PretrainedCache(self.past, self.mask.repeat_interleave(copies, 0))
 
+    def select_rows(self, index: torch.Tensor) -> PretrainedCache:
+        """As ``KVCache.select_rows``; spent like ``repeat_rows``."""
+        self.past.batch_select_indices(index)
+        return PretrainedCache(self.past, self.mask[index])
+
 
 class PretrainedLM(nn.Module):
     def __init__(self, model: nn.Module) -> None:
@@ -75,8 +80,8 @@ class PretrainedLM(nn.Module):
             if isinstance(module, nn.Dropout):
                 module.p = 0.0
         self.repeatable_cache = _plain_key_value_cache(model.config)
-        """Every layer caches keys and values only, which copy row by row; a recurrent or
-        linear-attention state, a static or quantized layer, would not."""
+        """Every layer caches keys and values only, which copy and select row by row; a
+        recurrent or linear-attention state, a static or quantized layer, would not."""
 
     @property
     def activation_checkpointing(self) -> bool:

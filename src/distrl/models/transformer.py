@@ -43,6 +43,10 @@ class KVCache:
             self.mask.repeat_interleave(copies, 0),
         )
 
+    def select_rows(self, index: torch.Tensor) -> KVCache:
+        """The rows ``index`` names: completions still being generated, or still to be fed."""
+        return KVCache([k[index] for k in self.keys], [v[index] for v in self.values], self.mask[index])
+
 
 class SelfAttention(nn.Module):
     def __init__(self, width: int, heads: int) -> None:
@@ -97,8 +101,9 @@ class TransformerLM(nn.Module):
         """Recompute each block's activations in the backward pass instead of keeping them
         (``train.activation_checkpointing``): less memory for more compute."""
         self.repeatable_cache = True
-        """Its cache can be copied row by row (``KVCache.repeat_rows``): a prompt fed once serves
-        each of its completions."""
+        """Its cache can be copied and selected row by row (``KVCache.repeat_rows``,
+        ``select_rows``): a prompt fed once serves each of its completions, and a finished one
+        leaves the batch."""
         self.apply(_init_like_gpt2)
 
     def forward(
