@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distrl.models.transformer import KVCache
+from distrl.models.transformer import KVCache, repeat_rows
 
 if TYPE_CHECKING:
     from distrl.models.pretrained import PretrainedCache
@@ -182,7 +182,7 @@ def prompts_fed_once(
     prompts, each row copied ``copies`` times side by side (one count for all, or one per row)
     for its completions; the model's cache must copy row by row (``repeatable_cache``)."""
     logits, cache = model(prompts, prompt_mask)
-    return logits[:, -1:].repeat_interleave(copies, 0), cache.repeat_rows(copies)
+    return repeat_rows(logits[:, -1:], copies), cache.repeat_rows(copies)
 
 
 def _gumbel(seed: int, draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:

@@ -18,6 +18,7 @@ from torch import nn
 from distrl import extras
 from distrl.errors import UserError
 from distrl.extras import require_extra
+from distrl.models.transformer import repeat_rows
 from distrl.tasks.tokenizer import text_ids
 
 
@@ -60,7 +61,7 @@ class PretrainedCache:
         """As ``KVCache.repeat_rows``; transformers repeats its cache in place, so this one is
         spent."""
         self.past.batch_repeat_interleave(copies)
-        return PretrainedCache(self.past, self.mask.repeat_interleave(copies, 0))
+        return PretrainedCache(self.past, repeat_rows(self.mask, copies))
 
     def select_rows(self, index: torch.Tensor) -> PretrainedCache:
         """As ``KVCache.select_rows``; spent like ``repeat_rows``."""
