@@ -192,8 +192,14 @@ class GRPO:
 
     def log_probs(self, model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
         """``model``'s log-probabilities of the completions, without gradients."""
+        return self.log_probs_and_entropy(model, batch)[0]
+
+    def log_probs_and_entropy(
+        self, model: SequenceModel, batch: CompletionBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_probs`` and the per-token entropies of the same forward pass."""
         with torch.no_grad():
-            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)[0]
+            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)
 
     def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
         """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global
