@@ -75,9 +75,42 @@ def test_completions_of_one_prompt_feed_it_once_with_the_same_log_probs_and_grad
         log_probs, entropy = (torch.cat(values) for values in zip(*outputs, strict=True))
         (log_probs * batch.advantages[:, None] + 0.1 * entropy).sum().backward()
         results.append([log_probs, entropy, *(p.grad for p in net.parameters())])
-    # Two distinct prompts, then the completions' tokens but the last on the copied cache.
-    assert fed[True] == ([(2, 3), (3, new_tokens - 1)] if new_tokens > 1 else [(2, 3)])
-    assert fed[False] == [(1, 3 + new_tokens)] * 3
+    # Two distinct prompts, then the completions' tokens but the last on the copied cache; alone,
+    # each row's prompt and completion, up to its own last token but one.
+    lengths = batch.completion_mask.sum(1).tolist()
+    assert fed[True] == ([(2, 3), (3, max(lengths) - 1)] if new_tokens > 1 else [(2, 3)])
+    assert fed[False] == [(1, 3 + length - 1) for length in lengths]
+    for together, alone in zip(*results, strict=True):
+        torch.testing.assert_close(together, alone, atol=1e-12, rtol=0)
+
+
+def test_a_long_completion_is_fed_on_alone_past_the_others() -> None:
+    """One completion of six tokens among ones of one and two: the columns the short ones read
+    are fed for all, the rest for the long one alone, with the numbers each row fed alone gets."""
+    torch.manual_seed(1)
+    net = TransformerLM(8, TransformerConfig(layers=2, width=16, heads=2, context=12)).double()
+    prompt = [2, 3, 4]
+    completions = [[5, 6, 7, 5, 6, 1], [1, 0, 0, 0, 0, 0], [6, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]]
+    sequences = torch.tensor([prompt + row for row in completions])
+    completion_mask = torch.tensor(
+        [[1] * 6, [1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]]
+    ).bool()
+    attention = torch.cat([torch.ones(4, 3, dtype=torch.bool), completion_mask], 1)
+    batch = CompletionBatch(sequences, attention, completion_mask, torch.tensor([1.0, -1.0, 0.5, -0.5]))
+    results, shapes = [], []
+    for parts in ([batch], [batch.rows(torch.tensor([row])) for row in range(4)]):
+        net.zero_grad()
+        hook = net.register_forward_pre_hook(lambda _, args: shapes.append(tuple(args[0].shape)))
+        log_probs, entropy = (
+            torch.cat(values)
+            for values in zip(*(token_log_probs(net, part, 0.7, pad_id=0) for part in parts), strict=True)
+        )
+        hook.remove()
+        (log_probs * batch.advantages[:, None] + 0.1 * entropy).sum().backward()
+        results.append([log_probs, entropy, *(p.grad.clone() for p in net.parameters())])
+    # The prompt once, the first completion column for all four, the other four for the long one.
+    assert shapes[:3] == [(1, 3), (4, 1), (1, 4)]
+    assert bool((results[0][0][~completion_mask] == 0).all())
     for together, alone in zip(*results, strict=True):
         torch.testing.assert_close(together, alone, atol=1e-12, rtol=0)
 

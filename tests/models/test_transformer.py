@@ -84,6 +84,11 @@ def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() 
     cached = completions_of(net, PROMPTS, True, sampling, seeds, copies=4)
     hook.remove()
     assert fed[:2] == [3, 12]  # each prompt once, then each of its 4 completions
+    # Each step feeds the completions still going (those with a token at that step), and ended
+    # ones only until they are a quarter of those fed.
+    going = [int(n) for n in cached.mask[:, 1:].sum(0) if n > 0]
+    assert len(fed) == 1 + len(going) and min(fed[1:]) < 12
+    assert all(n <= rows < 4 / 3 * n for rows, n in zip(fed[1:], going, strict=True))
     uncached = completions_of(net, PROMPTS, False, sampling, seeds, copies=4)
     assert torch.equal(cached.tokens, uncached.tokens)
     assert torch.equal(cached.prompts, prompts(PROMPTS)[0].repeat_interleave(4, 0))
@@ -95,6 +100,22 @@ def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() 
     # A model whose cache cannot be copied row by row is fed each prompt once per completion.
     net.repeatable_cache = False
     assert torch.equal(completions_of(net, PROMPTS, True, sampling, seeds, copies=4).tokens, cached.tokens)
+
+
+@pytest.mark.parametrize("copies", [1, 4])
+def test_generation_keeps_the_log_probabilities_and_entropies_the_loss_pass_computes(copies: int) -> None:
+    net, sampling = model(2).double(), Sampling(temperature=0.7, top_k=5)
+    done = completions_of(net, PROMPTS, True, sampling, [31, 32, 33], copies=copies)
+    assert done.mask.sum() > len(PROMPTS) * copies and not done.mask.all()  # several tokens; some ended
+    batch = CompletionBatch(
+        *done.sequences(), done.mask, torch.zeros(done.tokens.shape[0], dtype=torch.float64)
+    )
+    with torch.no_grad():
+        log_probs, entropy = token_log_probs(net, batch, temperature=0.7, pad_id=TOKENIZER.pad_id)
+    # The policy's own distribution at the temperature, not the top-k one it was sampled from.
+    torch.testing.assert_close(done.log_probs, log_probs, atol=1e-10, rtol=0)
+    torch.testing.assert_close(done.entropy, entropy * done.mask, atol=1e-10, rtol=0)
+    assert done.log_probs.dtype == torch.float64 and bool((done.entropy[~done.mask] == 0).all())
 
 
 def test_padding_is_never_generated() -> None:

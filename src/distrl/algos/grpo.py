@@ -18,17 +18,20 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
 from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.grpo_config import GRPOConfig
-from distrl.collect.generate import prompts_fed_once, without_padding
+from distrl.collect.generate import entropy_of, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
 from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
+    from distrl.models.pretrained import PretrainedCache
     from distrl.models.sequence_policy import SequenceModel
+    from distrl.models.transformer import KVCache
 
 
 def group_advantages(rewards: torch.Tensor, baseline: str, scale_by_std: bool) -> torch.Tensor:
@@ -68,12 +71,21 @@ def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfi
 
 
 def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
-    """``[completions, new_tokens, vocab]``: the logits that predict each completion token.
-    On a CPU, completions side by side with the same prompt (a group, or part of one) share it,
-    as in generation: it is fed once, and its keys and values are copied to each of them (their
-    gradients add up there), instead of once per completion."""
+    """``[completions, longest, vocab]``: the logits that predict each completion token, up to
+    the longest completion's length (nothing past a completion's end is read, so no longer
+    sequence is fed). On a CPU, completions side by side with the same prompt (a group, or part
+    of one) share it, as in generation: it is fed once, and its keys and values are copied to each
+    of them (their gradients add up there), instead of once per completion; then the completions
+    are fed in up to two parts (``_completions_fed``)."""
     new = batch.new_tokens
+    lengths = batch.completion_mask.sum(1)
+    longest = int(lengths.max())
     prompts, prompt_mask = batch.sequences[:, :-new], batch.attention_mask[:, :-new]
+    # The completion tokens that predict later ones: all but the last of the longest.
+    fed, fed_mask = (
+        batch.sequences[:, -new : -new + longest - 1],
+        batch.attention_mask[:, -new : -new + longest - 1],
+    )
     # On a GPU the prompt's own pass launches as many kernels again, which cost more than the
     # arithmetic it saves at the sizes measured (BENCHMARKS.md). Under activation checkpointing
     # the copied keys and values would be kept as every block's inputs: the memory it is for.
@@ -83,14 +95,37 @@ def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Ten
         marked = prompts.masked_fill(~prompt_mask, -1)
         counts = torch.unique_consecutive(marked, dim=0, return_counts=True)[1]
     if counts is None or len(counts) == len(batch):
-        logits, _ = model(batch.sequences, batch.attention_mask)
-        return logits[:, -new - 1 : -1]
+        logits, _ = model(torch.cat([prompts, fed], 1), torch.cat([prompt_mask, fed_mask], 1))
+        return logits[:, prompts.shape[1] - 1 :]
     first = counts.cumsum(0) - counts
     first_token, cache = prompts_fed_once(model, prompts[first], prompt_mask[first], counts)
-    if new == 1:
+    if longest == 1:
         return first_token
-    rest, _ = model(batch.sequences[:, -new:-1], batch.attention_mask[:, -new:-1], cache)
-    return torch.cat([first_token, rest], 1)
+    return torch.cat([first_token, _completions_fed(model, fed, fed_mask, cache, lengths - 1)], 1)
+
+
+def _completions_fed(
+    model: SequenceModel,
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    cache: KVCache | PretrainedCache,
+    read: torch.Tensor,
+) -> torch.Tensor:
+    """The logits of ``tokens`` ``[rows, width]`` after ``cache``, of which row i's first
+    ``read[i]`` are used (the rest as zeros). The columns up to a split are fed for every row
+    and the rest only for the rows that read past it (causal attention: nothing earlier depends
+    on them), at the split that feeds fewest tokens, if it saves at least a quarter (a second
+    pass has its own cost)."""
+    rows, width = tokens.shape
+    fed_with_split = [rows * split + int((read > split).sum()) * (width - split) for split in range(1, width)]
+    if not fed_with_split or min(fed_with_split) > 0.75 * rows * width:
+        return model(tokens, mask, cache)[0]
+    split = 1 + fed_with_split.index(min(fed_with_split))
+    head, cache = model(tokens[:, :split], mask[:, :split], cache)
+    longer = (read > split).nonzero().squeeze(1)
+    tail, _ = model(tokens[longer, split:], mask[longer, split:], cache.select_rows(longer))
+    tail = head.new_zeros(rows, width - split, head.shape[-1]).index_copy(0, longer, tail)
+    return torch.cat([head, tail], 1)
 
 
 def token_log_probs(
@@ -101,20 +136,19 @@ def token_log_probs(
     autocast: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of the completion tokens and the entropies of the distributions they
-    were drawn from (``[completions, new_tokens]`` each), at the sampling temperature, padding
-    never among the choices (as in ``collect.generate``)."""
+    were drawn from (``[completions, new_tokens]`` each, 0 after a completion's end), at the
+    sampling temperature, padding never among the choices (as in ``collect.generate``)."""
     with precision.autocast(batch.sequences.device, autocast):
         predicting = completion_logits(model, batch)
-    # At least float32 (bf16 under autocast), float64 where the model is.
-    predicting = predicting.to(torch.promote_types(predicting.dtype, torch.float32)) / temperature
-    log_softmax = without_padding(predicting, pad_id).log_softmax(-1)
-    completion = batch.sequences[:, -batch.new_tokens :]
+    log_softmax = policy_log_softmax(predicting, temperature, pad_id)
+    longest = log_softmax.shape[1]
+    completion = batch.sequences[:, -batch.new_tokens :][:, :longest]
+    real = batch.completion_mask[:, :longest]
     # Zero after a completion's end: the padding there has probability 0 (its -inf would be NaN).
-    log_probs = (
-        log_softmax.gather(-1, completion.unsqueeze(-1)).squeeze(-1).masked_fill(~batch.completion_mask, 0.0)
-    )
-    entropy = -(log_softmax.exp() * log_softmax.clamp(min=torch.finfo(log_softmax.dtype).min)).sum(-1)
-    return log_probs, entropy
+    log_probs = log_softmax.gather(-1, completion.unsqueeze(-1)).squeeze(-1).masked_fill(~real, 0.0)
+    entropy = entropy_of(log_softmax).masked_fill(~real, 0.0)
+    past_longest = (0, batch.new_tokens - longest)
+    return F.pad(log_probs, past_longest), F.pad(entropy, past_longest)
 
 
 class GRPO:

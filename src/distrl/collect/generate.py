@@ -9,7 +9,12 @@ generate the same completions. Without seeds decoding is greedy.
 
 A prompt's completions (GRPO's group) share its prefix: the prompt is fed once and its keys and
 values are copied to each completion, rather than computed once per completion as a generator fed
-repeated prompts does.
+repeated prompts does. Once a quarter of the completions fed have ended, those leave the batch
+(their rows of the cache with them), so later steps compute mostly the completions still going.
+
+Each token's log-probability under the generating policy, and the entropy of the distribution it
+was drawn from, are kept as it is chosen (at the sampling temperature, before top-k/top-p: the
+policy GRPO's ratios compare with), so no second pass over the completions is needed for them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distrl.models.transformer import KVCache
+from distrl.models.transformer import KVCache, repeat_rows
 
 if TYPE_CHECKING:
     from distrl.models.pretrained import PretrainedCache
@@ -45,6 +50,12 @@ class Completions:
     """True on a completion's tokens (its end token included)."""
     ended: torch.Tensor
     """``[batch]``: the completion produced the end token."""
+    log_probs: torch.Tensor
+    """``[batch, new_tokens]``: each token's log-probability under the generating policy
+    (``policy_log_softmax``), 0 after the completion's end."""
+    entropy: torch.Tensor
+    """``[batch, new_tokens]``: the entropy of the distribution each token was drawn from, 0
+    after the completion's end."""
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt and completion side by side, and where real tokens are."""
@@ -69,6 +80,18 @@ def without_padding(logits: torch.Tensor, pad_id: int) -> torch.Tensor:
     """``logits`` with the padding token's set to -inf: padding is never generated (it would
     vanish from the decoded text), and the loss's log-probabilities exclude it alike."""
     return logits.index_fill(-1, torch.tensor([pad_id], device=logits.device), -torch.inf)
+
+
+def policy_log_softmax(logits: torch.Tensor, temperature: float, pad_id: int) -> torch.Tensor:
+    """The policy's log-probabilities from its logits: at least float32 (float64 where the model
+    is), scaled by the sampling temperature, padding never a choice."""
+    scaled = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    return without_padding(scaled, pad_id).log_softmax(-1)
+
+
+def entropy_of(log_softmax: torch.Tensor) -> torch.Tensor:
+    """The entropy of each distribution given as log-probabilities (-inf ones contribute 0)."""
+    return -(log_softmax.exp() * log_softmax.clamp(min=torch.finfo(log_softmax.dtype).min)).sum(-1)
 
 
 def filter_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -112,14 +135,21 @@ def generate(
         noise = torch.cat([_gumbel(seed, copies, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
+    log_probs = torch.zeros(
+        batch, max_new_tokens, dtype=torch.promote_types(dtype, torch.float32), device=device
+    )
+    entropy = torch.zeros_like(log_probs)
     running = torch.ones(batch, dtype=torch.bool, device=device)
+    # The rows the model computes this step, in the cache's order: every row, or with a cache
+    # that selects rows, those still running.
+    fed = torch.arange(batch, device=device)
     cache: KVCache | PretrainedCache | None = None
     for step in range(max_new_tokens):
         if not use_cache:
             so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
             logits, _ = model(*so_far)
         elif cache is not None:
-            logits, cache = model(tokens[:, step - 1 : step], mask[:, step - 1 : step], cache)
+            logits, cache = model(tokens[fed, step - 1 : step], mask[fed, step - 1 : step], cache)
         elif copies > 1 and model.repeatable_cache:  # each prompt once, then its completions apart
             logits, cache = prompts_fed_once(model, prompts, prompt_mask, copies)
         else:  # once per completion: a cache that cannot be copied row by row
@@ -128,13 +158,22 @@ def generate(
         if noise is None:
             chosen = logits.argmax(-1)
         else:
-            chosen = (filter_logits(logits, sampling) + noise[:, step]).argmax(-1)
-        tokens[:, step] = torch.where(running, chosen, pad_id)
-        mask[:, step] = running
-        running = running & (chosen != eos_id)
-        if not running.any():
+            chosen = (filter_logits(logits, sampling) + noise[fed, step]).argmax(-1)
+        log_softmax = policy_log_softmax(logits, sampling.temperature, pad_id)
+        chosen_log_prob = log_softmax.gather(-1, chosen[:, None]).squeeze(-1)
+        going = running[fed]
+        tokens[fed, step] = torch.where(going, chosen, pad_id)
+        mask[fed, step] = going
+        log_probs[fed, step] = chosen_log_prob.masked_fill(~going, 0.0)
+        entropy[fed, step] = entropy_of(log_softmax).masked_fill(~going, 0.0)
+        still = going & (chosen != eos_id)
+        running[fed] = still
+        if not still.any():
             break
-    return Completions(rows, row_mask, tokens, mask, ended=~running)
+        # Copying the cache's rows costs about what a quarter of the rows' next step would.
+        if use_cache and model.repeatable_cache and int(still.sum()) <= 0.75 * len(fed):
+            fed, cache = fed[still], cache.select_rows(still.nonzero().squeeze(1))
+    return Completions(rows, row_mask, tokens, mask, ~running, log_probs, entropy)
 
 
 def prompts_fed_once(
@@ -144,7 +183,7 @@ def prompts_fed_once(
     prompts, each row copied ``copies`` times side by side (one count for all, or one per row)
     for its completions; the model's cache must copy row by row (``repeatable_cache``)."""
     logits, cache = model(prompts, prompt_mask)
-    return logits[:, -1:].repeat_interleave(copies, 0), cache.repeat_rows(copies)
+    return repeat_rows(logits[:, -1:], copies), cache.repeat_rows(copies)
 
 
 def _gumbel(seed: int, draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:

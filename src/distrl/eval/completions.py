@@ -3,10 +3,12 @@ reward functions (the GRPO analogue of ``eval.episodes``)."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
+from distrl.config.sections import TaskConfig
 from distrl.models.sequence_policy import SequencePolicy
-from distrl.tasks.prompts import PromptSource
+from distrl.tasks.prompts import Example, PromptSource
 from distrl.tasks.verifiers import RewardFunctions, Scores
 
 if TYPE_CHECKING:
@@ -20,8 +22,7 @@ def score_held_out(
 ) -> tuple[Scores, list[float]]:
     """Scores of the greedy completions of held-out prompts ``first .. first + count - 1`` (at the
     task's full length) and each one's exact match with its answer."""
-    source = PromptSource(cfg.task, cfg.train.seed, held_out_side=True)
-    examples = source.examples(range(first, first + count))
+    examples = _held_out_examples(cfg.task.model_dump_json(), cfg.train.seed, first, count)
     texts: list[str] = []
     ended: list[bool] = []
     for start in range(0, count, _BATCH):
@@ -31,6 +32,15 @@ def score_held_out(
     scores = RewardFunctions(cfg.task).score(examples, texts, ended)
     exact = [float(d and t == e.answer) for e, t, d in zip(examples, texts, ended, strict=True)]
     return scores, exact
+
+
+@functools.lru_cache(maxsize=4)
+def _held_out_examples(task: str, seed: int, first: int, count: int) -> tuple[Example, ...]:
+    """Held-out prompts ``first .. first + count - 1`` of the task (``task``: its config as JSON).
+    A run scores the same ones at every check: drawn once, since each is a search for a prompt
+    on the held-out side of the hash (a thousand take about a tenth of a second)."""
+    source = PromptSource(TaskConfig.model_validate_json(task), seed, held_out_side=True)
+    return tuple(source.examples(range(first, first + count)))
 
 
 def evaluate_completions(cfg: RunConfig, policy: SequencePolicy, episodes: int, seed: int) -> list[float]:

@@ -18,6 +18,7 @@ from torch import nn
 from distrl import extras
 from distrl.errors import UserError
 from distrl.extras import require_extra
+from distrl.models.transformer import repeat_rows
 from distrl.tasks.tokenizer import text_ids
 
 
@@ -60,7 +61,12 @@ class PretrainedCache:
         """As ``KVCache.repeat_rows``; transformers repeats its cache in place, so this one is
         spent."""
         self.past.batch_repeat_interleave(copies)
-        return PretrainedCache(self.past, self.mask.repeat_interleave(copies, 0))
+        return PretrainedCache(self.past, repeat_rows(self.mask, copies))
+
+    def select_rows(self, index: torch.Tensor) -> PretrainedCache:
+        """As ``KVCache.select_rows``; spent like ``repeat_rows``."""
+        self.past.batch_select_indices(index)
+        return PretrainedCache(self.past, self.mask[index])
 
 
 class PretrainedLM(nn.Module):
@@ -75,8 +81,8 @@ class PretrainedLM(nn.Module):
             if isinstance(module, nn.Dropout):
                 module.p = 0.0
         self.repeatable_cache = _plain_key_value_cache(model.config)
-        """Every layer caches keys and values only, which copy row by row; a recurrent or
-        linear-attention state, a static or quantized layer, would not."""
+        """Every layer caches keys and values only, which copy and select row by row; a
+        recurrent or linear-attention state, a static or quantized layer, would not."""
 
     @property
     def activation_checkpointing(self) -> bool:

@@ -38,10 +38,24 @@ class KVCache:
         """Each row ``copies`` times over (one count for all, or one per row), copies side by
         side: completions of one prompt share what its prompt computed."""
         return KVCache(
-            [k.repeat_interleave(copies, 0) for k in self.keys],
-            [v.repeat_interleave(copies, 0) for v in self.values],
-            self.mask.repeat_interleave(copies, 0),
+            [repeat_rows(k, copies) for k in self.keys],
+            [repeat_rows(v, copies) for v in self.values],
+            repeat_rows(self.mask, copies),
         )
+
+    def select_rows(self, index: torch.Tensor) -> KVCache:
+        """The rows ``index`` names: completions still being generated, or still to be fed."""
+        return KVCache([k[index] for k in self.keys], [v[index] for v in self.values], self.mask[index])
+
+
+def repeat_rows(tensor: torch.Tensor, copies: int | torch.Tensor) -> torch.Tensor:
+    """``tensor.repeat_interleave(copies, 0)``; where every row has the same count, as an expanded
+    view copied once, whose backward pass is a sum over the copies rather than a scatter-add."""
+    if isinstance(copies, torch.Tensor) and len(copies) and bool((copies == copies[0]).all()):
+        copies = int(copies[0])
+    if isinstance(copies, torch.Tensor):
+        return tensor.repeat_interleave(copies, 0)
+    return tensor.unsqueeze(1).expand(-1, copies, *tensor.shape[1:]).reshape(-1, *tensor.shape[1:])
 
 
 class SelfAttention(nn.Module):
@@ -97,8 +111,9 @@ class TransformerLM(nn.Module):
         """Recompute each block's activations in the backward pass instead of keeping them
         (``train.activation_checkpointing``): less memory for more compute."""
         self.repeatable_cache = True
-        """Its cache can be copied row by row (``KVCache.repeat_rows``): a prompt fed once serves
-        each of its completions."""
+        """Its cache can be copied and selected row by row (``KVCache.repeat_rows``,
+        ``select_rows``): a prompt fed once serves each of its completions, and a finished one
+        leaves the batch."""
         self.apply(_init_like_gpt2)
 
     def forward(

@@ -3,10 +3,12 @@ the step's prompts with its own, identical weights, scores them with the task's 
 and takes the clipped-surrogate steps; gradients are averaged across ranks weighted by the loss's
 own normaliser, so after each update all ranks hold identical parameters.
 
-``iteration()`` reads as the algorithm: prompts -> generate -> score -> group advantages ->
-log-probabilities -> update; the shared loop logs, checks stop rules and checkpoints around it.
-Everything random is keyed on the step and the prompt's global index (prompts, sampling noise,
-minibatches), so 1 and N ranks train alike and a resumed run continues as an unbroken one would.
+``iteration()`` reads as the algorithm: prompts -> generate (with the sampling policy's
+log-probabilities) -> score -> group advantages -> log-probabilities of the reference policy
+(with a KL penalty) and, in low precision, of the policy again -> update; the shared loop logs,
+checks stop rules and checkpoints around it. Everything random is keyed on the step and the
+prompt's global index (prompts, sampling noise, minibatches), so 1 and N ranks train alike and a
+resumed run continues as an unbroken one would.
 """
 
 from __future__ import annotations
@@ -114,17 +116,23 @@ class GRPORunner(Runner):
         rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, self.group_size)
         advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
         dtype = next(self.policy.parameters()).dtype
-        batch = CompletionBatch(*done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype))
+        # The ratios compare with the generating policy's log-probabilities, kept as it sampled.
+        batch = CompletionBatch(
+            *done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype), done.log_probs
+        )
+        entropy = done.entropy
         kept = self.kept_prompts(advantages)
         if cfg.algo.dynamic_sampling:
-            batch = batch.rows(self.local_rows(self.local_positions(kept)).to(self.device))
-        if len(batch):
+            rows = self.local_rows(self.local_positions(kept)).to(self.device)
+            batch, entropy = batch.rows(rows), entropy[rows]
+        if len(batch) and self.autocast is not None:
+            # In low precision, generation's one-token steps and the loss's passes round apart:
+            # the ratios compare with log-probabilities taken in the loss's own arithmetic.
             with self.clock("log_probs"):
                 batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
-                if self.reference is not None:
-                    batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
-        else:  # dynamic sampling kept none of this rank's prompts
-            entropy = torch.zeros(batch.completion_mask.shape, dtype=dtype, device=self.device)
+        if len(batch) and self.reference is not None:
+            with self.clock("log_probs"):
+                batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
         self.algo.entropy_coef = entropy_coefficient(cfg.algo, self.global_entropy(entropy, batch))
         start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step, kept))
