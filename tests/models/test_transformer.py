@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distrl.algos.grpo import token_log_probs
-from distrl.collect.generate import Sampling, filter_logits, generate, left_padded
+from distrl.collect.generate import Sampling, filter_logits, generate, left_padded, policy_log_softmax
 from distrl.config.sections import TransformerConfig
 from distrl.models.transformer import TransformerLM
 from distrl.storage.completions import CompletionBatch
@@ -116,6 +116,14 @@ def test_generation_keeps_the_log_probabilities_and_entropies_the_loss_pass_comp
     torch.testing.assert_close(done.log_probs, log_probs, atol=1e-10, rtol=0)
     torch.testing.assert_close(done.entropy, entropy * done.mask, atol=1e-10, rtol=0)
     assert done.log_probs.dtype == torch.float64 and bool((done.entropy[~done.mask] == 0).all())
+
+
+@pytest.mark.parametrize("vocab", [5, 15, 16, 40])
+def test_the_policy_log_softmax_of_a_small_vocabulary_is_the_plain_one(vocab: int) -> None:
+    logits = torch.randn(7, 3, vocab, dtype=torch.float64)
+    expected = (logits / 0.7).index_fill(-1, torch.tensor([1]), -torch.inf).log_softmax(-1)
+    assert torch.equal(policy_log_softmax(logits, 0.7, pad_id=1).isinf(), expected.isinf())
+    torch.testing.assert_close(policy_log_softmax(logits, 0.7, pad_id=1), expected, atol=1e-12, rtol=0)
 
 
 def test_padding_is_never_generated() -> None:
