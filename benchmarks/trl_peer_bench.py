@@ -140,10 +140,13 @@ DIFFERENCES = [
     "padding: TRL's side runs with a -1e9 output bias on the padding token (neither side can sample or "
     "score it); with `--trl-padding-in-vocab` TRL's loss normalises log-probabilities and entropies over "
     "the whole vocabulary (padding included) while its sampling suppresses padding",
-    "work per update: distrl computes old log-probabilities in a no-grad pass (a ratio of 1 either way), "
-    "TRL reuses the detached ones and computes entropies for its metrics",
+    "work per update: distrl keeps each token's log-probability and entropy as it generates it (no pass "
+    "over the batch before the update; the first step's ratio is 1 within float rounding); TRL reuses its "
+    "loss pass's detached log-probabilities when one optimiser step takes the batch and runs a no-grad "
+    "pass otherwise (`steps_per_generation` > 1), and computes entropies for its metrics",
     "generation time: distrl's (its `generated_tokens_per_s`) spans the update's start (prompts, "
-    "encoding, noise seeds) to the end of decoding, TRL's its `model.generate` call only",
+    "encoding, noise seeds) to the end of decoding, the sampling log-probabilities and entropies "
+    "included; TRL's its `model.generate` call only",
     "rewards are float64 in distrl, float32 in TRL; a group of equal rewards has exactly zero advantage "
     "in distrl, TRL's `r - mean` may leave a float residue",
     "with `loss_normalization: sequence`, TRL's entropy bonus stays a token mean (distrl's follows the "
