@@ -55,6 +55,28 @@ def test_a_row_does_not_depend_on_its_batch_and_the_shared_cache_changes_nothing
     assert tokenizer.decode([*rows[1], tokenizer.eos_id, *rows[0]]) == "rev 31415="
 
 
+def test_ended_completions_leave_its_cache_and_change_nothing(model_dir: Path) -> None:
+    from distrl.algos.grpo import token_log_probs
+    from distrl.models.pretrained import load_pretrained_model, load_pretrained_tokenizer
+    from distrl.storage.completions import CompletionBatch
+
+    model, tokenizer = load_pretrained_model(str(model_dir)), load_pretrained_tokenizer(str(model_dir))
+    rows = [tokenizer.encode(text, "test") for text in ("rev 1=", "rev 31415=")]
+    tokens, mask = left_padded(rows, tokenizer.pad_id, torch.device("cpu"))
+    eos, pad, seeds = tokenizer.eos_id, tokenizer.pad_id, [5, 6]
+    fed: list[int] = []
+    hook = model.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[0]))
+    with torch.no_grad():
+        done = generate(model, tokens, mask, 12, eos, pad, Sampling(), seeds, copies=4, keep_log_probs=True)
+        hook.remove()
+        uncached = generate(model, tokens, mask, 12, eos, pad, Sampling(), seeds, use_cache=False, copies=4)
+        batch = CompletionBatch(*done.sequences(), done.mask, torch.zeros(len(done.tokens)))
+        log_probs, _ = token_log_probs(model, batch, 1.0, pad)
+    assert fed[0] == 2 and min(fed[1:]) < 8  # each prompt fed once; ended completions dropped
+    assert torch.equal(done.tokens, uncached.tokens)
+    torch.testing.assert_close(done.log_probs, log_probs, atol=1e-5, rtol=0)
+
+
 def test_the_loss_pass_feeds_a_shared_prompt_once_with_the_same_numbers(model_dir: Path) -> None:
     from distrl.algos.grpo import token_log_probs
     from distrl.models.pretrained import load_pretrained_model, load_pretrained_tokenizer

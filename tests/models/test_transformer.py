@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distrl.algos.grpo import token_log_probs
-from distrl.collect.generate import Sampling, filter_logits, generate, left_padded, policy_log_softmax
+from distrl.collect.generate import Sampling, filter_scaled_logits, generate, left_padded, policy_log_softmax
 from distrl.config.sections import TransformerConfig
 from distrl.models.transformer import TransformerLM
 from distrl.storage.completions import CompletionBatch
@@ -35,11 +35,17 @@ def prompts(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def completions_of(
-    net: TransformerLM, texts: list[str], use_cache: bool, sampling: Sampling, seeds=None, copies: int = 1
+    net: TransformerLM,
+    texts: list[str],
+    use_cache: bool,
+    sampling: Sampling,
+    seeds=None,
+    copies: int = 1,
+    keep_log_probs: bool = True,
 ):
     tokens, mask = prompts(texts)
     eos, pad = TOKENIZER.eos_id, TOKENIZER.pad_id
-    return generate(net, tokens, mask, 10, eos, pad, sampling, seeds, use_cache, copies)
+    return generate(net, tokens, mask, 10, eos, pad, sampling, seeds, use_cache, copies, keep_log_probs)
 
 
 def log_probs_of(net: TransformerLM, done) -> torch.Tensor:
@@ -103,10 +109,16 @@ def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() 
 
 
 @pytest.mark.parametrize("copies", [1, 4])
-def test_generation_keeps_the_log_probabilities_and_entropies_the_loss_pass_computes(copies: int) -> None:
+@pytest.mark.parametrize("seeds", [[31, 32, 33], None], ids=["sampled", "greedy"])
+def test_generation_keeps_the_log_probabilities_and_entropies_the_loss_pass_computes(
+    copies: int, seeds: list[int] | None
+) -> None:
     net, sampling = model(2).double(), Sampling(temperature=0.7, top_k=5)
-    done = completions_of(net, PROMPTS, True, sampling, [31, 32, 33], copies=copies)
-    assert done.mask.sum() > len(PROMPTS) * copies and not done.mask.all()  # several tokens; some ended
+    done = completions_of(net, PROMPTS, True, sampling, seeds, copies=copies)
+    if seeds is not None:
+        assert done.mask.sum() > len(PROMPTS) * copies and not done.mask.all()  # several tokens; some ended
+    without = completions_of(net, PROMPTS, True, sampling, seeds, copies=copies, keep_log_probs=False)
+    assert torch.equal(without.tokens, done.tokens) and without.log_probs is None and without.entropy is None
     batch = CompletionBatch(
         *done.sequences(), done.mask, torch.zeros(done.tokens.shape[0], dtype=torch.float64)
     )
@@ -141,10 +153,16 @@ def test_padding_is_never_generated() -> None:
 
 def test_top_k_and_top_p_keep_the_expected_tokens() -> None:
     logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.1]]))
-    assert torch.isfinite(filter_logits(logits, Sampling(top_k=2))).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(filter_scaled_logits(logits, Sampling(top_k=2))).tolist() == [
+        [True, True, False, False]
+    ]
     # 0.5 + 0.25 reaches 0.7: the third is not needed.
-    assert torch.isfinite(filter_logits(logits, Sampling(top_p=0.7))).tolist() == [[True, True, False, False]]
-    assert torch.isfinite(filter_logits(logits, Sampling(top_p=0.8))).tolist() == [[True, True, True, False]]
+    assert torch.isfinite(filter_scaled_logits(logits, Sampling(top_p=0.7))).tolist() == [
+        [True, True, False, False]
+    ]
+    assert torch.isfinite(filter_scaled_logits(logits, Sampling(top_p=0.8))).tolist() == [
+        [True, True, True, False]
+    ]
 
 
 def _saved_bytes(

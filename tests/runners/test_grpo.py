@@ -99,6 +99,17 @@ def test_dynamic_sampling_trains_on_the_first_groups_whose_rewards_differ(tmp_pa
     assert runner.minibatch_plan(0, kept[:0]) == []  # nothing informative: no optimiser step
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_first_step_starts_from_the_generating_policy(tmp_path: Path, precision: str) -> None:
+    """The ratios' reference is the policy that sampled (kept by generation in full precision,
+    taken again in low precision): at the sampling temperature and before top-k, so the one
+    optimiser step of a batch starts at ratio 1."""
+    overrides = [*SMALL, "algo.update_epochs=1", "algo.num_minibatches=1", "algo.temperature=0.7"]
+    cfg = load_config(GRPO_REVERSE, [*overrides, "algo.top_k=3", f"train.mixed_precision={precision}"])
+    result = build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path).runner.iteration(0)
+    assert result.averaged["clip_fraction"] == 0.0 and result.averaged["approx_kl"] < 1e-10
+
+
 def _run_and_resume_halfway(comm: TorchComm, overrides: list[str], run_dir: Path) -> None:
     torch.set_default_dtype(torch.float64)
     cfg = load_config(GRPO_REVERSE, overrides)

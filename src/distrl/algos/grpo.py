@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync
 from distrl.algos.grpo_config import GRPOConfig
-from distrl.collect.generate import entropy_of, policy_log_softmax, prompts_fed_once
+from distrl.collect.generate import chosen_log_probs_and_entropy, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
 from distrl.timing import PhaseClock
@@ -112,15 +112,17 @@ def _completions_fed(
     read: torch.Tensor,
 ) -> torch.Tensor:
     """The logits of ``tokens`` ``[rows, width]`` after ``cache``, of which row i's first
-    ``read[i]`` are used (the rest as zeros). The columns up to a split are fed for every row
+    ``read[i]`` are used (the rest are whatever was fed there, or zeros where nothing was). The
+    columns up to a split are fed for every row
     and the rest only for the rows that read past it (causal attention: nothing earlier depends
     on them), at the split that feeds fewest tokens, if it saves at least a quarter (a second
     pass has its own cost)."""
     rows, width = tokens.shape
-    fed_with_split = [rows * split + int((read > split).sum()) * (width - split) for split in range(1, width)]
-    if not fed_with_split or min(fed_with_split) > 0.75 * rows * width:
+    splits = torch.arange(1, width, device=read.device)
+    fed_with_split = rows * splits + (read[:, None] > splits).sum(0) * (width - splits)
+    if width < 2 or int(fed_with_split.min()) > 0.75 * rows * width:
         return model(tokens, mask, cache)[0]
-    split = 1 + fed_with_split.index(min(fed_with_split))
+    split = int(splits[fed_with_split.argmin()])
     head, cache = model(tokens[:, :split], mask[:, :split], cache)
     longer = (read > split).nonzero().squeeze(1)
     tail, _ = model(tokens[longer, split:], mask[longer, split:], cache.select_rows(longer))
@@ -144,9 +146,7 @@ def token_log_probs(
     longest = log_softmax.shape[1]
     completion = batch.sequences[:, -batch.new_tokens :][:, :longest]
     real = batch.completion_mask[:, :longest]
-    # Zero after a completion's end: the padding there has probability 0 (its -inf would be NaN).
-    log_probs = log_softmax.gather(-1, completion.unsqueeze(-1)).squeeze(-1).masked_fill(~real, 0.0)
-    entropy = entropy_of(log_softmax).masked_fill(~real, 0.0)
+    log_probs, entropy = chosen_log_probs_and_entropy(log_softmax, completion, real)
     past_longest = (0, batch.new_tokens - longest)
     return F.pad(log_probs, past_longest), F.pad(entropy, past_longest)
 

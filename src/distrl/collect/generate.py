@@ -51,12 +51,12 @@ class Completions:
     """True on a completion's tokens (its end token included)."""
     ended: torch.Tensor
     """``[batch]``: the completion produced the end token."""
-    log_probs: torch.Tensor
+    log_probs: torch.Tensor | None
     """``[batch, new_tokens]``: each token's log-probability under the generating policy
-    (``policy_log_softmax``), 0 after the completion's end."""
-    entropy: torch.Tensor
+    (``policy_log_softmax``), 0 after the completion's end; None unless ``keep_log_probs``."""
+    entropy: torch.Tensor | None
     """``[batch, new_tokens]``: the entropy of the distribution each token was drawn from, 0
-    after the completion's end."""
+    after the completion's end; None unless ``keep_log_probs``."""
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt and completion side by side, and where real tokens are."""
@@ -105,7 +105,17 @@ def entropy_of(log_softmax: torch.Tensor) -> torch.Tensor:
     return -(log_softmax.exp() * log_softmax.clamp(min=torch.finfo(log_softmax.dtype).min)).sum(-1)
 
 
-def filter_logits(scaled: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+def chosen_log_probs_and_entropy(
+    log_softmax: torch.Tensor, chosen: torch.Tensor, real: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each chosen token's log-probability and the entropy of the distribution it was chosen
+    from, 0 where ``real`` is False (past a completion's end padding has probability 0: its -inf
+    would be NaN)."""
+    log_probs = log_softmax.gather(-1, chosen.unsqueeze(-1)).squeeze(-1).masked_fill(~real, 0.0)
+    return log_probs, entropy_of(log_softmax).masked_fill(~real, 0.0)
+
+
+def filter_scaled_logits(scaled: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """Temperature-scaled logits (``policy_logits``) with those outside the top k, and outside
     the smallest set whose probability reaches top_p, set to -inf."""
     if sampling.top_k is not None and sampling.top_k < scaled.shape[-1]:
@@ -131,11 +141,13 @@ def generate(
     seeds: Sequence[int] | None = None,
     use_cache: bool = True,
     copies: int = 1,
+    keep_log_probs: bool = False,
 ) -> Completions:
     """``copies`` completions of each prompt row, up to ``max_new_tokens`` tokens each: rows
     ``i * copies`` to ``(i + 1) * copies - 1`` of the result are prompt i's. Sampled with prompt
     i's noise from ``seeds[i]``, or greedy without ``seeds``. ``use_cache=False`` feeds every
-    completion's whole sequence every step (the reference the cached path is tested against)."""
+    completion's whole sequence every step (the reference the cached path is tested against).
+    ``keep_log_probs``: keep each token's log-probability and entropy (``Completions``)."""
     dtype = next(model.parameters()).dtype
     rows, row_mask = prompts.repeat_interleave(copies, 0), prompt_mask.repeat_interleave(copies, 0)
     batch, device = rows.shape[0], prompts.device
@@ -145,13 +157,15 @@ def generate(
         noise = torch.cat([_gumbel(seed, copies, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
-    log_probs = torch.zeros(
-        batch, max_new_tokens, dtype=torch.promote_types(dtype, torch.float32), device=device
-    )
-    entropy = torch.zeros_like(log_probs)
+    log_probs = entropy = None
+    if keep_log_probs:
+        log_probs = torch.zeros(
+            batch, max_new_tokens, dtype=torch.promote_types(dtype, torch.float32), device=device
+        )
+        entropy = torch.zeros_like(log_probs)
     running = torch.ones(batch, dtype=torch.bool, device=device)
     # The rows the model computes this step, in the cache's order: every row (a slice, cheaper to
-    # index with), or with a cache that selects rows, those still running.
+    # index with), or with a cache that selects rows, those still running at the last drop.
     fed: slice | torch.Tensor = slice(None)
     cache: KVCache | PretrainedCache | None = None
     for step in range(max_new_tokens):
@@ -168,20 +182,21 @@ def generate(
         if noise is None:
             chosen = scaled.argmax(-1)
         else:
-            chosen = (filter_logits(scaled, sampling) + noise[fed, step]).argmax(-1)
-        log_softmax = log_softmax_of(scaled)
-        chosen_log_prob = log_softmax.gather(-1, chosen[:, None]).squeeze(-1)
+            chosen = (filter_scaled_logits(scaled, sampling) + noise[fed, step]).argmax(-1)
         going = running[fed]
         tokens[fed, step] = torch.where(going, chosen, pad_id)
         mask[fed, step] = going
-        log_probs[fed, step] = chosen_log_prob.masked_fill(~going, 0.0)
-        entropy[fed, step] = entropy_of(log_softmax).masked_fill(~going, 0.0)
+        if log_probs is not None and entropy is not None:
+            log_probs[fed, step], entropy[fed, step] = chosen_log_probs_and_entropy(
+                log_softmax_of(scaled), chosen, going
+            )
         still = going & (chosen != eos_id)
         running[fed] = still
-        if not still.any():
+        remaining = int(still.sum())  # one read of the device's result per step
+        if remaining == 0:
             break
         # Copying the cache's rows costs about what a quarter of the rows' next step would.
-        if use_cache and model.repeatable_cache and int(still.sum()) <= 0.75 * len(still):
+        if use_cache and model.repeatable_cache and remaining <= 0.75 * len(still):
             kept = still.nonzero().squeeze(1)
             fed, cache = torch.arange(batch, device=device)[fed][kept], cache.select_rows(kept)
     return Completions(rows, row_mask, tokens, mask, ~running, log_probs, entropy)

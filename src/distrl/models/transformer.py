@@ -51,7 +51,8 @@ class KVCache:
 def repeat_rows(tensor: torch.Tensor, copies: int | torch.Tensor) -> torch.Tensor:
     """``tensor.repeat_interleave(copies, 0)``; where every row has the same count, as an expanded
     view copied once, whose backward pass is a sum over the copies rather than a scatter-add."""
-    if isinstance(copies, torch.Tensor) and len(copies) and bool((copies == copies[0]).all()):
+    one_per_row = isinstance(copies, torch.Tensor) and copies.shape == tensor.shape[:1]
+    if one_per_row and len(copies) and bool((copies == copies[0]).all()):
         copies = int(copies[0])
     if isinstance(copies, torch.Tensor):
         return tensor.repeat_interleave(copies, 0)

@@ -116,7 +116,8 @@ class GRPORunner(Runner):
         rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, self.group_size)
         advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
         dtype = next(self.policy.parameters()).dtype
-        # The ratios compare with the generating policy's log-probabilities, kept as it sampled.
+        # The ratios compare with the generating policy's log-probabilities, kept as it sampled
+        # in full precision (taken again below in low precision).
         batch = CompletionBatch(
             *done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype), done.log_probs
         )
@@ -124,10 +125,10 @@ class GRPORunner(Runner):
         kept = self.kept_prompts(advantages)
         if cfg.algo.dynamic_sampling:
             rows = self.local_rows(self.local_positions(kept)).to(self.device)
-            batch, entropy = batch.rows(rows), entropy[rows]
-        if len(batch) and self.autocast is not None:
+            batch, entropy = batch.rows(rows), None if entropy is None else entropy[rows]
+        if len(batch) and batch.old_log_probs is None:
             # In low precision, generation's one-token steps and the loss's passes round apart:
-            # the ratios compare with log-probabilities taken in the loss's own arithmetic.
+            # the ratios compare with log-probabilities from a pass like the loss's own.
             with self.clock("log_probs"):
                 batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
         if len(batch) and self.reference is not None:
@@ -176,15 +177,20 @@ class GRPORunner(Runner):
                 return generate(
                     self.policy, prompts, prompt_mask, self.cfg.algo.max_new_tokens, tokenizer.eos_id,
                     tokenizer.pad_id, self.sampling, seeds, copies=group,
+                    keep_log_probs=self.autocast is None,
                 )  # fmt: skip
 
-    def global_entropy(self, entropy: torch.Tensor, batch: CompletionBatch) -> float:
-        """The sampling policy's mean token entropy over every rank's completions: one collective,
-        only with ``algo.entropy_target`` (its one reader); 0 without it."""
+    def global_entropy(self, entropy: torch.Tensor | None, batch: CompletionBatch) -> float:
+        """The sampling policy's mean token entropy over every rank's completions (``entropy``
+        None: this rank trains on none): one collective, only with ``algo.entropy_target`` (its
+        one reader); 0 without it."""
         if self.cfg.algo.entropy_target is None:
             return 0.0
-        mask = batch.completion_mask.to(entropy.dtype)
-        total, tokens = self.comm.sum_scalars([float((entropy * mask).sum()), float(mask.sum())])
+        local = [0.0, 0.0]
+        if entropy is not None:
+            mask = batch.completion_mask.to(entropy.dtype)
+            local = [float((entropy * mask).sum()), float(mask.sum())]
+        total, tokens = self.comm.sum_scalars(local)
         return total / max(tokens, 1.0)
 
     def kept_prompts(self, advantages: torch.Tensor) -> torch.Tensor:
