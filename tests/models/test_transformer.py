@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from distrl.algos.grpo import token_log_probs
 from distrl.collect.generate import Sampling, filter_scaled_logits, generate, left_padded, policy_log_softmax
 from distrl.config.sections import TransformerConfig
-from distrl.models.transformer import TransformerLM
+from distrl.models.transformer import TransformerLM, one_query_attention
 from distrl.storage.completions import CompletionBatch
 from distrl.tasks.tokenizer import CharTokenizer
 
@@ -128,6 +129,16 @@ def test_generation_keeps_the_log_probabilities_and_entropies_the_loss_pass_comp
     torch.testing.assert_close(done.log_probs, log_probs, atol=1e-10, rtol=0)
     torch.testing.assert_close(done.entropy, entropy * done.mask, atol=1e-10, rtol=0)
     assert done.log_probs.dtype == torch.float64 and bool((done.entropy[~done.mask] == 0).all())
+
+
+@pytest.mark.parametrize("keys", [1, 7, 16, 40])
+def test_one_query_attention_is_torchs(keys: int) -> None:
+    generator = torch.Generator().manual_seed(keys)
+    q, k, v = (torch.randn(6, 2, n, 8, generator=generator, dtype=torch.float64) for n in (1, keys, keys))
+    allowed = torch.rand(6, 1, 1, keys, generator=generator) > 0.4
+    allowed[..., -1] = True  # a query attends to itself at least
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    torch.testing.assert_close(one_query_attention(q, k, v, allowed), expected, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("vocab", [5, 15, 16, 40])

@@ -77,8 +77,36 @@ class SelfAttention(nn.Module):
         )
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        if length == 1 and x.device.type == "cpu" and not torch.is_grad_enabled():
+            y = one_query_attention(q, k, v, allowed)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         return self.out(y.transpose(1, 2).reshape(batch, length, width)), (k, v)
+
+
+def one_query_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
+) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` for one query a row (a decoding step) on a CPU, where
+    torch's own kernel costs most for what it computes (generation on the addition config: 1.07x
+    the tokens/s, BENCHMARKS.md). The weights are summed over the values elementwise up to 16
+    keys, where a batched matrix product of a row by a few keys costs more."""
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    weights = normalised(scores.masked_fill(~allowed, -torch.inf))
+    if k.shape[2] <= 16:
+        return (weights.transpose(-1, -2) * v).sum(-2, keepdim=True)
+    return weights @ v
+
+
+def normalised(scores: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """``scores.softmax(-1)``, or ``log_softmax`` with ``log``, at its fastest on a CPU."""
+    width = scores.shape[-1]
+    if scores.device.type == "cpu" and width < 16:
+        # torch's CPU (log_)softmax over fewer than 16 choices is 4-8x slower than over 16 (torch
+        # 2.13): a short last axis is widened with impossible choices and cut back.
+        widened = F.pad(scores, (0, 16 - width), value=-torch.inf)
+        return (widened.log_softmax(-1) if log else widened.softmax(-1))[..., :width]
+    return scores.log_softmax(-1) if log else scores.softmax(-1)
 
 
 class Block(nn.Module):
