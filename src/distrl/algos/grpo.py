@@ -113,10 +113,9 @@ def _completions_fed(
 ) -> torch.Tensor:
     """The logits of ``tokens`` ``[rows, width]`` after ``cache``, of which row i's first
     ``read[i]`` are used (the rest are whatever was fed there, or zeros where nothing was). The
-    columns up to a split are fed for every row
-    and the rest only for the rows that read past it (causal attention: nothing earlier depends
-    on them), at the split that feeds fewest tokens, if it saves at least a quarter (a second
-    pass has its own cost)."""
+    columns up to a split are fed for every row and the rest only for the rows that read past it
+    (causal attention: nothing earlier depends on them), at the split that feeds fewest tokens,
+    if it saves at least a quarter (a second pass has its own cost)."""
     rows, width = tokens.shape
     splits = torch.arange(1, width, device=read.device)
     fed_with_split = rows * splits + (read[:, None] > splits).sum(0) * (width - splits)
