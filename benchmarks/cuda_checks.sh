@@ -4,6 +4,7 @@
 # NCCL), checkpoints made on the GPU evaluated and exported, and the GPU figures of the GRPO
 # memory options and of Atari PPO's precision switch.
 #   bash benchmarks/cuda_checks.sh OUT_DIR     (distrl importable; OUT_DIR gets the logs)
+#   ONLY="tests grpo_cuda" bash benchmarks/cuda_checks.sh OUT_DIR    (those steps alone)
 set -u
 out=${1:?an output directory}
 mkdir -p "$out"
@@ -11,6 +12,7 @@ py=${PYTHON:-python3}
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, say how it ended
     local name=$1 limit=$2
     shift 2
+    if [[ -n ${ONLY:-} && " $ONLY " != *" $name "* ]]; then return; fi
     local start=$SECONDS
     timeout "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
@@ -23,13 +25,23 @@ $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cu
 
 step tests 150 $py -m pytest -q -p no:cacheprovider -o addopts= \
     tests/test_memory_options.py tests/models/test_linear.py tests/storage/test_rollout.py \
-    tests/models/test_transformer.py tests/algos/test_grpo.py
+    tests/models/test_transformer.py tests/algos/test_grpo.py \
+    tests/runners/test_grpo.py::test_the_first_step_starts_from_the_generating_policy
 
 # GRPO on the GPU with every memory option on; the shipped small-cluster model on one GPU.
 grpo=(--config configs/grpo_small.yaml grpo.gpus_per_node=1 grpo.policy_workers=1 --total-steps 2048
     train.mixed_precision=bf16 train.activation_checkpointing=true train.gradient_accumulation_steps=2
     train.optimizer_offload=true train.cuda_memory_fraction=0.5 log.progress=false)
 step grpo_cuda 120 $py -m distrl train "${grpo[@]}" --device cuda --run-dir "$out/grpo" --overwrite
+step grpo_cuda_fp32 120 $py -m distrl train "${grpo[@]}" train.mixed_precision=fp32 --device cuda \
+    --run-dir "$out/grpo_fp32" --overwrite
+for run in grpo grpo_fp32; do  # generation's speed on the GPU, after the first step's warm-up
+    [[ -f $out/$run/metrics.jsonl ]] && $py -c "import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])][1:]
+rates = [r['generated_tokens_per_s'] for r in rows if 'generated_tokens_per_s' in r]
+print(sys.argv[2], 'generated tokens/s, median of', len(rates), 'steps:', round(statistics.median(rates)))" \
+        "$out/$run/metrics.jsonl" "$run"
+done
 step grpo_nccl 120 $py -m torch.distributed.run --standalone --nproc_per_node 1 -m distrl train "${grpo[@]}" \
     --run-dir "$out/grpo_nccl" --overwrite
 step grpo_export 60 $py -m distrl export --checkpoint "$out/grpo" --format transformers --out "$out/grpo_hf"

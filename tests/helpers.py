@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 from tests.distributed import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -15,6 +18,11 @@ CARTPOLE_DQN = REPO / "configs" / "cartpole_dqn.yaml"
 CARTPOLE_MEMORY = REPO / "configs" / "cartpole_positions_lstm_ppo.yaml"
 """Positions-only CartPole with an LSTM policy."""
 OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")),
+]
+"""The CPU, and a CUDA GPU where the machine has one (CI has none)."""
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID")
 
 

@@ -13,6 +13,7 @@ from distrl.config.sections import TransformerConfig
 from distrl.models.transformer import TransformerLM, one_query_attention
 from distrl.storage.completions import CompletionBatch
 from distrl.tasks.tokenizer import CharTokenizer
+from tests.helpers import DEVICES
 
 TOKENIZER = CharTokenizer("0123456789rev =")
 PROMPTS = ["rev 1=", "rev 98765=", "rev 42="]
@@ -31,8 +32,8 @@ def model(seed: int = 0, **sizes: int) -> TransformerLM:
     return net
 
 
-def prompts(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    return left_padded([TOKENIZER.encode(t, "test") for t in texts], TOKENIZER.pad_id, torch.device("cpu"))
+def prompts(texts: list[str], device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    return left_padded([TOKENIZER.encode(t, "test") for t in texts], TOKENIZER.pad_id, torch.device(device))
 
 
 def completions_of(
@@ -44,7 +45,7 @@ def completions_of(
     copies: int = 1,
     keep_log_probs: bool = True,
 ):
-    tokens, mask = prompts(texts)
+    tokens, mask = prompts(texts, next(net.parameters()).device)
     eos, pad = TOKENIZER.eos_id, TOKENIZER.pad_id
     return generate(net, tokens, mask, 10, eos, pad, sampling, seeds, use_cache, copies, keep_log_probs)
 
@@ -60,8 +61,11 @@ def log_probs_of(net: TransformerLM, done) -> torch.Tensor:
     [Sampling(), Sampling(temperature=0.7, top_k=5), Sampling(top_p=0.8)],
     ids=["t1", "topk", "topp"],
 )
-def test_cached_and_uncached_decoding_give_the_same_tokens_and_log_probabilities(sampling: Sampling) -> None:
-    net = model()
+@pytest.mark.parametrize("device", DEVICES)
+def test_cached_and_uncached_decoding_give_the_same_tokens_and_log_probabilities(
+    sampling: Sampling, device: str
+) -> None:
+    net = model().to(device)
     seeds = [11, 12, 13]
     cached = completions_of(net, PROMPTS, True, sampling, seeds)
     uncached = completions_of(net, PROMPTS, False, sampling, seeds)
@@ -84,8 +88,9 @@ def test_a_completion_does_not_depend_on_its_batch_or_padding() -> None:
     assert not torch.equal(other.tokens[0], alone.tokens[0])
 
 
-def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() -> None:
-    net, sampling, seeds = model(2), Sampling(temperature=0.7), [21, 22, 23]
+@pytest.mark.parametrize("device", DEVICES)
+def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference(device: str) -> None:
+    net, sampling, seeds = model(2).to(device), Sampling(temperature=0.7), [21, 22, 23]
     fed = []
     hook = net.register_forward_pre_hook(lambda _, args: fed.append(args[0].shape[0]))
     cached = completions_of(net, PROMPTS, True, sampling, seeds, copies=4)
@@ -98,7 +103,7 @@ def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() 
     assert all(n <= rows < 4 / 3 * n for rows, n in zip(fed[1:], going, strict=True))
     uncached = completions_of(net, PROMPTS, False, sampling, seeds, copies=4)
     assert torch.equal(cached.tokens, uncached.tokens)
-    assert torch.equal(cached.prompts, prompts(PROMPTS)[0].repeat_interleave(4, 0))
+    assert torch.equal(cached.prompts, prompts(PROMPTS, cached.prompts.device)[0].repeat_interleave(4, 0))
     torch.testing.assert_close(log_probs_of(net, cached), log_probs_of(net, uncached), atol=1e-5, rtol=0)
     # Each copy draws its own noise, and copy j is the same whatever else is generated with it.
     assert len({tuple(row) for row in cached.tokens.tolist()}) > len(PROMPTS)
@@ -111,17 +116,18 @@ def test_copies_of_a_prompt_share_its_prefix_and_equal_the_uncached_reference() 
 
 @pytest.mark.parametrize("copies", [1, 4])
 @pytest.mark.parametrize("seeds", [[31, 32, 33], None], ids=["sampled", "greedy"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_generation_keeps_the_log_probabilities_and_entropies_the_loss_pass_computes(
-    copies: int, seeds: list[int] | None
+    copies: int, seeds: list[int] | None, device: str
 ) -> None:
-    net, sampling = model(2).double(), Sampling(temperature=0.7, top_k=5)
+    net, sampling = model(2).double().to(device), Sampling(temperature=0.7, top_k=5)
     done = completions_of(net, PROMPTS, True, sampling, seeds, copies=copies)
     if seeds is not None:
         assert done.mask.sum() > len(PROMPTS) * copies and not done.mask.all()  # several tokens; some ended
     without = completions_of(net, PROMPTS, True, sampling, seeds, copies=copies, keep_log_probs=False)
     assert torch.equal(without.tokens, done.tokens) and without.log_probs is None and without.entropy is None
     batch = CompletionBatch(
-        *done.sequences(), done.mask, torch.zeros(done.tokens.shape[0], dtype=torch.float64)
+        *done.sequences(), done.mask, torch.zeros(done.tokens.shape[0], dtype=torch.float64, device=device)
     )
     with torch.no_grad():
         log_probs, entropy = token_log_probs(net, batch, temperature=0.7, pad_id=TOKENIZER.pad_id)

@@ -16,7 +16,7 @@ from distrl.config.run import load_config
 from distrl.entry import build_training
 from distrl.io import checkpoint as ckpt
 from tests.distributed import run_ranks
-from tests.helpers import REPO, distrl, torchrun_train
+from tests.helpers import DEVICES, REPO, distrl, torchrun_train
 
 GRPO_REVERSE = REPO / "configs" / "grpo_reverse.yaml"
 SMALL = [
@@ -100,14 +100,21 @@ def test_dynamic_sampling_trains_on_the_first_groups_whose_rewards_differ(tmp_pa
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_first_step_starts_from_the_generating_policy(tmp_path: Path, precision: str) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_first_step_starts_from_the_generating_policy(
+    tmp_path: Path, precision: str, device: str
+) -> None:
     """The ratios' reference is the policy that sampled (kept by generation in full precision,
     taken again in low precision): at the sampling temperature and before top-k, so the one
-    optimiser step of a batch starts at ratio 1."""
+    optimiser step of a batch starts at ratio 1. With activation checkpointing, whose recomputed
+    attention must take the backend the forward pass took (cuDNN's, off for sequence policies,
+    would differ on CUDA in bf16)."""
     overrides = [*SMALL, "algo.update_epochs=1", "algo.num_minibatches=1", "algo.temperature=0.7"]
-    cfg = load_config(GRPO_REVERSE, [*overrides, "algo.top_k=3", f"train.mixed_precision={precision}"])
-    result = build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path).runner.iteration(0)
+    precision_and_memory = [f"train.mixed_precision={precision}", "train.activation_checkpointing=true"]
+    cfg = load_config(GRPO_REVERSE, [*overrides, "algo.top_k=3", *precision_and_memory])
+    result = build_training(cfg, TorchComm(), torch.device(device), tmp_path).runner.iteration(0)
     assert result.averaged["clip_fraction"] == 0.0 and result.averaged["approx_kl"] < 1e-10
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
 
 
 def _run_and_resume_halfway(comm: TorchComm, overrides: list[str], run_dir: Path) -> None:

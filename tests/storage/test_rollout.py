@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from distrl.storage.rollout import RolloutBatch, RolloutStorage, compute_gae
+from tests.helpers import DEVICES
 
 
 def test_gae_matches_values_worked_out_by_hand() -> None:
@@ -48,15 +49,7 @@ def test_a_rollout_cut_short_yields_only_its_steps_bootstrapped_from_where_it_st
     assert storage.step == 0
 
 
-@pytest.mark.parametrize(
-    "device",
-    [
-        "cpu",
-        pytest.param(
-            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-        ),
-    ],
-)
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_minibatch_is_the_indexed_rows_with_indices_from_the_cpu(device: str) -> None:
     rows = torch.arange(10.0, device=device)
     batch = RolloutBatch(rows.unsqueeze(-1).expand(10, 3), *(rows + k for k in range(5)))

@@ -69,7 +69,14 @@ def sequence_tokenizer(cfg: RunConfig) -> Tokenizer:
 
 
 def sequence_model(cfg: RunConfig, tokenizer: Tokenizer) -> SequenceModel:
-    """The pretrained model, or distrl's transformer built from random weights."""
+    """The pretrained model, or distrl's transformer built from random weights.
+
+    Turns torch's cuDNN attention off for the process: it builds a plan for each new shape
+    (hundreds of ms), and a sequence policy's shapes change with every decoding step and batch
+    (GRPO on an H200 in bf16 generated 13x fewer tokens per second with it, BENCHMARKS.md). Off
+    for the process, not around each call, so that activation checkpointing recomputes with the
+    backend the forward pass used."""
+    torch.backends.cuda.enable_cudnn_sdp(False)
     pretrained = cfg.model.transformer.pretrained
     return (
         load_pretrained_model(pretrained)
