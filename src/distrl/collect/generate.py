@@ -143,7 +143,7 @@ def generate(
     noise = None
     if seeds is not None:
         vocab = model.vocab_size
-        noise = torch.cat([_gumbel(seed, copies, max_new_tokens, vocab, dtype) for seed in seeds]).to(device)
+        noise = _gumbel(seeds, copies, max_new_tokens, vocab, dtype).to(device)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
     log_probs = entropy = None
@@ -157,37 +157,40 @@ def generate(
     # index with), or with a cache that selects rows, those still running at the last drop.
     fed: slice | torch.Tensor = slice(None)
     cache: KVCache | PretrainedCache | None = None
-    for step in range(max_new_tokens):
-        if not use_cache:
-            so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
-            logits, _ = model(*so_far)
-        elif cache is not None:
-            logits, cache = model(tokens[fed, step - 1 : step], mask[fed, step - 1 : step], cache)
-        elif copies > 1 and model.repeatable_cache:  # each prompt once, then its completions apart
-            logits, cache = prompts_fed_once(model, prompts, prompt_mask, copies)
-        else:  # once per completion: a cache that cannot be copied row by row
-            logits, cache = model(rows, row_mask)
-        scaled = policy_logits(logits[:, -1], sampling.temperature, pad_id)
-        if noise is None:
-            chosen = scaled.argmax(-1)
-        else:
-            chosen = (filter_scaled_logits(scaled, sampling) + noise[fed, step]).argmax(-1)
-        going = running[fed]
-        tokens[fed, step] = torch.where(going, chosen, pad_id)
-        mask[fed, step] = going
-        if log_probs is not None and entropy is not None:
-            log_probs[fed, step], entropy[fed, step] = chosen_log_probs_and_entropy(
-                normalised(scaled, log=True), chosen, going
-            )
-        still = going & (chosen != eos_id)
-        running[fed] = still
-        remaining = int(still.sum())  # one read of the device's result per step
-        if remaining == 0:
-            break
-        # Copying the cache's rows costs about what a quarter of the rows' next step would.
-        if use_cache and model.repeatable_cache and remaining <= 0.75 * len(still):
-            kept = still.nonzero().squeeze(1)
-            fed, cache = torch.arange(batch, device=device)[fed][kept], cache.select_rows(kept)
+    # Inference mode skips autograd's bookkeeping on every operation; what leaves holds only
+    # tensors made outside it, which training may use.
+    with torch.inference_mode():
+        for step in range(max_new_tokens):
+            if not use_cache:
+                so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
+                logits, _ = model(*so_far)
+            elif cache is not None:
+                logits, cache = model(tokens[fed, step - 1 : step], mask[fed, step - 1 : step], cache)
+            elif copies > 1 and model.repeatable_cache:  # each prompt once, then its completions apart
+                logits, cache = prompts_fed_once(model, prompts, prompt_mask, copies)
+            else:  # once per completion: a cache that cannot be copied row by row
+                logits, cache = model(rows, row_mask)
+            scaled = policy_logits(logits[:, -1], sampling.temperature, pad_id)
+            if noise is None:
+                chosen = scaled.argmax(-1)
+            else:
+                chosen = (filter_scaled_logits(scaled, sampling) + noise[fed, step]).argmax(-1)
+            going = running[fed]
+            tokens[fed, step] = torch.where(going, chosen, pad_id)
+            mask[fed, step] = going
+            if log_probs is not None and entropy is not None:
+                log_probs[fed, step], entropy[fed, step] = chosen_log_probs_and_entropy(
+                    normalised(scaled, log=True), chosen, going
+                )
+            still = going & (chosen != eos_id)
+            running[fed] = still
+            remaining = int(still.sum())  # one read of the device's result per step
+            if remaining == 0:
+                break
+            # Copying the cache's rows costs about what a quarter of the rows' next step would.
+            if use_cache and model.repeatable_cache and remaining <= 0.75 * len(still):
+                kept = still.nonzero().squeeze(1)
+                fed, cache = torch.arange(batch, device=device)[fed][kept], cache.select_rows(kept)
     return Completions(rows, row_mask, tokens, mask, ~running, log_probs, entropy)
 
 
@@ -201,8 +204,12 @@ def prompts_fed_once(
     return repeat_rows(logits[:, -1:], copies), cache.repeat_rows(copies)
 
 
-def _gumbel(seed: int, draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
-    """``[draws, steps, vocab]`` Gumbel noise; draw j is the same however many follow it."""
-    generator = torch.Generator().manual_seed(seed)
-    uniform = torch.rand(draws, steps, vocab, generator=generator, dtype=torch.float64)
-    return (-torch.log(-torch.log(uniform.clamp_(1e-20, 1.0 - 1e-16)))).to(dtype)
+def _gumbel(seeds: Sequence[int], draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[len(seeds) * draws, steps, vocab]`` Gumbel noise, rows ``i * draws`` on from ``seeds[i]``'s
+    generator; draw j of a seed is the same however many follow it. The uniforms are drawn seed by
+    seed, the logarithms taken once for all: on a CPU each operation's fixed cost, paid per seed,
+    outweighed its arithmetic."""
+    uniform = torch.empty(len(seeds), draws, steps, vocab, dtype=torch.float64)
+    for rows, seed in zip(uniform, seeds, strict=True):
+        rows.uniform_(generator=torch.Generator().manual_seed(seed))
+    return uniform.clamp_(1e-20, 1.0 - 1e-16).log_().neg_().log_().neg_().view(-1, steps, vocab).to(dtype)
