@@ -10,6 +10,7 @@ start too), and the final held-out accuracy. Runs go one at a time (2 learners s
 
 Usage: python benchmarks/grpo_learning_bench.py [--config configs/grpo_addition_cpu.yaml]
        [--contenders 1 torchrun2 ray] [--seeds 1 2 3] [--eval-prompts 1000] [--json out.json]
+       [--set KEY=VALUE ...]   (overrides for every run: algo.entropy_target=null, say)
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ class Result:
     heldout_exact_match: float
 
 
-def run(contender: str, config: Path, seed: int, run_dir: Path, eval_prompts: int) -> Result:
+def run(
+    contender: str, config: Path, seed: int, run_dir: Path, eval_prompts: int, overrides: list[str]
+) -> Result:
     args = ["--config", str(config), "--run-dir", str(run_dir), "--overwrite", "--seed", str(seed)]
-    args += ["log.progress=false", "log.tensorboard=false", *EXTRA.get(contender, [])]
+    args += ["log.progress=false", "log.tensorboard=false", *EXTRA.get(contender, []), *overrides]
     wall_s, stdout = run_timed([sys.executable, *CONTENDERS[contender], *args], REPO)
     last = metrics_rows(run_dir)[-1]
     evaluated = [sys.executable, "-m", "distrl", "eval", "--checkpoint", str(run_dir), "--json"]
@@ -77,14 +80,14 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--eval-prompts", type=int, default=1000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every run")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:  # interleaved: every contender's seed 1, then seed 2, ...
             for contender in args.contenders:
-                result = run(
-                    contender, args.config, seed, Path(tmp) / f"{contender}-{seed}", args.eval_prompts
-                )
+                run_dir = Path(tmp) / f"{contender}-{seed}"
+                result = run(contender, args.config, seed, run_dir, args.eval_prompts, args.set)
                 print(json.dumps(asdict(result)), flush=True)
                 results.append(result)
     print("| contender | passed | completions per seed | wall s per seed | median wall s | held-out acc. |")
