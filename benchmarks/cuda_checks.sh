@@ -9,10 +9,16 @@ set -u
 out=${1:?an output directory}
 mkdir -p "$out"
 py=${PYTHON:-python3}
+steps=(tests grpo_cuda grpo_cuda_fp32 grpo_nccl grpo_export lstm_cuda lstm_eval lstm_onnx atari_lstm_cuda
+    grpo_memory_bench atari_bench)
+for name in ${ONLY:-}; do
+    [[ " ${steps[*]} " == *" $name "* ]] || { echo "ONLY names no step '$name'; the steps: ${steps[*]}" >&2; exit 2; }
+done
+selected() { [[ -z ${ONLY:-} || " $ONLY " == *" $1 "* ]]; }
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, say how it ended
     local name=$1 limit=$2
     shift 2
-    if [[ -n ${ONLY:-} && " $ONLY " != *" $name "* ]]; then return; fi
+    selected "$name" || return 0
     local start=$SECONDS
     timeout "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
@@ -35,12 +41,12 @@ grpo=(--config configs/grpo_small.yaml grpo.gpus_per_node=1 grpo.policy_workers=
 step grpo_cuda 120 $py -m distrl train "${grpo[@]}" --device cuda --run-dir "$out/grpo" --overwrite
 step grpo_cuda_fp32 120 $py -m distrl train "${grpo[@]}" train.mixed_precision=fp32 --device cuda \
     --run-dir "$out/grpo_fp32" --overwrite
-for run in grpo grpo_fp32; do  # generation's speed on the GPU, after the first step's warm-up
-    [[ -f $out/$run/metrics.jsonl ]] && $py -c "import json, statistics, sys
+for run in grpo_cuda:grpo grpo_cuda_fp32:grpo_fp32; do  # generation's speed, past the first step's warm-up
+    selected "${run%%:*}" && [[ -f $out/${run#*:}/metrics.jsonl ]] && $py -c "import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])][1:]
 rates = [r['generated_tokens_per_s'] for r in rows if 'generated_tokens_per_s' in r]
-print(sys.argv[2], 'generated tokens/s, median of', len(rates), 'steps:', round(statistics.median(rates)))" \
-        "$out/$run/metrics.jsonl" "$run"
+print(sys.argv[2], 'generated tokens/s, median of', len(rates), 'steps:', round(statistics.median(rates)) if rates else '-')" \
+        "$out/${run#*:}/metrics.jsonl" "${run%%:*}"
 done
 step grpo_nccl 120 $py -m torch.distributed.run --standalone --nproc_per_node 1 -m distrl train "${grpo[@]}" \
     --run-dir "$out/grpo_nccl" --overwrite
@@ -56,6 +62,6 @@ step atari_lstm_cuda 120 $py -m distrl train --config configs/atari_pong_lstm_pp
 
 step grpo_memory_bench 240 $py benchmarks/grpo_memory_bench.py --config configs/grpo_small.yaml --device cuda \
     --repeats 3 --steps 5
-cat "$out/grpo_memory_bench.log"
+selected grpo_memory_bench && cat "$out/grpo_memory_bench.log"
 step atari_bench 240 $py benchmarks/atari_bench.py --device cuda --repeats 2 --updates 4
-cat "$out/atari_bench.log"
+selected atari_bench && cat "$out/atari_bench.log"

@@ -52,7 +52,7 @@ def measure(
 
     from distrl.algos.grpo import GRPO
     from distrl.config.run import load_config
-    from distrl.models.transformer import TransformerLM
+    from distrl.models.sequence_policy import sequence_model
     from distrl.precision import low_precision
     from distrl.storage.completions import CompletionBatch
     from distrl.tasks.prompts import task_tokenizer
@@ -60,8 +60,9 @@ def measure(
     torch.set_num_threads(1)
     torch.manual_seed(0)
     cfg = load_config(config, overrides)
-    vocab = task_tokenizer(cfg.task).vocab_size
-    model = TransformerLM(vocab, cfg.model.transformer).to(device)
+    tokenizer = task_tokenizer(cfg.task)
+    vocab = tokenizer.vocab_size
+    model = sequence_model(cfg, tokenizer).to(device)  # as training builds it (cuDNN attention off)
     model.activation_checkpointing = cfg.train.activation_checkpointing
     rows = rows or cfg.algo.num_prompts_per_step * cfg.algo.num_generations_per_prompt
     length, new = cfg.model.transformer.context, cfg.algo.max_new_tokens

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from distrl.algos.grpo import token_log_probs
+from distrl.collect import generate as generate_module
 from distrl.collect.generate import Sampling, filter_scaled_logits, generate, left_padded, policy_log_softmax
 from distrl.config.sections import TransformerConfig
 from distrl.models.transformer import TransformerLM, one_query_attention
@@ -86,6 +87,17 @@ def test_a_completion_does_not_depend_on_its_batch_or_padding() -> None:
     # Different seeds give different samples (the noise is per row, not shared).
     other = completions_of(net, PROMPTS[:1], True, Sampling(), seeds=[99])
     assert not torch.equal(other.tokens[0], alone.tokens[0])
+
+
+def test_sampling_noise_does_not_depend_on_how_many_seeds_are_drawn_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    net, seeds = model(3), [41, 42, 43]
+    together = completions_of(net, PROMPTS, True, Sampling(), seeds, copies=2)
+    monkeypatch.setattr(generate_module, "_GUMBEL_CHUNK", 1)  # one seed at a time
+    assert torch.equal(
+        completions_of(net, PROMPTS, True, Sampling(), seeds, copies=2).tokens, together.tokens
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)

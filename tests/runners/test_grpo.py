@@ -100,18 +100,19 @@ def test_dynamic_sampling_trains_on_the_first_groups_whose_rewards_differ(tmp_pa
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_first_step_starts_from_the_generating_policy(
-    tmp_path: Path, precision: str, device: str
+    tmp_path: Path, precision: str, checkpointing: bool, device: str
 ) -> None:
     """The ratios' reference is the policy that sampled (kept by generation in full precision,
     taken again in low precision): at the sampling temperature and before top-k, so the one
-    optimiser step of a batch starts at ratio 1. With activation checkpointing, whose recomputed
-    attention must take the backend the forward pass took (cuDNN's, off for sequence policies,
-    would differ on CUDA in bf16)."""
+    optimiser step of a batch starts at ratio 1. Plain, the CPU loss pass feeds each prompt once
+    for its completions; checkpointed, it feeds whole sequences, and on CUDA the recomputation
+    must take the forward pass's attention backend or torch's checkpoint stops the step."""
     overrides = [*SMALL, "algo.update_epochs=1", "algo.num_minibatches=1", "algo.temperature=0.7"]
-    precision_and_memory = [f"train.mixed_precision={precision}", "train.activation_checkpointing=true"]
-    cfg = load_config(GRPO_REVERSE, [*overrides, "algo.top_k=3", *precision_and_memory])
+    memory = [f"train.mixed_precision={precision}", f"train.activation_checkpointing={checkpointing}"]
+    cfg = load_config(GRPO_REVERSE, [*overrides, "algo.top_k=3", *memory])
     result = build_training(cfg, TorchComm(), torch.device(device), tmp_path).runner.iteration(0)
     assert result.averaged["clip_fraction"] == 0.0 and result.averaged["approx_kl"] < 1e-10
     assert not torch.backends.cuda.cudnn_sdp_enabled()

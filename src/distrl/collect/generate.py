@@ -204,12 +204,23 @@ def prompts_fed_once(
     return repeat_rows(logits[:, -1:], copies), cache.repeat_rows(copies)
 
 
+_GUMBEL_CHUNK = 4 * 1024 * 1024
+"""Float64 uniforms drawn at a time by ``_gumbel``."""
+
+
 def _gumbel(seeds: Sequence[int], draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
     """``[len(seeds) * draws, steps, vocab]`` Gumbel noise, rows ``i * draws`` on from ``seeds[i]``'s
     generator; draw j of a seed is the same however many follow it. The uniforms are drawn seed by
-    seed, the logarithms taken once for all: on a CPU each operation's fixed cost, paid per seed,
-    outweighed its arithmetic."""
-    uniform = torch.empty(len(seeds), draws, steps, vocab, dtype=torch.float64)
-    for rows, seed in zip(uniform, seeds, strict=True):
-        rows.uniform_(generator=torch.Generator().manual_seed(seed))
-    return uniform.clamp_(1e-20, 1.0 - 1e-16).log_().neg_().log_().neg_().view(-1, steps, vocab).to(dtype)
+    seed and the logarithms taken for many seeds at once (on a CPU each operation's fixed cost,
+    paid per seed, outweighed its arithmetic), in float64 chunks of at most 32 MiB (a large
+    vocabulary's noise would otherwise be held twice over)."""
+    noise = torch.empty(len(seeds) * draws, steps, vocab, dtype=dtype)
+    chunk = max(1, _GUMBEL_CHUNK // (draws * steps * vocab))
+    for first in range(0, len(seeds), chunk):
+        part = seeds[first : first + chunk]
+        uniform = torch.empty(len(part), draws, steps, vocab, dtype=torch.float64)
+        for rows, seed in zip(uniform, part, strict=True):
+            rows.uniform_(generator=torch.Generator().manual_seed(seed))
+        gumbel = uniform.clamp_(1e-20, 1.0 - 1e-16).log_().neg_().log_().neg_()
+        noise[first * draws : (first + len(part)) * draws] = gumbel.view(-1, steps, vocab)
+    return noise
