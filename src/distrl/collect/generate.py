@@ -212,8 +212,8 @@ def _gumbel(seeds: Sequence[int], draws: int, steps: int, vocab: int, dtype: tor
     """``[len(seeds) * draws, steps, vocab]`` Gumbel noise, rows ``i * draws`` on from ``seeds[i]``'s
     generator; draw j of a seed is the same however many follow it. The uniforms are drawn seed by
     seed and the logarithms taken for many seeds at once (on a CPU each operation's fixed cost,
-    paid per seed, outweighed its arithmetic), in float64 chunks of at most 32 MiB (a large
-    vocabulary's noise would otherwise be held twice over)."""
+    paid per seed, outweighed its arithmetic), in float64 chunks of whole seeds, up to 32 MiB
+    unless one seed needs more (a large vocabulary's noise would otherwise be held twice over)."""
     noise = torch.empty(len(seeds) * draws, steps, vocab, dtype=dtype)
     chunk = max(1, _GUMBEL_CHUNK // (draws * steps * vocab))
     for first in range(0, len(seeds), chunk):
