@@ -63,7 +63,7 @@ from distrl.config.run import load_config
 from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.envs.torch_envs import TorchCartPole
-from distrl.timing import PHASES
+from distrl.timing import SHARED_PHASES
 
 ENV_ID = "CartPole-v1"
 BACKENDS = ("gymnasium", "envpool", "torch")
@@ -374,7 +374,8 @@ def print_phases(config: Path, runs: dict[LoopKey, LoopRun]) -> None:
     present = {
         p for run in runs.values() for p, share in run.phase_shares.items() if share >= MIN_PHASE_SHARE
     }
-    phases = [p for p in (*PHASES, "other") if p in present]
+    own = sorted(present - {*SHARED_PHASES, "other"})  # the algorithm's own phases
+    phases = [p for p in (*SHARED_PHASES, *own, "other") if p in present]
     print(
         f"\n### Where an update's time goes, {config_label(config)}: share of the update's whole "
         "pass (updates after the first, phases averaged over ranks, medians)\n"

@@ -15,6 +15,8 @@ from tests.distributed import free_port
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = REPO / "configs" / "cartpole_ppo.yaml"
 CARTPOLE_DQN = REPO / "configs" / "cartpole_dqn.yaml"
+CARTPOLE_A2C = REPO / "configs" / "cartpole_a2c.yaml"
+PENDULUM_SAC = REPO / "configs" / "pendulum_sac.yaml"
 CARTPOLE_MEMORY = REPO / "configs" / "cartpole_positions_lstm_ppo.yaml"
 """Positions-only CartPole with an LSTM policy."""
 OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"

@@ -8,7 +8,10 @@ import json
 import time
 from pathlib import Path
 
-from distrl.timing import PHASES, PhaseClock
+import pytest
+
+from distrl.algos.registry import algorithm
+from distrl.timing import SHARED_PHASES, PhaseClock
 from tests.helpers import CARTPOLE, distrl, torchrun_train
 
 TRAIN = [
@@ -26,13 +29,22 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def test_phase_clock_adds_up_and_starts_over() -> None:
-    clock = PhaseClock()
+    clock = PhaseClock.for_algorithm(algorithm("dqn").config(name="dqn"))
     for _ in range(2):
         with clock("env"):
             time.sleep(0.01)
+    with clock("replay"):  # DQN's own phase
+        pass
     taken = clock.take()
-    assert set(taken) == set(PHASES) and 0.02 <= taken["env"] < 0.5 and taken["backward"] == 0.0
+    assert set(taken) == {*SHARED_PHASES, "replay", "data"}
+    assert 0.02 <= taken["env"] < 0.5 and taken["backward"] == 0.0
     assert clock.take()["env"] == 0.0
+
+
+def test_a_phase_the_algorithm_did_not_declare_is_a_bug() -> None:
+    clock = PhaseClock.for_algorithm(algorithm("ppo").config())
+    with pytest.raises(KeyError, match="generate"), clock("generate"):
+        pass
 
 
 def test_phases_cover_an_update_and_match_the_wall_clock(tmp_path: Path) -> None:

@@ -6,32 +6,46 @@ averaged over ranks). One clock per loop: two loops in one process never mix the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-PHASES = (
-    "env", "inference", "generate", "score", "log_probs",
-    "returns", "replay", "data", "forward", "backward", "sync", "sync_wait",
-    "sync_transfer", "optimizer", "update", "eval", "log", "checkpoint",
+if TYPE_CHECKING:
+    from distrl.config.algorithm import AlgorithmSection
+
+SHARED_PHASES = (
+    "env", "inference", "forward", "backward", "sync", "sync_wait", "sync_transfer",
+    "optimizer", "update", "eval", "log", "checkpoint",
 )  # fmt: skip
-"""Every phase any rank may time: each rank reports all of them (zero where unused), so the
-ranks' metric sums line up."""
+"""The phases of acting, gradient steps and the loop's own work, whatever the algorithm."""
 
 
 class PhaseClock:
-    def __init__(self) -> None:
-        self.seconds = dict.fromkeys(PHASES, 0.0)
+    def __init__(self, phases: Sequence[str] | None = None) -> None:
+        """``phases``: every phase the training loop may see timed (``SHARED_PHASES`` and the
+        algorithm's ``AlgorithmSection.phases``); it reports all of them, zero where unused, so
+        the ranks' metric sums line up, and timing any other is a bug. None: any phase, for a
+        clock of a component's own that no loop sums over ranks (an env worker's)."""
+        self.phases = tuple(phases or ())
+        self.strict = phases is not None
+        self.seconds = dict.fromkeys(self.phases, 0.0)
+
+    @classmethod
+    def for_algorithm(cls, algo: AlgorithmSection) -> PhaseClock:
+        return cls((*SHARED_PHASES, *algo.phases))
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        if self.strict and name not in self.seconds:
+            raise KeyError(f"phase {name!r} is not declared (AlgorithmSection.phases): {self.phases}")
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[name] += time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
     def take(self) -> dict[str, float]:
         """Seconds per phase since the last ``take``, and start over."""
         taken = self.seconds
-        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.seconds = dict.fromkeys(self.phases, 0.0)
         return taken

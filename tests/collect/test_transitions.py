@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from distrl.collect.transitions import TransitionCollector, exploration_noise
+from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, exploration_noise
 from distrl.config.run import load_config
 from distrl.envs import make_vec_env
 from distrl.models.policies import make_q_network
@@ -27,7 +27,7 @@ def collectors(parts: list[slice]) -> list[TransitionCollector]:
         if q_network is None:
             q_network = make_q_network(cfg, env.observation_space, env.action_space)
         noise = exploration_noise(NOISE, len(SEEDS), part, CPU)
-        out.append(TransitionCollector(cfg, env, q_network, noise, CPU))
+        out.append(TransitionCollector(cfg, env, EpsilonGreedy(q_network), noise, CPU))
     return out
 
 

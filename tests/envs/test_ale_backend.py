@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from distrl.collect.rollout import ActionNoise, RolloutCollector
-from distrl.collect.transitions import TransitionCollector, exploration_noise
+from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, exploration_noise
 from distrl.config.run import load_config
 from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
@@ -74,7 +74,8 @@ def test_dqn_ends_the_agents_episode_on_a_lost_life_and_learns_clipped_rewards()
     )  # fmt: skip
     env = make_vec_env(cfg.env, [0, 1, 2, 3], CPU)
     q_network = make_q_network(cfg, env.observation_space, env.action_space, CPU)
-    collector = TransitionCollector(cfg, env, q_network, exploration_noise([5], 4, slice(None), CPU), CPU)
+    noise = exploration_noise([5], 4, slice(None), CPU)
+    collector = TransitionCollector(cfg, env, EpsilonGreedy(q_network), noise, CPU)
     collector.reset()
     segment = collector.collect(epsilon=1.0)
     assert (segment.episode_ends <= segment.ended).all()  # a game's end is a learning end too

@@ -12,7 +12,7 @@ import pytest
 from distrl.config.run import load_config
 from distrl.errors import UserError
 from distrl.ray.driver import check_workers
-from tests.helpers import CARTPOLE, CARTPOLE_DQN, CARTPOLE_MEMORY, distrl
+from tests.helpers import CARTPOLE, CARTPOLE_A2C, CARTPOLE_DQN, CARTPOLE_MEMORY, PENDULUM_SAC, distrl
 from tests.ray_cluster import BUDGET, final_row, param_digests, ray_train, ray_train_killing
 
 CRASHING = [
@@ -57,8 +57,25 @@ CRASHING = [
                 "train.total_steps=1024",
             ],
         ),  # fmt: skip
+        (CARTPOLE_A2C, [*BUDGET, "train.total_steps=1024"]),
+        # One worker for all envs: continuous actions computed for fewer rows at a time round
+        # differently in the last bit (CPU kernels vary with the batch), so only the same rows match.
+        (
+            PENDULUM_SAC,
+            [
+                *BUDGET,
+                "workers.env=1",
+                "env.num_envs=2",
+                "algo.rollout_steps=8",
+                "algo.gradient_steps=4",
+                "algo.learning_starts=64",
+                "algo.batch_size=32",
+                "train.total_steps=512",
+                "checkpoint.interval_steps=512",
+            ],
+        ),  # fmt: skip
     ],
-    ids=["ppo", "dqn", "ppo-images", "ppo-lstm", "ppo-dict"],
+    ids=["ppo", "dqn", "ppo-images", "ppo-lstm", "ppo-dict", "a2c", "sac"],
 )
 def test_one_learner_with_env_workers_trains_exactly_as_one_process(
     ray_head: str, tmp_path: Path, config: Path, budget: list[str]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import CARTPOLE, CARTPOLE_DQN, distrl, torchrun_train
+from tests.helpers import CARTPOLE, CARTPOLE_A2C, CARTPOLE_DQN, PENDULUM_SAC, distrl, torchrun_train
 
 
 def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> None:
@@ -57,6 +57,26 @@ def test_two_rank_dqn_solves(tmp_path: Path) -> None:
     assert (
         state["algorithm"] == "dqn" and state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "budget"),
+    [
+        (CARTPOLE_A2C, ["train.total_steps=2000", "train.stop_return=null"]),
+        (PENDULUM_SAC, ["env.num_envs=2", "algo.rollout_steps=4", "algo.learning_starts=64",
+                        "train.total_steps=400", "train.stop_return=null"]),
+    ],
+    ids=["a2c", "sac"],
+)  # fmt: skip
+def test_two_rank_a2c_and_sac_end_with_identical_parameters(
+    tmp_path: Path, config: Path, budget: list[str]
+) -> None:
+    result = torchrun_train(2, "--config", str(config), "--run-dir", str(tmp_path), *budget)
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
+    assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]
+    report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json", "--episodes", "2").stdout)
+    assert report["episodes"] == 2
 
 
 def test_dry_run_prints_every_rank_and_builds_nothing(tmp_path: Path) -> None:

@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from distrl.config.base import Section, Size
+from distrl.config.algorithm import AlgorithmSection
+from distrl.config.base import Size
 from distrl.sharding import even_counts
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
 
 
-class GRPOConfig(Section):
+class GRPOConfig(AlgorithmSection):
     """Group Relative Policy Optimization (Shao et al. 2024) for a sequence policy: G completions
     per prompt, each scored by the task's reward functions, advantages relative to the group."""
 
@@ -28,13 +29,13 @@ class GRPOConfig(Section):
         "task.alphabet",
     )
     step_unit: ClassVar[str] = "completions"
-    """What ``train.total_steps`` counts, in the final line."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = (
         "activation_checkpointing",
         "gradient_accumulation_steps",
         "optimizer_offload",
     )
-    """The ``train`` keys (``config.run.TRAIN_SWITCHES``) its torch learner honours."""
+    phases: ClassVar[tuple[str, ...]] = ("generate", "score", "log_probs")
+    collection_phases: ClassVar[tuple[str, ...]] = ("generate",)
 
     name: Literal["grpo"] = "grpo"
     """The algorithm: group relative policy optimisation for sequence policies."""

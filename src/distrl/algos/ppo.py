@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -23,6 +24,25 @@ from distrl.timing import PhaseClock
 MinibatchSampler = Callable[[int], list[torch.Tensor]]
 """Given the batch's number of chunks (its samples, without memory), return one epoch's
 minibatches as chunk index tensors."""
+
+
+class OnPolicyUpdate(Protocol):
+    """What ``runners.on_policy.OnPolicyRunner`` asks of an on-policy actor-critic's update."""
+
+    num_minibatches: int
+    """Parts each rank splits its rollout into per pass (its collection must reach one sample
+    for each)."""
+    optimizer: torch.optim.Optimizer
+
+    @property
+    def steps_per_update(self) -> int:
+        """Optimiser steps in one ``update``: counted as skipped when a rollout is thrown away."""
+
+    def set_learning_rate(self, lr: float) -> None: ...
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """Gradient steps on the rollout (advantages ready); mean loss statistics and
+        ``skipped_minibatches``."""
 
 
 class PPO:
@@ -51,6 +71,10 @@ class PPO:
         # The fused kernel is several times faster than the per-tensor loop for small networks.
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
         self.loss_terms = compiled_if(compile_loss, self.loss, self.params[0].device)
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.cfg.update_epochs * self.num_minibatches
 
     def set_learning_rate(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

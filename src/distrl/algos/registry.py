@@ -4,20 +4,25 @@ An algorithm is its config section, its runners (how it trains, by what it learn
 its deployable policy is built from a checkpoint, and what an env worker acts with. Everything
 but the config section is named as ``module:attribute`` and imported only when used, so reading
 a config imports no torch, and evaluation, export and the workers build a policy without
-importing any runner. A new algorithm is its files plus one ``Algorithm`` line below.
+importing any runner. A new algorithm is its files plus one ``Algorithm`` line below; one
+defined outside distrl is named by ``algo.name: module:ATTRIBUTE`` (an ``Algorithm``), with no
+line here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distrl import extras
+from distrl.algos.a2c_config import A2CConfig
 from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.algos.ppo_config import PPOConfig
-from distrl.config.base import Section
+from distrl.algos.sac_config import SACConfig
+from distrl.config.algorithm import AlgorithmSection
 from distrl.errors import UserError
 from distrl.extras import require_extra
 
@@ -39,7 +44,7 @@ JAX_NATIVE_BACKENDS = ("gymnax", "brax")
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    config: type[Section]
+    config: type[AlgorithmSection]
     """Its ``algo:`` section (``algo.name`` picks it)."""
     deployable_policy: str
     """``module:function`` of ``(RunConfig, SavedState) -> nn.Module``: the deterministic policy
@@ -90,6 +95,21 @@ ALGORITHMS: dict[str, Algorithm] = {
             env_worker="distrl.collect.transitions:env_worker_collector",
         ),
         Algorithm(
+            "a2c",
+            A2CConfig,
+            deployable_policy="distrl.models.policies:ppo_policy",
+            runners={ENVS: "distrl.runners.a2c:A2CRunner"},
+            env_worker="distrl.collect.rollout:env_worker_collector",
+            memory_runners=(ENVS,),
+        ),
+        Algorithm(
+            "sac",
+            SACConfig,
+            deployable_policy="distrl.models.sac:sac_policy",
+            runners={ENVS: "distrl.runners.sac:SACRunner"},
+            env_worker="distrl.collect.sac:env_worker_collector",
+        ),
+        Algorithm(
             "grpo",
             GRPOConfig,
             deployable_policy="distrl.models.sequence_policy:sequence_policy",
@@ -112,9 +132,30 @@ ALGORITHMS: dict[str, Algorithm] = {
 
 
 def algorithm(name: str) -> Algorithm:
-    if name not in ALGORITHMS:
-        raise UserError(f"algo.name {name!r}: expected one of {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[name]
+    """The algorithm ``algo.name`` names: a registered one, or ``module:ATTRIBUTE`` of one
+    defined outside distrl (the module imported now)."""
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    if ":" not in name:
+        raise UserError(
+            f"algo.name {name!r}: expected one of {', '.join(ALGORITHMS)}, or module:ATTRIBUTE of an "
+            "Algorithm defined outside distrl"
+        )
+    module, _, attribute = name.partition(":")
+    try:
+        found = load(name)
+    except ModuleNotFoundError as exc:
+        raise UserError(
+            f"algo.name {name!r}: cannot import {module!r} ({exc}); is it on PYTHONPATH?"
+        ) from None
+    except AttributeError:
+        raise UserError(f"algo.name {name!r}: module {module!r} has no attribute {attribute!r}") from None
+    if not isinstance(found, Algorithm) or not issubclass(found.config, AlgorithmSection):
+        raise UserError(
+            f"algo.name {name!r}: expected a distrl.algos.registry.Algorithm whose config subclasses "
+            f"AlgorithmSection, got {type(found).__name__}"
+        )
+    return dataclasses.replace(found, name=name)
 
 
 def learns_from(cfg: RunConfig) -> str:
@@ -128,13 +169,13 @@ def runner_reference(cfg: RunConfig) -> str:
     """``module:Class`` of the ``Runner`` that trains ``cfg``'s algorithm from what it learns
     from; one line when it has none (checked before anything starts, nothing imported)."""
     source = learns_from(cfg)
-    able = [name for name, known in ALGORITHMS.items() if source in known.runners]
+    known = algorithm(cfg.algo.name)
+    able = [name for name, other in {**ALGORITHMS, known.name: known}.items() if source in other.runners]
     if cfg.algo.name not in able or (source in (JAX, JAX_NATIVE_ENVS) and cfg.data.path is not None):
         if source in (JAX, JAX_NATIVE_ENVS):
             raise UserError(f"ml_framework: jax trains {', '.join(able)} online; use torch for this run")
         where = "from logged data (data.path)" if source == LOGGED_DATA else "online"
         raise UserError(f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}")
-    known = ALGORITHMS[cfg.algo.name]
     if cfg.model.memory != "none" and source not in known.memory_runners:
         learner = "the JAX learner" if source in (JAX, JAX_NATIVE_ENVS) else f"algo.name={known.name}"
         with_memory = [name for name, a in ALGORITHMS.items() if a.memory_runners]

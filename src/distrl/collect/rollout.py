@@ -86,13 +86,14 @@ class Collection(Protocol):
 
 
 class TransitionSource(Protocol):
-    """Where a DQN rank's transitions come from: its own envs (``TransitionCollector``) or env
-    workers."""
+    """Where a replay-based rank's transitions come from: its own envs (``TransitionCollector``)
+    or env workers."""
 
     def reset(self) -> torch.Tensor: ...
 
-    def collect(self, epsilon: float) -> TransitionSegment:
-        """``rollout_steps`` epsilon-greedy steps of all the rank's envs, on the rank's device."""
+    def collect(self, exploration: float) -> TransitionSegment:
+        """``rollout_steps`` steps of all the rank's envs, on the rank's device, exploring as
+        ``exploration`` says (DQN's epsilon)."""
         ...
 
     def counts(self) -> dict[str, float]: ...

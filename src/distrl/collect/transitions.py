@@ -1,17 +1,19 @@
-"""DQN's collection: epsilon-greedy steps of envs with the current Q-network. A rank collects from
-its own envs with one; in Ray mode each env worker runs one over its part of a rank's envs and the
-rank joins their segments before they go into its replay buffer.
+"""Replay-based algorithms' collection (DQN, SAC): steps of envs with an exploring policy, into
+segments of transitions. A rank collects from its own envs with one; in Ray mode each env worker
+runs one over its part of a rank's envs and the rank joins their segments before they go into its
+replay buffer.
 
-Exploration draws two uniform numbers per env and step from ``ActionNoise`` (whether to explore,
-which action), drawn for all of a rank's envs and cut to the collector's part, so splitting a
-rank's envs over workers changes no env's action.
+Exploration draws its numbers per env and step from ``ActionNoise`` (for DQN two uniform ones:
+whether to explore, which action), drawn for all of a rank's envs and cut to the collector's
+part, so splitting a rank's envs over workers changes no env's action.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+from torch import nn
 
 from distrl.collect.rollout import ActionNoise, EnvCollector
 from distrl.envs import VecEnv
@@ -28,16 +30,38 @@ def exploration_noise(seed: list[int], rows: int, part: slice, device: torch.dev
     return ActionNoise((rows, 2), False, seed, part, device)
 
 
+class ExploringPolicy(Protocol):
+    def __call__(self, obs: torch.Tensor, noise: torch.Tensor, exploration: float) -> torch.Tensor:
+        """The env actions for ``obs``, from this step's ``noise`` rows and the algorithm's
+        exploration setting (DQN's epsilon; SAC's share of uniformly random actions)."""
+        ...
+
+
+class EpsilonGreedy(nn.Module):
+    """DQN's acting: the greedy action of ``q_network`` (a value per Discrete action), or with
+    probability ``exploration`` (epsilon) a uniformly random one."""
+
+    def __init__(self, q_network: nn.Module) -> None:
+        super().__init__()
+        self.q_network = q_network
+
+    def forward(self, obs: torch.Tensor, uniform: torch.Tensor, exploration: float) -> torch.Tensor:
+        num_actions = self.q_network.num_actions
+        greedy = self.q_network(obs).argmax(dim=-1)
+        random_actions = (uniform[:, 1] * num_actions).long().clamp_(max=num_actions - 1)
+        return torch.where(uniform[:, 0] < exploration, random_actions, greedy)
+
+
 class TransitionCollector(EnvCollector):
-    """Steps ``env`` epsilon-greedily with ``q_network`` (a value per Discrete action). Under
-    episodic life a lost life ends the agent's episode (CleanRL's Atari DQN) while the game, the
-    statistics' episode, goes on; ``normalize.clip_rewards`` stores the rewards' sign."""
+    """Steps ``env`` with ``policy``. Under episodic life a lost life ends the agent's episode
+    (CleanRL's Atari DQN) while the game, the statistics' episode, goes on;
+    ``normalize.clip_rewards`` stores the rewards' sign."""
 
     def __init__(
         self,
         cfg: RunConfig,
         env: VecEnv,
-        q_network: torch.nn.Module,
+        policy: ExploringPolicy,
         noise: ActionNoise,
         device: torch.device,
         clock: PhaseClock | None = None,
@@ -45,25 +69,20 @@ class TransitionCollector(EnvCollector):
         super().__init__(env, device, clock)
         self.rollout_steps = cfg.algo.rollout_steps
         self.clip_rewards = cfg.normalize.clip_rewards
-        self.q_network = q_network
+        self.policy = policy
         self.noise = noise
 
-    def segment(self, epsilon: float) -> TransitionSegment:
-        return self.collect(epsilon)
+    def segment(self, exploration: float) -> TransitionSegment:
+        return self.collect(exploration)
 
     @torch.no_grad()
-    def collect(self, epsilon: float) -> TransitionSegment:
-        """``rollout_steps`` steps of every env: the greedy action, or with probability
-        ``epsilon`` a uniformly random one."""
-        num_actions = self.q_network.num_actions
+    def collect(self, exploration: float) -> TransitionSegment:
+        """``rollout_steps`` steps of every env, exploring as ``exploration`` says."""
         obs = self.obs
         steps = []
         for _ in range(self.rollout_steps):
             with self.clock("inference"):
-                greedy = self.q_network(obs).argmax(dim=-1)
-                uniform = self.noise.draw()
-                random_actions = (uniform[:, 1] * num_actions).long().clamp_(max=num_actions - 1)
-                actions = torch.where(uniform[:, 0] < epsilon, random_actions, greedy)
+                actions = self.policy(obs, self.noise.draw(), exploration)
             with self.clock("env"):
                 result = self.env.step(actions.to(self.env.device))
             next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result[:5])
@@ -89,4 +108,4 @@ def env_worker_collector(
     cpu = torch.device("cpu")
     q_network = make_q_network(cfg, env.observation_space, env.action_space, cpu)
     exploration = exploration_noise(noise_seed, noise_rows, part, cpu)
-    return {"q_network": q_network}, TransitionCollector(cfg, env, q_network, exploration, cpu)
+    return {"q_network": q_network}, TransitionCollector(cfg, env, EpsilonGreedy(q_network), exploration, cpu)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from distrl.algos.registry import ALGORITHMS, algorithm
+from distrl.algos.registry import algorithm
+from distrl.config.algorithm import AlgorithmSection
 from distrl.config.base import Section
 from distrl.config.grpo_vocabulary import translate_grpo_section
 from distrl.config.sections import (
@@ -33,11 +34,9 @@ from distrl.config.sections import (
 )
 from distrl.errors import UserError
 
-AlgorithmConfig = Annotated[
-    Union[tuple(known.config for known in ALGORITHMS.values())],  # noqa: UP007 (a union built at run time)
-    Field(discriminator="name"),
-]
-"""Any registered algorithm's section, told apart by ``name``."""
+AlgorithmConfig = SerializeAsAny[AlgorithmSection]
+"""Any algorithm's section, its class chosen by ``name`` (``RunConfig._algorithm_section``) and
+written out whole."""
 
 
 class RunConfig(Section):
@@ -84,12 +83,14 @@ class RunConfig(Section):
                 del workers[key]
         return {**data, "workers": workers}
 
-    @model_validator(mode="before")
+    @field_validator("algo", mode="before")
     @classmethod
-    def _ppo_unless_named(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("algo"), dict) and "name" not in data["algo"]:
-            return {**data, "algo": {**data["algo"], "name": "ppo"}}
-        return data
+    def _algorithm_section(cls, value: Any) -> Any:
+        """A mapping becomes the section of the algorithm it names (ppo when unnamed)."""
+        if isinstance(value, dict):
+            named = {**value, "name": value.get("name", "ppo")}
+            return algorithm(str(named["name"])).config.model_validate(named)
+        return value
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
@@ -140,18 +141,29 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     problems = _unknown_keys(data, RunConfig, prefix="")
     if problems:
         raise UserError("\n".join(problems))
+    errors: list[Any] = []
+    algo = data.get("algo", {})
+    if isinstance(algo, dict):  # validated apart, so an algorithm from outside has its own class
+        named = {**algo, "name": algo.get("name", "ppo")}
+        try:
+            data = {**data, "algo": algorithm(str(named["name"])).config.model_validate(named)}
+        except ValidationError as exc:
+            errors += [{**err, "loc": ("algo", *err["loc"])} for err in exc.errors()]
+            data = {key: value for key, value in data.items() if key != "algo"}
     try:
-        return RunConfig.model_validate(data)
+        cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise UserError("\n".join(_problem(source, err) for err in exc.errors())) from None
+        errors += exc.errors()
+    if errors:  # in the order of the config's sections
+        order = {section: index for index, section in enumerate(RunConfig.model_fields)}
+        errors.sort(key=lambda err: order.get(err["loc"][0], -1) if err["loc"] else -1)
+        raise UserError("\n".join(_problem(source, err) for err in errors)) from None
+    return cfg
 
 
 def _problem(source: str, err: Any) -> str:
     """One line for one of pydantic's errors."""
-    loc = list(err["loc"])
-    if loc[:1] == ["algo"] and len(loc) > 1 and loc[1] in ALGORITHMS:
-        del loc[1]  # pydantic names the union member: the user wrote algo.<key>
-    key = ".".join(str(p) for p in loc)
+    key = ".".join(str(p) for p in err["loc"])
     if err["type"] == "value_error":  # our own validators' messages say it all
         return f"{source}: {key}: {err['msg'].removeprefix('Value error, ')}"
     return f"{source}: {key}: {err['msg']} (got {err.get('input')!r})"

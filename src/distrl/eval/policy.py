@@ -40,5 +40,5 @@ def load_policy(path: Path) -> LoadedPolicy:
 def policy_from_saved(saved: SavedState, where: str) -> tuple[RunConfig, nn.Module]:
     """The config and deterministic policy of a checkpoint read back (or a ``snapshot``)."""
     cfg = config_from_dict(saved.meta["config"], source=where)
-    build = load(algorithm(saved.meta["algorithm"]).deployable_policy)
+    build = load(algorithm(cfg.algo.name).deployable_policy)
     return cfg, build(cfg, saved).eval()

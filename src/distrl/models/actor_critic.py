@@ -20,21 +20,28 @@ from distrl.models.normalizer import RunningMeanStd
 if TYPE_CHECKING:  # annotations only
     from distrl.config.sections import ModelConfig
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 
-def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:
-    """Orthogonal weights, zero bias: the initialisation PPO's reference results rely on."""
+def _layer(n_in: int, n_out: int, gain: float | None) -> nn.Linear:
+    """Orthogonal weights, zero bias: the initialisation PPO's reference results rely on; with
+    ``gain`` None, torch's default initialisation (SAC's, in SB3 and CleanRL)."""
     layer = Linear(n_in, n_out)
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+    if gain is not None:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
     return layer
 
 
-def mlp(n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: float) -> nn.Sequential:
+def mlp(
+    n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: float | None
+) -> nn.Sequential:
+    """Hidden layers of ``activation``, then a linear output; orthogonal with gains sqrt(2) and
+    ``out_gain``, or torch's default initialisation throughout when ``out_gain`` is None."""
     layers: list[nn.Module] = []
+    hidden_gain = None if out_gain is None else math.sqrt(2)
     for width in hidden:
-        layers += [_layer(n_in, width, math.sqrt(2)), _ACTIVATIONS[activation]()]
+        layers += [_layer(n_in, width, hidden_gain), ACTIVATIONS[activation]()]
         n_in = width
     layers.append(_layer(n_in, n_out, out_gain))
     return nn.Sequential(*layers)

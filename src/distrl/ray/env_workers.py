@@ -164,8 +164,8 @@ class RemoteCollection:
         not applied to remote envs)."""
         return RolloutSegment.join(self._segments(), self.device)
 
-    def collect(self, epsilon: float) -> TransitionSegment:
-        return TransitionSegment.join(self._segments(epsilon), self.device)
+    def collect(self, exploration: float) -> TransitionSegment:
+        return TransitionSegment.join(self._segments(exploration), self.device)
 
     def _segments(self, *args: Any) -> list[Any]:
         """Every worker's segment, acting with the modules' tensors put in Ray's object store

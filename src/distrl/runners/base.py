@@ -80,8 +80,13 @@ class RunContext:
     restart_count: int = 0
     """Times the launcher restarted the process group in this job (torchrun's elastic restarts,
     a requeued SLURM job, Ray mode's rebuilt learners)."""
-    clock: PhaseClock = field(default_factory=PhaseClock)
-    """The training loop's phase clock: what the runner builds times its phases on it."""
+    clock: PhaseClock | None = None
+    """The training loop's phase clock: what the runner builds times its phases on it (the
+    shared phases and the algorithm's, when not given)."""
+
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            self.clock = PhaseClock.for_algorithm(self.cfg.algo)
 
 
 @dataclass

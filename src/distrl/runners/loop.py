@@ -174,7 +174,7 @@ class TrainingLoop:
         if episodes is not None:
             local += [episodes.return_sum, episodes.length_sum, episodes.count, episodes.finished]
         # Every rank's own collection speed and resource usage, in its own slots of the same sum.
-        collect_s = sum(my_phases[phase] for phase in ("env", "inference", "data", "generate"))
+        collect_s = sum(my_phases[phase] for phase in self.cfg.algo.collection_phases)
         usage = self.usage.read()
         self.samples_collected += result.local_steps
         if self.status is not None:

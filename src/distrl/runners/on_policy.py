@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from distrl.algos.ppo import PPO
+from distrl.algos.ppo import PPO, OnPolicyUpdate
 from distrl.collect.rollout import ActionNoise, Collection, RolloutCollector, finite
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
@@ -71,7 +71,13 @@ def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int, sequen
 
 
 class OnPolicyRunner(Runner):
+    """Collect a rollout, compute returns, update with ``update_rule``: PPO here; another
+    on-policy actor-critic (A2C) is a subclass naming its own rule."""
+
     algorithm = "ppo"
+    update_rule: type[OnPolicyUpdate] = PPO
+    """Built as ``update_rule(policy, cfg.algo, num_minibatches=, gradient_sync=, clock=,
+    compile_loss=)``."""
 
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
@@ -96,7 +102,7 @@ class OnPolicyRunner(Runner):
             rms.to(device) if rms is not None else None
             for rms in ppo_normalizers(cfg, self.observation_space, self.action_space)
         )
-        self.algo = PPO(
+        self.algo = self.update_rule(
             self.policy,
             cfg.algo,
             num_minibatches=minibatches_per_rank(cfg, self.envs, comm.world_size, self.sequence_length),
@@ -196,7 +202,7 @@ class OnPolicyRunner(Runner):
         nonfinite_obs, collected, *adv_sums = self.comm.sum_scalars(local)
         self.stragglers.forget()  # every rank is past collecting: it reached the sum above
         if nonfinite_obs:
-            skipped = float(self.cfg.algo.update_epochs * self.algo.num_minibatches)
+            skipped = float(self.algo.steps_per_update)
             return {"skipped_minibatches": skipped}, int(collected)
         self._update_obs_stats(rollout.raw_obs.reshape(-1, rollout.raw_obs.shape[-1]))
         if self.return_rms is not None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from distrl.storage.transitions import TransitionSegment
+
 
 @dataclass
 class TransitionBatch:
@@ -44,16 +46,19 @@ class ReplayBuffer:
         obs_shape: int | tuple[int, ...],
         device: torch.device,
         obs_dtype: torch.dtype = torch.float32,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: torch.dtype = torch.int64,
     ) -> None:
         """``obs_shape``: one observation's (a feature vector's length, or an image's shape),
-        stored in ``obs_dtype`` (uint8 frames as they are: a quarter of float32's bytes)."""
+        stored in ``obs_dtype`` (uint8 frames as they are: a quarter of float32's bytes);
+        ``action_shape``/``action_dtype``: one action's (a Discrete index, or a Box's vector)."""
         self.capacity = capacity
         self.num_envs = num_envs
         shape = (capacity, num_envs)
         obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
         self.next_obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
-        self.actions = torch.zeros(shape, dtype=torch.int64, device=device)
+        self.actions = torch.zeros((*shape, *action_shape), dtype=action_dtype, device=device)
         self.rewards = torch.zeros(shape, device=device)
         self.terminated = torch.zeros(shape, dtype=torch.bool, device=device)
         self.ended = torch.zeros(shape, dtype=torch.bool, device=device)
@@ -81,6 +86,19 @@ class ReplayBuffer:
         self.ended[row] = ended
         self.position = (row + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
+
+    def add_segment(self, segment: TransitionSegment) -> None:
+        """A collected segment, step by step; its ``restarted`` envs' running episodes cut first."""
+        self.cut(segment.restarted)
+        for t in range(segment.steps):
+            self.add(
+                segment.obs[t],
+                segment.actions[t],
+                segment.rewards[t],
+                segment.next_obs[t],
+                segment.terminated[t],
+                segment.ended[t],
+            )
 
     def cut(self, envs: torch.Tensor) -> None:
         """The running episodes of ``envs`` (``[num_envs]`` bool) were cut (an env worker rebuilt

@@ -1,0 +1,54 @@
+"""SAC's acting while it collects: uniformly random actions until ``learning_starts``, then actions
+sampled from the squashed Gaussian actor. Both come from one standard normal draw per env, step
+and action dimension (``ActionNoise``), so splitting a rank's envs over env workers changes no
+env's action."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from distrl.collect.rollout import ActionNoise
+from distrl.collect.transitions import TransitionCollector
+from distrl.envs import VecEnv
+from distrl.models.sac import ActionScale, SquashedGaussianActor
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+
+def sac_noise(seed: list[int], rows: int, action_dim: int, part: slice, device: torch.device) -> ActionNoise:
+    return ActionNoise((rows, action_dim), True, seed, part, device)
+
+
+class SquashedGaussianExploration(nn.Module):
+    """Env actions from ``actor``: sampled (``exploration`` 0), or uniform in the bounds
+    (``exploration`` 1: before ``learning_starts``, SB3's random warm-up)."""
+
+    def __init__(self, actor: SquashedGaussianActor, action_space: gym.spaces.Box) -> None:
+        super().__init__()
+        self.actor = actor
+        self.scale = ActionScale(action_space).to(next(actor.parameters()).device)
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor, exploration: float) -> torch.Tensor:
+        if exploration >= 1.0:
+            unit = torch.special.erf(noise / math.sqrt(2.0))  # 2 Phi(z) - 1: uniform in (-1, 1)
+        else:
+            unit = self.actor.sample(obs, noise)[0]
+        return self.scale.to_env(unit)
+
+
+def env_worker_collector(
+    cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
+) -> tuple[dict[str, nn.Module], TransitionCollector]:
+    """SAC on an env worker: a CPU actor (each segment's weights are loaded into it) and a
+    collector of ``env`` acting with it, drawing ``part``'s rows of the learner's noise."""
+    cpu = torch.device("cpu")
+    actor = SquashedGaussianActor(env.observation_space, env.action_space, cfg.model)
+    noise = sac_noise(noise_seed, noise_rows, actor.action_dim, part, cpu)
+    exploring = SquashedGaussianExploration(actor, env.action_space)
+    return {"actor": actor}, TransitionCollector(cfg, env, exploring, noise, cpu)

@@ -1,0 +1,42 @@
+"""What every algorithm's ``algo:`` section declares for the shared code: the training loop, the
+size table, resume and the phase clock read these and never an algorithm's name. A new
+algorithm's section subclasses ``AlgorithmSection`` (``docs/algorithms/your-own.md``)."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import PositiveFloat
+
+from distrl.config.base import Section, Size
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+
+class AlgorithmSection(Section):
+    """An algorithm's hyperparameters, and what the shared code needs to know of it."""
+
+    resume_fixed_keys: ClassVar[tuple[str, ...]] = ()
+    """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
+    step_unit: ClassVar[str] = "env steps"
+    """What ``train.total_steps`` counts, in the final line."""
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ()
+    """The ``train`` keys (``config.run.TRAIN_SWITCHES``) its torch learner honours."""
+    phases: ClassVar[tuple[str, ...]] = ()
+    """Phases its runner times beyond ``timing.SHARED_PHASES`` (``time/<phase>`` metrics)."""
+    collection_phases: ClassVar[tuple[str, ...]] = ("env", "inference")
+    """The phases in which a rank gathers samples: their sum divides the samples it collected
+    (each rank's speed, to name the slowest)."""
+
+    name: str
+    """The algorithm (``algos.registry``), or ``module:ATTRIBUTE`` of one defined outside distrl."""
+    learning_rate: PositiveFloat
+    """The optimiser's learning rate (its start, with ``anneal_lr``)."""
+    anneal_lr: bool = False
+    """Linearly decay the learning rate to zero over ``train.total_steps``."""
+
+    @abstractmethod
+    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+        """The run's sizes over all ranks and on each (``distrl config --ranks N``)."""

@@ -1,0 +1,136 @@
+"""What online replay-based runners share (DQN, SAC): every rank steps its own envs (or has env
+workers step them) with an exploring policy into its own replay buffer, and draws its share of
+every global batch from it; gradients are averaged across ranks, so all ranks hold identical
+networks.
+
+``iteration()`` reads as the algorithm: collect ``rollout_steps`` steps per env -> (once
+``learning_starts`` env steps are in) ``gradient_steps`` gradient steps.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Protocol
+
+import gymnasium as gym
+import torch
+
+from distrl.collect.rollout import TransitionSource
+from distrl.envs.base import obs_tensor_dtype
+from distrl.errors import UserError
+from distrl.runners.base import IterationResult, RankEnvs, RunContext, Runner, scheduled_learning_rate
+from distrl.runners.episodes import EpisodeTracker
+from distrl.sharding import even_split
+from distrl.storage.replay import ReplayBuffer, TransitionBatch
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+
+class ReplayUpdate(Protocol):
+    def set_learning_rate(self, lr: float) -> None: ...
+
+    def gradient_step(self, batch: TransitionBatch) -> dict[str, float]:
+        """One synchronised step on this rank's share of a global batch; its statistics and
+        ``skipped_steps``."""
+        ...
+
+
+def batch_share(cfg: RunConfig, rank: int, world_size: int) -> int:
+    """This rank's samples of each global batch (``algo.batch_size``); one line if a rank gets none."""
+    if cfg.algo.batch_size < world_size:
+        raise UserError(
+            f"algo.batch_size={cfg.algo.batch_size} counts samples over all ranks and is fewer than the "
+            f"{world_size} ranks; every rank needs at least one sample per gradient step: "
+            f"raise it to at least {world_size}"
+        )
+    return even_split(cfg.algo.batch_size, rank, world_size)[1]
+
+
+class ReplayRunner(Runner):
+    """Subclasses build ``algo`` (a ``ReplayUpdate``), then call ``start_replay``."""
+
+    algo: ReplayUpdate
+    exploration_metric: str
+    """The name ``exploration``'s value is logged under."""
+    n_step = 1
+    """Rewards summed per sampled transition before bootstrapping."""
+
+    def start_replay(
+        self, ctx: RunContext, rank_envs: RankEnvs, collection: TransitionSource, action_dtype: torch.dtype
+    ) -> None:
+        """The rank's replay buffer (``algo.buffer_size`` over all ranks: the same history per
+        env), fed by ``collection``."""
+        cfg = ctx.cfg
+        self.cfg = cfg
+        self.clock = ctx.clock
+        self.envs = rank_envs.shard
+        self.collection = collection
+        space: gym.spaces.Space = rank_envs.observation_space
+        self.replay = ReplayBuffer(
+            cfg.algo.history_per_env(self.envs.global_count),
+            self.envs.count,
+            space.shape,
+            ctx.device,
+            obs_tensor_dtype(space),
+            action_shape=rank_envs.action_space.shape,
+            action_dtype=action_dtype,
+        )
+        self.steps_per_iteration = cfg.algo.rollout_steps * self.envs.global_count
+        self.episodes = EpisodeTracker(self.envs.count, cfg.train.return_window, ctx.device)
+        self.batch_share = batch_share(cfg, ctx.comm.rank, ctx.comm.world_size)
+
+    @abstractmethod
+    def exploration(self, global_step: int) -> float:
+        """What the collection explores with at ``global_step`` (global: the same on every rank)."""
+
+    # ----------------------------------------------------------------------------- the runner
+    def start(self, fresh: bool) -> None:
+        self.collection.reset()
+
+    def iteration(self, global_step: int) -> IterationResult:
+        start = time.perf_counter()
+        lr = scheduled_learning_rate(self.cfg, global_step)
+        self.algo.set_learning_rate(lr)
+        exploration = self.exploration(global_step)
+        self.collect(exploration)
+        collect_s = time.perf_counter() - start
+        stats: dict[str, float] = {}
+        if global_step + self.steps_per_iteration >= self.cfg.algo.learning_starts:
+            stats = self.learn()
+        skipped = stats.pop("skipped_steps", 0.0)
+        return IterationResult(
+            env_steps=self.steps_per_iteration,
+            local_steps=self.cfg.algo.rollout_steps * self.envs.count,
+            averaged={
+                **stats,
+                "collect_share": collect_s / (time.perf_counter() - start),
+            },
+            replicated={"learning_rate": lr, self.exploration_metric: exploration, "skipped_steps": skipped},
+            counted=self.collection.counts(),
+            episodes=self.episodes.stats(),
+            skipped=skipped > 0,
+        )
+
+    def close(self) -> None:
+        self.collection.close()
+
+    # ----------------------------------------------------------------------------- collect, learn
+    def collect(self, exploration: float) -> None:
+        """``rollout_steps`` exploring steps of every env into the replay buffer."""
+        segment = self.collection.collect(exploration)
+        self.episodes.add_rollout(segment.env_rewards, segment.episode_ends, segment.restarted)
+        self.replay.add_segment(segment)
+
+    def learn(self) -> dict[str, float]:
+        """``gradient_steps`` steps, each on this rank's share of a global batch; mean statistics."""
+        cfg = self.cfg.algo
+        totals: dict[str, float] = {}
+        for _ in range(cfg.gradient_steps):
+            with self.clock("replay"):
+                batch = self.replay.sample(self.batch_share, self.n_step, cfg.gamma)
+            for key, value in self.algo.gradient_step(batch).items():
+                totals[key] = totals.get(key, 0.0) + value
+        skipped = totals.pop("skipped_steps")
+        return {"skipped_steps": skipped, **{k: v / cfg.gradient_steps for k, v in totals.items()}}

@@ -1,0 +1,88 @@
+"""SAC's runner: the replay loop (``runners.replay``) with a squashed Gaussian actor acting,
+uniformly random actions before ``learning_starts``, and SAC's update."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from distrl.algos.sac import SAC
+from distrl.collect.rollout import TransitionSource
+from distrl.collect.sac import SquashedGaussianExploration, sac_noise
+from distrl.collect.transitions import TransitionCollector
+from distrl.errors import UserError
+from distrl.io.train_state import ModuleTrainState, TrainState
+from distrl.models.encoders import has_images
+from distrl.models.sac import ActionScale, DeterministicSACActor, SquashedGaussianActor, TwinQ
+from distrl.precision import low_precision
+from distrl.runners.base import RunContext, start_rank_envs
+from distrl.runners.replay import ReplayRunner
+
+
+class SACRunner(ReplayRunner):
+    algorithm = "sac"
+    exploration_metric = "random_actions"
+
+    def __init__(self, ctx: RunContext) -> None:
+        cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
+        if cfg.normalize.observations or cfg.normalize.rewards:
+            raise UserError("normalize.observations and normalize.rewards are PPO's: set them false for sac")
+        rank_envs = start_rank_envs(ctx)
+        observation_space, action_space = rank_envs.observation_space, rank_envs.action_space
+        if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+            raise UserError(
+                f"env {cfg.env.id!r}: sac needs a Box of continuous actions, not {action_space}; "
+                "algo.name=dqn or ppo trains on it"
+            )
+        self.observation_space, self.action_space = observation_space, action_space
+        self.actor = SquashedGaussianActor(observation_space, action_space, cfg.model).to(device)
+        self.critic = TwinQ(observation_space, self.actor.action_dim, cfg.model).to(device)
+        for network in (self.actor, self.critic):
+            network.low_precision = low_precision(
+                cfg.train.mixed_precision, device, has_images(observation_space)
+            )
+            comm.broadcast_parameters_(network)
+        sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
+        scale = ActionScale(action_space).to(device)
+        self.algo = SAC(self.actor, self.critic, scale, cfg.algo, gradient_sync=sync, clock=ctx.clock)
+        collection: TransitionSource
+        if rank_envs.env is not None:
+            noise = sac_noise(
+                rank_envs.noise_seed, rank_envs.shard.count, self.actor.action_dim, slice(None), device
+            )
+            exploring = SquashedGaussianExploration(self.actor, action_space)
+            collection = TransitionCollector(cfg, rank_envs.env, exploring, noise, device, ctx.clock)
+        else:
+            collection = ctx.workers.env.acting({"actor": self.actor}, device)
+        self.start_replay(ctx, rank_envs, collection, torch.float32)
+
+    def exploration(self, global_step: int) -> float:
+        """1 (uniformly random actions) until ``learning_starts`` global env steps, then 0."""
+        return 1.0 if global_step < self.cfg.algo.learning_starts else 0.0
+
+    def train_state(self) -> TrainState:
+        return ModuleTrainState(
+            self.algorithm,
+            self.observation_space,
+            self.action_space,
+            {
+                "actor": self.actor,
+                "critic": self.critic,
+                "critic_target": self.algo.critic_target,
+                "temperature": self.algo.temperature,
+            },
+            self.algo.optimizers,
+        )
+
+    def deployable_policy(self) -> nn.Module:
+        return DeterministicSACActor(self.actor, self.action_space)
+
+    def rank_state(self) -> dict[str, int]:
+        # The target update's cadence counts gradient steps across launches.
+        return {"gradient_steps_done": self.algo.gradient_steps_done}
+
+    def load_rank_state(self, state: dict[str, int]) -> None:
+        self.algo.gradient_steps_done = state.get("gradient_steps_done", 0)
