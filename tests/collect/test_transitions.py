@@ -56,5 +56,5 @@ def test_epsilon_one_explores_uniformly_and_zero_acts_greedily() -> None:
     made[0].reset()
     greedy = made[0].collect(0.0)
     with torch.no_grad():
-        expected = made[0].q_network(greedy.obs).argmax(dim=-1)
+        expected = made[0].policy.q_network(greedy.obs).argmax(dim=-1)
     assert torch.equal(greedy.actions, expected)

@@ -77,7 +77,7 @@ def test_dqn_ends_the_agents_episode_on_a_lost_life_and_learns_clipped_rewards()
     noise = exploration_noise([5], 4, slice(None), CPU)
     collector = TransitionCollector(cfg, env, EpsilonGreedy(q_network), noise, CPU)
     collector.reset()
-    segment = collector.collect(epsilon=1.0)
+    segment = collector.collect(exploration=1.0)
     assert (segment.episode_ends <= segment.ended).all()  # a game's end is a learning end too
     assert (segment.terminated & ~segment.episode_ends).sum() >= 4  # lives lost mid-game
     assert torch.equal(segment.rewards, torch.sign(segment.env_rewards))

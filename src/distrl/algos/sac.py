@@ -63,7 +63,10 @@ class SAC:
         for name, module in trained.items():
             params = list(module.parameters())
             self.grads[name] = FlatGradients(params, self.clock)
-            self.optimizers[name] = torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.adam_eps)
+            # The fused kernel is several times faster than the per-tensor loop for small networks.
+            self.optimizers[name] = torch.optim.Adam(
+                params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True
+            )
         self.gradient_steps_done = 0
 
     def set_learning_rate(self, lr: float) -> None:
