@@ -131,11 +131,9 @@ class SAC:
         loss = 0.5 * (F.mse_loss(q[:, 0], target) + F.mse_loss(q[:, 1], target))
         return loss, float(q.detach().mean())
 
-    def _step(self, network: str, loss: torch.Tensor | None, rows: int) -> float:
+    def _step(self, network: str, loss: torch.Tensor, rows: int) -> float:
         max_norm = math.inf if self.cfg.max_grad_norm is None else self.cfg.max_grad_norm
-        return self.grads[network].step(
-            loss if rows else None, self.optimizers[network], self.gradient_sync, rows, max_norm
-        )
+        return self.grads[network].step(loss, self.optimizers[network], self.gradient_sync, rows, max_norm)
 
     @torch.no_grad()
     def update_target(self) -> None:

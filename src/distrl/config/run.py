@@ -87,10 +87,13 @@ class RunConfig(Section):
     @classmethod
     def _algorithm_section(cls, value: Any) -> Any:
         """A mapping becomes the section of the algorithm it names (ppo when unnamed)."""
-        if isinstance(value, dict):
-            named = {**value, "name": value.get("name", "ppo")}
-            return algorithm(str(named["name"])).config.model_validate(named)
-        return value
+        return algorithm_section(value) if isinstance(value, dict) else value
+
+
+def algorithm_section(data: dict[str, Any]) -> AlgorithmSection:
+    """``algo:`` validated as the section of the algorithm it names (ppo when unnamed)."""
+    named = {**data, "name": data.get("name", "ppo")}
+    return algorithm(str(named["name"])).config.model_validate(named)
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
@@ -144,9 +147,8 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     errors: list[Any] = []
     algo = data.get("algo", {})
     if isinstance(algo, dict):  # validated apart, so an algorithm from outside has its own class
-        named = {**algo, "name": algo.get("name", "ppo")}
         try:
-            data = {**data, "algo": algorithm(str(named["name"])).config.model_validate(named)}
+            data = {**data, "algo": algorithm_section(algo)}
         except ValidationError as exc:
             errors += [{**err, "loc": ("algo", *err["loc"])} for err in exc.errors()]
             data = {key: value for key, value in data.items() if key != "algo"}

@@ -40,11 +40,6 @@ class ActionScale(nn.Module):
         return 2.0 * (actions - self.low) / (self.high - self.low) - 1.0
 
 
-def _features_mlp(features: int, cfg: ModelConfig, n_out: int) -> nn.Sequential:
-    """``model.hidden_sizes`` layers of ``model.activation`` then a linear output."""
-    return mlp(features, cfg.hidden_sizes, n_out, cfg.activation, out_gain=None)
-
-
 class SquashedGaussianActor(nn.Module):
     """tanh(mean + std x noise): a state-dependent diagonal Gaussian squashed into [-1, 1]."""
 
@@ -93,7 +88,7 @@ class TwinQ(nn.Module):
         for _ in range(2):
             encoder, features = observation_encoder(observation_space, cfg)
             self.encoders.append(encoder)
-            self.heads.append(_features_mlp(features + action_dim, cfg, 1))
+            self.heads.append(mlp(features + action_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=None))
 
     def forward(self, obs: torch.Tensor, unit_actions: torch.Tensor) -> torch.Tensor:
         return torch.cat(

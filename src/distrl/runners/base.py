@@ -153,6 +153,19 @@ class Runner(ABC):
         """Release envs, files and workers."""
 
 
+class CountsGradientSteps:
+    """A runner whose algorithm (``algo.gradient_steps_done``) times its target-network updates
+    by gradient steps: the count is saved per rank, so the cadence carries across launches."""
+
+    algo: Any
+
+    def rank_state(self) -> dict[str, int]:
+        return {"gradient_steps_done": self.algo.gradient_steps_done}
+
+    def load_rank_state(self, state: dict[str, int]) -> None:
+        self.algo.gradient_steps_done = state.get("gradient_steps_done", 0)
+
+
 def rank_env_seeds(ctx: RunContext) -> tuple[EnvShard, list[int]]:
     """Seed this rank's torch RNG; its share of the envs and their seeds (by global index)."""
     cfg, comm = ctx.cfg, ctx.comm

@@ -16,11 +16,17 @@ from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, explo
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.policies import greedy_policy, make_q_network
-from distrl.runners.base import RunContext, Runner, scheduled_learning_rate, start_rank_envs
+from distrl.runners.base import (
+    CountsGradientSteps,
+    RunContext,
+    Runner,
+    scheduled_learning_rate,
+    start_rank_envs,
+)
 from distrl.runners.replay import ReplayRunner, batch_share
 
 
-class QLearningRunner(Runner):
+class QLearningRunner(CountsGradientSteps, Runner):
     """What online and offline DQN share: the Q-network and its learner, checkpoint contents, and
     the greedy policy."""
 
@@ -53,13 +59,6 @@ class QLearningRunner(Runner):
 
     def deployable_policy(self) -> nn.Module:
         return greedy_policy(self.q_network)
-
-    def rank_state(self) -> dict[str, int]:
-        # The target network's update cadence counts gradient steps across launches.
-        return {"gradient_steps_done": self.algo.gradient_steps_done}
-
-    def load_rank_state(self, state: dict[str, int]) -> None:
-        self.algo.gradient_steps_done = state.get("gradient_steps_done", 0)
 
     def set_learning_rate(self, global_step: int) -> float:
         lr = scheduled_learning_rate(self.cfg, global_step)

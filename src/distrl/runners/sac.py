@@ -18,11 +18,11 @@ from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.encoders import has_images
 from distrl.models.sac import ActionScale, DeterministicSACActor, SquashedGaussianActor, TwinQ
 from distrl.precision import low_precision
-from distrl.runners.base import RunContext, start_rank_envs
+from distrl.runners.base import CountsGradientSteps, RunContext, start_rank_envs
 from distrl.runners.replay import ReplayRunner
 
 
-class SACRunner(ReplayRunner):
+class SACRunner(CountsGradientSteps, ReplayRunner):
     algorithm = "sac"
     exploration_metric = "random_actions"
 
@@ -79,10 +79,3 @@ class SACRunner(ReplayRunner):
 
     def deployable_policy(self) -> nn.Module:
         return DeterministicSACActor(self.actor, self.action_space)
-
-    def rank_state(self) -> dict[str, int]:
-        # The target update's cadence counts gradient steps across launches.
-        return {"gradient_steps_done": self.algo.gradient_steps_done}
-
-    def load_rank_state(self, state: dict[str, int]) -> None:
-        self.algo.gradient_steps_done = state.get("gradient_steps_done", 0)
