@@ -13,7 +13,7 @@ import pytest
 from distrl.data.logged import LoggedDataset, ShuffledStream, node_shares, ranks_sharing_a_copy
 from distrl.data.recommendation import write_dataset
 from distrl.errors import UserError
-from tests.helpers import collect
+from tests.helpers import collect, distrl
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +185,47 @@ def test_data_workers_on_a_node_divide_its_part_over_every_rank() -> None:
     nodes = [["a", "b"], ["b", "a", "b"]]
     assert node_shares(nodes, 0) == [(0, 2), (0, 3)]
     assert node_shares(nodes, 1) == [(1, 3), (1, 2), (2, 3)]
+
+
+@pytest.fixture(scope="module")
+def pendulum(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "pendulum"
+    result = distrl("collect", "--env", "Pendulum-v1", "--steps", "1200", "--rows-per-file", "600",
+                    "--out", str(out), "--seed", "2")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return out  # 2 files of 600 rows, row groups of 150
+
+
+def test_continuous_rows_decode_to_action_vectors_within_the_collected_bounds(pendulum: Path) -> None:
+    data = LoggedDataset(pendulum)
+    assert data.continuous and data.action_bounds == ([-2.0], [2.0])
+    space = data.action_space()
+    assert (space.low.tolist(), space.high.tolist(), space.shape) == ([-2.0], [2.0], (1,))
+    rows = data.read(data.units(1)[0])
+    assert rows.actions.dtype == np.float32 and rows.actions.shape == (600, 1)
+    assert rows.next_action_mask.shape == (600, 0) and np.isnan(rows.propensity).all()
+    logged = pq.read_table(data.units(1)[0].path).column("action").to_pylist()
+    np.testing.assert_array_equal(rows.actions, np.array(logged, np.float32))
+    assert data.empty_rows().actions.shape == (0, 1)
+
+
+def test_continuous_bounds_without_metadata_are_the_datas_extremes(pendulum: Path, tmp_path: Path) -> None:
+    table = pq.read_table(pendulum).replace_schema_metadata(None)
+    (tmp_path / "bare").mkdir()
+    pq.write_table(table, tmp_path / "bare" / "part-00000.parquet")
+    actions = np.array(table.column("action").to_pylist())
+    assert LoggedDataset(tmp_path / "bare").action_bounds == ([actions.min()], [actions.max()])
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ([2.5], "column action: outside the bounds [-2.0] to [2.0]"),
+        ([0.1, 0.2], "column action: 2 features, not 1"),
+        ([float("nan")], "column action: not a finite number"),
+    ],
+)
+def test_a_malformed_continuous_row_is_reported(
+    pendulum: Path, tmp_path: Path, value: object, problem: str
+) -> None:
+    assert_reported(write_bad(pendulum, tmp_path / "bad", 170, "action", value), problem, rows=600)

@@ -1,6 +1,6 @@
 """Reading Minari datasets written with minari's own DataCollector: every transition exactly once
 per epoch over the ranks, as minari stores it; ``distrl train --data`` trains on one; what DQN
-cannot use (continuous actions) is one line."""
+cannot use (continuous actions) is one line, and IQL learns from those."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_distrl_train_on_a_minari_dataset_writes_a_checkpoint(cartpole: Path, tm
     assert ckpt.resolve_checkpoint(tmp_path / "run").is_dir()
 
 
-def test_continuous_actions_are_one_line(tmp_path: Path) -> None:
+def test_continuous_actions_train_iql_and_are_one_line_for_dqn(tmp_path: Path) -> None:
     pendulum = write_minari_dataset(
         tmp_path, gym.make("Pendulum-v1", max_episode_steps=10), "pendulum/random-v0", 3
     )
@@ -127,9 +127,18 @@ def test_continuous_actions_are_one_line(tmp_path: Path) -> None:
                     "--data", str(pendulum), "--run-dir", str(tmp_path / "run"))  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"distrl: error: --data {pendulum}: the Minari dataset's action space is Box (1,); "
-        "distrl's DQN needs Discrete actions"
+        f"distrl: error: --data {pendulum}: its actions are continuous (Box(-2.0, 2.0, (1,), float32)); "
+        "dqn needs discrete actions: algo.name=iql learns from continuous ones"
     ]
+    data = MinariLoggedDataset(pendulum)
+    assert data.action_bounds == ([-2.0], [2.0]) and data.read(data.episodes[0]).actions.shape == (10, 1)
+    result = distrl(
+        "train", "--config", str(REPO / "configs" / "pendulum_iql.yaml"), "--data", str(pendulum),
+        "--run-dir", str(tmp_path / "iql"), "--total-steps", "60", "train.stop_return=null",
+        "log.tensorboard=false", "algo.gradient_steps=2", "algo.batch_size=16",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ckpt.resolve_checkpoint(tmp_path / "iql").is_dir()
 
 
 def test_without_minari_installed_a_minari_dataset_says_which_extra(

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from distrl.algos.a2c_config import A2CConfig
-from distrl.algos.flat_gradients import FlatGradients, GradientSync
+from distrl.algos.flat_gradients import FlatGradients, GradientSync, set_learning_rate
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
 from distrl.timing import PhaseClock
@@ -47,8 +47,7 @@ class A2C:
         )
 
     def set_learning_rate(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate([self.optimizer], lr)
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         with self.clock("forward"):

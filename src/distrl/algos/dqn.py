@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from distrl.algos.dqn_config import DQNConfig
-from distrl.algos.flat_gradients import FlatGradients, GradientSync
+from distrl.algos.flat_gradients import FlatGradients, GradientSync, polyak_update_, set_learning_rate
 from distrl.storage.replay import TransitionBatch
 from distrl.timing import PhaseClock
 
@@ -45,8 +45,7 @@ class DQN:
         self.gradient_steps_done = 0
 
     def set_learning_rate(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate([self.optimizer], lr)
 
     def gradient_step(self, batch: TransitionBatch) -> dict[str, float]:
         """One synchronised step on this rank's share of the global batch (which may be empty:
@@ -61,13 +60,8 @@ class DQN:
         stats["skipped_steps"] = float(math.isnan(grad_norm))
         self.gradient_steps_done += 1
         if self.gradient_steps_done % self.cfg.target_update_interval == 0:
-            self.update_target()
+            polyak_update_(self.target_network, self.q_network, self.cfg.tau)
         return stats
-
-    @torch.no_grad()
-    def update_target(self) -> None:
-        for target, online in zip(self.target_network.parameters(), self.params, strict=True):
-            target.lerp_(online, self.cfg.tau)
 
     def loss(self, batch: TransitionBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """TD loss against the (double) n-step target, plus the CQL term when ``cql_alpha`` > 0;

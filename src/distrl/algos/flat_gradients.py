@@ -108,3 +108,48 @@ class FlatGradients:
         if norm > max_norm and norm != float("inf"):
             self.flat.mul_(max_norm / (norm + 1e-6))
         return norm
+
+
+def set_learning_rate(optimizers: Iterable[torch.optim.Optimizer], lr: float) -> None:
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+
+@torch.no_grad()
+def polyak_update_(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """Move ``target``'s parameters ``tau`` of the way towards ``online``'s (1: copy them)."""
+    for target_param, online_param in zip(target.parameters(), online.parameters(), strict=True):
+        target_param.lerp_(online_param, tau)
+
+
+class SeparateNetworks:
+    """Networks trained on losses of their own (SAC's and IQL's critics, actor, ...): each its own
+    flat gradients and Adam, one synchronised step per loss."""
+
+    def __init__(
+        self,
+        networks: dict[str, nn.Module],
+        lr: float,
+        adam_eps: float,
+        max_grad_norm: float | None,
+        sync: GradientSync | None,
+        clock: PhaseClock,
+    ) -> None:
+        self.sync = sync
+        self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
+        self.grads: dict[str, FlatGradients] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        for name, network in networks.items():
+            params = list(network.parameters())
+            self.grads[name] = FlatGradients(params, clock)
+            # The fused kernel is several times faster than the per-tensor loop for small networks.
+            self.optimizers[name] = torch.optim.Adam(params, lr=lr, eps=adam_eps, fused=True)
+
+    def set_learning_rate(self, lr: float) -> None:
+        set_learning_rate(self.optimizers.values(), lr)
+
+    def step(self, network: str, loss: torch.Tensor | None, rows: int) -> float:
+        """``FlatGradients.step`` of ``network`` on ``loss``, a mean over ``rows`` local samples
+        (None: this rank has none); the gradient norm, NaN when not finite."""
+        return self.grads[network].step(loss, self.optimizers[network], self.sync, rows, self.max_grad_norm)

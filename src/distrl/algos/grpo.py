@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from distrl import precision
-from distrl.algos.flat_gradients import FlatGradients, GradientSync
+from distrl.algos.flat_gradients import FlatGradients, GradientSync, set_learning_rate
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.collect.generate import chosen_log_probs_and_entropy, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
@@ -186,8 +186,7 @@ class GRPO:
         )
 
     def set_learning_rate(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate([self.optimizer], lr)
 
     def log_probs(self, model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
         """``model``'s log-probabilities of the completions, without gradients."""

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import torch
 
-from distrl.algos.flat_gradients import FlatGradients, GradientSync
+from distrl.algos.flat_gradients import FlatGradients, GradientSync, set_learning_rate
 from distrl.algos.ppo_config import PPOConfig
 from distrl.compile import compiled_if
 from distrl.models.actor_critic import ActorCritic
@@ -77,8 +77,7 @@ class PPO:
         return self.cfg.update_epochs * self.num_minibatches
 
     def set_learning_rate(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate([self.optimizer], lr)
 
     def random_minibatches(self, num_chunks: int) -> list[torch.Tensor]:
         """Whole chunks, shuffled: a recurrent update never splits the steps it replays."""

@@ -20,6 +20,7 @@ from distrl import extras
 from distrl.algos.a2c_config import A2CConfig
 from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.grpo_config import GRPOConfig
+from distrl.algos.iql_config import IQLConfig
 from distrl.algos.ppo_config import PPOConfig
 from distrl.algos.sac_config import SACConfig
 from distrl.config.algorithm import AlgorithmSection
@@ -108,6 +109,12 @@ ALGORITHMS: dict[str, Algorithm] = {
             deployable_policy="distrl.models.sac:sac_policy",
             runners={ENVS: "distrl.runners.sac:SACRunner"},
             env_worker="distrl.collect.sac:env_worker_collector",
+        ),
+        Algorithm(
+            "iql",
+            IQLConfig,
+            deployable_policy="distrl.models.iql:iql_policy",
+            runners={LOGGED_DATA: "distrl.runners.iql:IQLRunner"},
         ),
         Algorithm(
             "grpo",

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distrl.algos.flat_gradients import FlatGradients, GradientSync
+from distrl.algos.flat_gradients import GradientSync, SeparateNetworks, polyak_update_
 from distrl.algos.sac_config import SACConfig
 from distrl.models.sac import ActionScale, SquashedGaussianActor, TwinQ
 from distrl.storage.replay import TransitionBatch
@@ -47,32 +47,22 @@ class SAC:
         """``scale``: the env's action bounds (replay holds actions as the env took them)."""
         self.actor, self.critic, self.scale, self.cfg = actor, critic, scale, cfg
         self.critic_target = copy.deepcopy(critic).requires_grad_(False)
-        self.gradient_sync = gradient_sync
         self.clock = clock or PhaseClock()
         self.learn_alpha = cfg.ent_coef == "auto"
         self.temperature = Temperature(1.0 if self.learn_alpha else float(cfg.ent_coef))
         self.temperature.requires_grad_(self.learn_alpha)
         self.target_entropy = -actor.action_dim if cfg.target_entropy == "auto" else float(cfg.target_entropy)
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
-        self.grads: dict[str, FlatGradients] = {}
         trained = {
             "critic": critic,
             "actor": actor,
             **({"temperature": self.temperature} if self.learn_alpha else {}),
         }
-        for name, module in trained.items():
-            params = list(module.parameters())
-            self.grads[name] = FlatGradients(params, self.clock)
-            # The fused kernel is several times faster than the per-tensor loop for small networks.
-            self.optimizers[name] = torch.optim.Adam(
-                params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True
-            )
+        self.networks = SeparateNetworks(
+            trained, cfg.learning_rate, cfg.adam_eps, cfg.max_grad_norm, gradient_sync, self.clock
+        )
+        self.optimizers = self.networks.optimizers
+        self.set_learning_rate = self.networks.set_learning_rate
         self.gradient_steps_done = 0
-
-    def set_learning_rate(self, lr: float) -> None:
-        for optimizer in self.optimizers.values():
-            for group in optimizer.param_groups:
-                group["lr"] = lr
 
     def gradient_step(
         self, batch: TransitionBatch, noise: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -94,11 +84,11 @@ class SAC:
                     self.temperature.log_alpha * (log_prob_pi.detach() + self.target_entropy)
                 ).mean()
             stats["alpha_loss"] = float(alpha_loss.detach())
-            stats["grad_norm/temperature"] = self._step("temperature", alpha_loss, rows)
+            stats["grad_norm/temperature"] = self.networks.step("temperature", alpha_loss, rows)
         with self.clock("forward"):
             critic_loss, q_mean = self.critic_loss(batch, next_noise, alpha)
         stats["critic_loss"], stats["q_mean"] = float(critic_loss.detach()), q_mean
-        stats["grad_norm/critic"] = self._step("critic", critic_loss, rows)
+        stats["grad_norm/critic"] = self.networks.step("critic", critic_loss, rows)
         with self.clock("forward"):
             q_pi = self.critic(batch.obs, actions_pi).min(dim=-1).values
             actor_loss = (alpha * log_prob_pi - q_pi).mean()
@@ -106,14 +96,14 @@ class SAC:
             float(actor_loss.detach()),
             float(-log_prob_pi.detach().mean()),
         )
-        stats["grad_norm/actor"] = self._step("actor", actor_loss, rows)
+        stats["grad_norm/actor"] = self.networks.step("actor", actor_loss, rows)
         stats["alpha"] = float(alpha)
         stats["skipped_steps"] = float(
             any(math.isnan(v) for k, v in stats.items() if k.startswith("grad_norm/"))
         )
         self.gradient_steps_done += 1
         if self.gradient_steps_done % self.cfg.target_update_interval == 0:
-            self.update_target()
+            polyak_update_(self.critic_target, self.critic, self.cfg.tau)
         return stats
 
     def critic_loss(
@@ -130,12 +120,3 @@ class SAC:
         q = self.critic(batch.obs, self.scale.to_unit(batch.actions))
         loss = 0.5 * (F.mse_loss(q[:, 0], target) + F.mse_loss(q[:, 1], target))
         return loss, float(q.detach().mean())
-
-    def _step(self, network: str, loss: torch.Tensor, rows: int) -> float:
-        max_norm = math.inf if self.cfg.max_grad_norm is None else self.cfg.max_grad_norm
-        return self.grads[network].step(loss, self.optimizers[network], self.gradient_sync, rows, max_norm)
-
-    @torch.no_grad()
-    def update_target(self) -> None:
-        for target, online in zip(self.critic_target.parameters(), self.critic.parameters(), strict=True):
-            target.lerp_(online, self.cfg.tau)

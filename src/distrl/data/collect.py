@@ -1,13 +1,16 @@
-"""Write a logged-transition dataset from a discrete-action env (``distrl collect``).
+"""Write a logged-transition dataset from an env with discrete or continuous actions (``distrl
+collect``).
 
-The logging policy is ``random``, ``epsilon-greedy:CHECKPOINT:EPS`` or ``checkpoint:CHECKPOINT``;
-each row records the exact probability with which the logged action was drawn (null for the
-deterministic checkpoint policy), so off-policy evaluation can reweight it. The same seed gives
-the same dataset.
+The logging policy is ``random``, ``epsilon-greedy:CHECKPOINT:EPS`` or ``checkpoint:CHECKPOINT``
+(EPS: the share of uniformly random actions). For discrete actions each row records the exact
+probability with which the logged action was drawn (null for the deterministic checkpoint policy),
+so off-policy evaluation can reweight it; continuous actions have densities, not probabilities
+(null), and the dataset keeps the env's action bounds. The same seed gives the same dataset.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,16 +22,17 @@ import torch
 from torch import nn
 
 from distrl.config.sections import EnvConfig
-from distrl.data.schema import SCHEMA
+from distrl.data.schema import ACTION_HIGH, ACTION_LOW, CONTINUOUS_SCHEMA, SCHEMA
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
 
 
 @dataclass
 class LoggingPolicy:
-    """Chooses actions and says with which probability each chosen action was drawn."""
+    """Chooses actions and says with which probability each chosen action was drawn (discrete
+    actions; None for continuous ones and for a deterministic logger)."""
 
-    num_actions: int
+    action_space: gym.spaces.Discrete | gym.spaces.Box
     epsilon: float = 1.0
     """Share of uniformly random actions (1: the random policy)."""
     greedy: nn.Module | None = None
@@ -37,19 +41,26 @@ class LoggingPolicy:
     @torch.no_grad()
     def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
         n = len(obs)
-        random_actions = rng.integers(self.num_actions, size=n)
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            random_actions = rng.integers(space.n, size=n)
+        else:
+            random_actions = rng.uniform(space.low, space.high, size=(n, *space.shape)).astype(np.float32)
+        discrete_probability = np.full(n, 1.0 / space.n) if isinstance(space, gym.spaces.Discrete) else None
         if self.greedy is None:
-            return random_actions, np.full(n, 1.0 / self.num_actions)
+            return random_actions, discrete_probability
         greedy = self.greedy(torch.as_tensor(obs, dtype=torch.float32)).numpy()
         if self.epsilon == 0.0:
             return greedy, None  # a deterministic logger has no propensities
         explore = rng.random(n) < self.epsilon
-        actions = np.where(explore, random_actions, greedy)
-        probability = self.epsilon / self.num_actions + (1.0 - self.epsilon) * (actions == greedy)
+        actions = np.where(explore.reshape(n, *[1] * (greedy.ndim - 1)), random_actions, greedy)
+        if discrete_probability is None:
+            return actions, None
+        probability = self.epsilon * discrete_probability + (1.0 - self.epsilon) * (actions == greedy)
         return actions, probability
 
 
-def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
+def parse_policy(spec: str, action_space: gym.spaces.Discrete | gym.spaces.Box) -> LoggingPolicy:
     """``random`` | ``epsilon-greedy:CHECKPOINT:EPS`` | ``checkpoint:CHECKPOINT``."""
     from distrl.eval.policy import load_policy
     from distrl.models.memory import policy_state_size
@@ -65,9 +76,9 @@ def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
 
     kind, _, rest = spec.partition(":")
     if kind == "random" and not rest:
-        return LoggingPolicy(num_actions)
+        return LoggingPolicy(action_space)
     if kind == "checkpoint" and rest:
-        return LoggingPolicy(num_actions, 0.0, feed_forward(rest))
+        return LoggingPolicy(action_space, 0.0, feed_forward(rest))
     if kind == "epsilon-greedy" and rest:
         checkpoint, _, eps = rest.rpartition(":")
         try:
@@ -75,7 +86,7 @@ def parse_policy(spec: str, num_actions: int) -> LoggingPolicy:
         except ValueError:
             epsilon = -1.0
         if checkpoint and 0.0 <= epsilon <= 1.0:
-            return LoggingPolicy(num_actions, epsilon, feed_forward(checkpoint))
+            return LoggingPolicy(action_space, epsilon, feed_forward(checkpoint))
     raise UserError(
         f"--policy {spec!r}: expected random, epsilon-greedy:CHECKPOINT:EPS (EPS in [0, 1]) or "
         "checkpoint:CHECKPOINT"
@@ -87,40 +98,49 @@ def collect_dataset(
 ) -> int:
     """Step ``env_cfg.num_envs`` envs until ``steps`` transitions are logged; return files written."""
     env = make_vec_env(env_cfg, [seed + i for i in range(env_cfg.num_envs)])
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise UserError(f"env {env_cfg.id!r}: collect needs Discrete actions, not {env.action_space}")
-    num_actions = int(env.action_space.n)
-    policy = parse_policy(policy_spec, num_actions)
+    space = env.action_space
+    continuous = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+    if not continuous and not isinstance(space, gym.spaces.Discrete):
+        raise UserError(f"env {env_cfg.id!r}: collect needs Discrete or flat Box actions, not {space}")
+    policy = parse_policy(policy_spec, space)
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out}: not empty; collect writes a new dataset into an empty dir")
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    writer = DatasetWriter(out, rows_per_file)
+    if continuous:
+        bounds = {ACTION_LOW: json.dumps(space.low.tolist()), ACTION_HIGH: json.dumps(space.high.tolist())}
+        writer = DatasetWriter(out, rows_per_file, CONTINUOUS_SCHEMA.with_metadata(bounds))
+    else:
+        writer = DatasetWriter(out, rows_per_file)
+        all_actions = [True] * int(space.n)
     # Rows are written value by value from host arrays.
     obs = env.reset().numpy(force=True)
     episode = np.zeros(env.num_envs, dtype=np.int64)
     step_in_episode = np.zeros(env.num_envs, dtype=np.int64)
-    all_actions = [True] * num_actions
     while writer.rows_written + writer.pending < steps:
         actions, probability = policy.act(obs, rng)
         step = env.step(torch.as_tensor(actions, device=env.device))
         next_obs, reward, terminated, truncated, final_obs = (x.numpy(force=True) for x in step[:5])
         ended = terminated | truncated
         for i in range(env.num_envs):
-            writer.add(
-                mdp_id=f"{seed + i}:{episode[i]}",
-                sequence_number=int(step_in_episode[i]),
-                state_features=obs[i].tolist(),
-                action=int(actions[i]),
-                action_probability=None if probability is None else float(probability[i]),
-                reward=float(reward[i]),
+            row = {
+                "mdp_id": f"{seed + i}:{episode[i]}",
+                "sequence_number": int(step_in_episode[i]),
+                "state_features": obs[i].tolist(),
+                "action": actions[i].tolist(),
+                "action_probability": None if probability is None else float(probability[i]),
+                "reward": float(reward[i]),
                 # final_obs is where the step led, also when the episode ended there.
-                next_state_features=final_obs[i].tolist(),
-                terminal=bool(terminated[i]),
-                possible_actions=all_actions,
-                possible_next_actions=[not terminated[i]] * num_actions,
-                time_diff=1,
-            )
+                "next_state_features": final_obs[i].tolist(),
+                "terminal": bool(terminated[i]),
+            }
+            if not continuous:
+                row |= {
+                    "possible_actions": all_actions,
+                    "possible_next_actions": [not terminated[i]] * len(all_actions),
+                    "time_diff": 1,
+                }
+            writer.add(**row)
         step_in_episode = np.where(ended, 0, step_in_episode + 1)
         episode += ended
         obs = next_obs

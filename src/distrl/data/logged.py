@@ -11,6 +11,7 @@ most ``shuffle_buffer`` rows, so every row comes out exactly once per epoch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from distrl.data.schema import PARAMETRIC_REQUIRED, REQUIRED
+from distrl.data.schema import ACTION_HIGH, ACTION_LOW, CONTINUOUS_REQUIRED, PARAMETRIC_REQUIRED, REQUIRED
 from distrl.errors import UserError
 
 FLOAT_LISTS = ("state_features", "next_state_features")
@@ -48,8 +49,10 @@ class Rows:
     rewards: np.ndarray
     next_obs: np.ndarray
     terminal: np.ndarray
+    """Discrete and parametric: [rows] indices; continuous: [rows, action floats]."""
     next_action_mask: np.ndarray
-    """Discrete: the actions possible next. Parametric: which of ``next_candidates`` are real."""
+    """Discrete: the actions possible next. Parametric: which of ``next_candidates`` are real.
+    Continuous: [rows, 0]."""
     propensity: np.ndarray
     """The logger's probability of the logged action; NaN where it was deterministic (null)."""
     candidates: np.ndarray | None = None
@@ -80,11 +83,14 @@ class Rows:
         return [getattr(self, f) for f in self.__dataclass_fields__]
 
     @staticmethod
-    def empty(obs_dim: int, num_actions: int, action_dim: int | None = None) -> Rows:
-        """No rows; ``action_dim`` given: parametric rows with that many action features."""
+    def empty(
+        obs_dim: int, num_actions: int, action_dim: int | None = None, action_size: int | None = None
+    ) -> Rows:
+        """No rows; ``action_dim`` given: parametric rows with that many action features;
+        ``action_size`` given: continuous actions of that many floats."""
         empty = Rows(
             np.zeros((0, obs_dim), np.float32),
-            np.zeros(0, np.int64),
+            np.zeros(0, np.int64) if action_size is None else np.zeros((0, action_size), np.float32),
             np.zeros(0, np.float32),
             np.zeros((0, obs_dim), np.float32),
             np.zeros(0, bool),
@@ -122,8 +128,11 @@ class LoggedDataset:
                 f"--data {path}: no .parquet files there; give a .parquet file or a directory of them"
             )
         self.on_bad_row = on_bad_row
-        self.parametric = "action_features" in _open(files[0]).schema_arrow.names
+        schema = _open(files[0]).schema_arrow
+        self.parametric = "action_features" in schema.names
         """Rows carry candidate sets with action features instead of discrete masks."""
+        self.continuous = "action" in schema.names and pa.types.is_list(schema.field("action").type)
+        """Rows carry continuous actions: a list of floats each, no masks."""
         self.skipped_rows = 0
         self.whole_files: list[Unit] = []
         self._file_row_groups: dict[Path, list[Unit]] = {}
@@ -144,19 +153,28 @@ class LoggedDataset:
         """Parametric actions: features per action (None: discrete actions)."""
         self.num_actions = 0
         """Discrete actions: how many (0 for parametric actions)."""
+        self.action_bounds: tuple[list[float], list[float]] | None = None
+        """Continuous actions: each dimension's (low, high)."""
         if self.parametric:
             self.action_dim = len(first.column("action_features")[0])
+        elif self.continuous:
+            self.action_bounds = _action_bounds(files, schema, len(first.column("action")[0]))
         else:
             self.num_actions = len(first.column("possible_actions")[0])
 
     def action_space(self) -> gym.spaces.Space:
-        """Discrete(n), or for parametric actions a Box of one action's features."""
+        """Discrete(n); for parametric actions a Box of one action's features; for continuous
+        actions the Box of their bounds."""
+        if self.action_bounds is not None:
+            low, high = self.action_bounds
+            return gym.spaces.Box(np.array(low, np.float32), np.array(high, np.float32), dtype=np.float32)
         if self.action_dim is None:
             return gym.spaces.Discrete(self.num_actions)
         return gym.spaces.Box(-np.inf, np.inf, (self.action_dim,), dtype=np.float32)
 
     def empty_rows(self) -> Rows:
-        return Rows.empty(self.obs_dim, self.num_actions, self.action_dim)
+        action_size = None if self.action_bounds is None else len(self.action_bounds[0])
+        return Rows.empty(self.obs_dim, self.num_actions, self.action_dim, action_size)
 
     def summary(self) -> list[tuple[str, int]]:
         """(file name, rows) of every file: what two copies of a dataset must agree on."""
@@ -189,13 +207,17 @@ class LoggedDataset:
             keep = np.ones(len(table), dtype=bool)
             keep[[r for r, _, _ in bad]] = False
             table = table.filter(pa.array(keep))
-        return _decode(table, self.action_dim)
+        return _decode(table, self.action_dim, self.continuous)
 
     def _check_columns(self, file: Path, schema: pa.Schema) -> None:
-        required = PARAMETRIC_REQUIRED if self.parametric else REQUIRED
+        if self.parametric:
+            required, kind = PARAMETRIC_REQUIRED, "a parametric-action dataset"
+        elif self.continuous:
+            required, kind = CONTINUOUS_REQUIRED, "a continuous-action dataset"
+        else:
+            required, kind = REQUIRED, "a dataset"
         missing = [c for c in required if c not in schema.names]
         if missing:
-            kind = "a parametric-action dataset" if self.parametric else "a dataset"
             raise UserError(f"{file}: column {missing[0]} is missing ({kind} needs {', '.join(required)})")
 
     def _bad_rows(self, table: pa.Table) -> list[tuple[int, str, str]]:
@@ -204,6 +226,8 @@ class LoggedDataset:
         widths = dict.fromkeys(FLOAT_LISTS, self.obs_dim)
         if self.action_dim is not None:
             widths["action_features"] = self.action_dim
+        if self.action_bounds is not None:
+            widths["action"] = len(self.action_bounds[0])
         for column, width in widths.items():
             lengths = pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False)
             for row in np.flatnonzero(lengths != width):
@@ -218,12 +242,27 @@ class LoggedDataset:
         given = ~np.isnan(propensity)
         for row in np.flatnonzero(given & ~((propensity > 0) & (propensity <= 1))):
             problems.append((int(row), "action_probability", f"{propensity[row]} is outside (0, 1]"))
+        if self.action_bounds is not None:
+            problems += self._out_of_bounds(table)
+            return sorted(problems)
         actions = table.column("action").to_numpy(zero_copy_only=False)
         if self.parametric:
             problems += self._bad_candidates(table, actions)
         else:
             problems += self._bad_masks(table, actions)
         return sorted(problems)
+
+    def _out_of_bounds(self, table: pa.Table) -> list[tuple[int, str, str]]:
+        """Continuous rows whose action lies outside the bounds (rows of the wrong length or not
+        finite are reported as such)."""
+        assert self.action_bounds is not None
+        low, high = (np.asarray(bound) for bound in self.action_bounds)
+        column = table.column("action")
+        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+        actions = _list_matrix(column, len(low), lengths)
+        outside = ((actions < low) | (actions > high)).any(axis=1)
+        return [(int(row), "action", f"outside the bounds {low.tolist()} to {high.tolist()}")
+                for row in np.flatnonzero(outside)]  # fmt: skip
 
     def _bad_masks(self, table: pa.Table, actions: np.ndarray) -> list[tuple[int, str, str]]:
         problems = []
@@ -375,7 +414,30 @@ def _candidate_matrix(column: pa.ChunkedArray, width: int) -> tuple[np.ndarray, 
     return features, mask
 
 
-def _decode(table: pa.Table, action_dim: int | None) -> Rows:
+def _action_bounds(files: list[Path], schema: pa.Schema, size: int) -> tuple[list[float], list[float]]:
+    """Continuous actions' bounds: the schema's metadata (``distrl collect`` writes the env's),
+    else the finite minima and maxima over every file's action column (that column alone read)."""
+    metadata = schema.metadata or {}
+    if ACTION_LOW in metadata and ACTION_HIGH in metadata:
+        low, high = json.loads(metadata[ACTION_LOW]), json.loads(metadata[ACTION_HIGH])
+        if len(low) != size or len(high) != size:
+            raise UserError(
+                f"{files[0]}: the action bounds in the schema's metadata have {len(low)} and {len(high)} "
+                f"values for actions of {size}"
+            )
+        return [float(x) for x in low], [float(x) for x in high]
+    low, high = np.full(size, np.inf), np.full(size, -np.inf)
+    for file in files:
+        column = pq.read_table(file, columns=["action"]).column("action")
+        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+        actions = _list_matrix(column, size, lengths)
+        finite = np.where(np.isfinite(actions), actions, np.nan)
+        if np.isfinite(finite).any():
+            low, high = np.fmin(low, np.nanmin(finite, axis=0)), np.fmax(high, np.nanmax(finite, axis=0))
+    return low.tolist(), high.tolist()
+
+
+def _decode(table: pa.Table, action_dim: int | None, continuous: bool = False) -> Rows:
     n = len(table)
 
     def matrix(column: str, dtype: type) -> np.ndarray:
@@ -387,12 +449,14 @@ def _decode(table: pa.Table, action_dim: int | None) -> Rows:
 
     common = {
         "obs": matrix("state_features", np.float32),
-        "actions": vector("action", np.int64),
+        "actions": matrix("action", np.float32) if continuous else vector("action", np.int64),
         "rewards": vector("reward", np.float32),
         "next_obs": matrix("next_state_features", np.float32),
         "terminal": vector("terminal", bool),
         "propensity": vector("action_probability", np.float64),
     }
+    if continuous:
+        return Rows(**common, next_action_mask=np.zeros((n, 0), bool))
     if action_dim is None:
         return Rows(**common, next_action_mask=matrix("possible_next_actions", bool))
     candidates, candidate_mask = _candidate_matrix(table.column("possible_actions_features"), action_dim)

@@ -7,7 +7,8 @@ transitions when there are at least as many groups as ranks, else single episode
 ranks takes units r, r + N, ... so every transition belongs to exactly one rank. An episode of T
 steps stores T + 1 observations; its transitions are (obs[t], actions[t], rewards[t], obs[t + 1],
 terminations[t]): a truncated episode is not terminal, so its last step is bootstrapped. Minari
-stores no logging propensities (NaN here) and no action masks (every action is possible).
+stores no logging propensities (NaN here) and no action masks (every discrete action is possible);
+continuous actions (a flat Box) keep the action space's bounds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import gymnasium as gym
 import minari
 import numpy as np
 
-from distrl.data.logged import Rows
+from distrl.data.logged import LoggedDataset, Rows
 from distrl.errors import UserError
 
 ROWS_PER_UNIT = 10_000
@@ -36,7 +37,8 @@ class EpisodeRange:
 
 
 class MinariLoggedDataset:
-    """A Minari dataset with ``LoggedDataset``'s interface (Discrete actions, flat Box observations).
+    """A Minari dataset with ``LoggedDataset``'s interface (Discrete or flat Box actions, flat Box
+    observations).
 
     ``path`` is the dataset's directory (``<root>/<dataset id>``, which holds ``data/``) or that
     ``data/`` directory itself (the one holding Minari's ``metadata.json``); episodes are grouped
@@ -55,10 +57,11 @@ class MinariLoggedDataset:
         except (ValueError, KeyError, OSError) as exc:
             raise UserError(f"--data {path}: not a readable Minari dataset ({exc})") from None
         obs_space, action_space = self.data.observation_space, self.data.action_space
-        if not isinstance(action_space, gym.spaces.Discrete):
+        self.continuous = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
+        if not self.continuous and not isinstance(action_space, gym.spaces.Discrete):
             raise UserError(
                 f"--data {path}: the Minari dataset's action space is {_describe(action_space)}; "
-                "distrl's DQN needs Discrete actions"
+                "distrl reads Discrete or flat Box actions"
             )
         if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
             raise UserError(
@@ -66,11 +69,15 @@ class MinariLoggedDataset:
                 "distrl reads flat Box observations only"
             )
         self.obs_dim = obs_space.shape[0]
-        self.num_actions = int(action_space.n)
         self.parametric = False
-        """Minari datasets here have Discrete actions, never candidate sets with features."""
+        """Minari datasets have no candidate sets with features."""
         self.action_dim: int | None = None
-        self.first_action = int(action_space.start)
+        self.action_bounds: tuple[list[float], list[float]] | None = None
+        self.num_actions = self.first_action = 0
+        if self.continuous:
+            self.action_bounds = (action_space.low.tolist(), action_space.high.tolist())
+        else:
+            self.num_actions, self.first_action = int(action_space.n), int(action_space.start)
         if self.data.total_episodes == 0:
             raise UserError(f"--data {path}: the Minari dataset holds no episodes")
         # Episode lengths come from minari's per-episode metadata, so sizing units reads no steps.
@@ -79,11 +86,8 @@ class MinariLoggedDataset:
         self.episodes = [EpisodeRange(i, 1, rows) for i, rows in enumerate(episode_rows)]
         self.groups = _group(episode_rows, rows_per_unit)
 
-    def action_space(self) -> gym.spaces.Discrete:
-        return gym.spaces.Discrete(self.num_actions)
-
-    def empty_rows(self) -> Rows:
-        return Rows.empty(self.obs_dim, self.num_actions)
+    action_space = LoggedDataset.action_space
+    empty_rows = LoggedDataset.empty_rows
 
     def summary(self) -> list[tuple[str, int]]:
         """(episodes, transitions) of every group: what two copies of a dataset must agree on."""
@@ -126,7 +130,11 @@ class MinariLoggedDataset:
         steps = len(episode)
         return Rows(
             obs=observations[:-1],
-            actions=np.asarray(episode.actions, dtype=np.int64) - self.first_action,
+            actions=(
+                np.asarray(episode.actions, dtype=np.float32).reshape(steps, -1)
+                if self.continuous
+                else np.asarray(episode.actions, dtype=np.int64) - self.first_action
+            ),
             rewards=np.asarray(episode.rewards, dtype=np.float32),
             next_obs=observations[1:],
             terminal=np.asarray(episode.terminations, dtype=bool),
@@ -136,11 +144,17 @@ class MinariLoggedDataset:
 
     def _checks(self, rows: Rows) -> dict[str, np.ndarray]:
         """Per problem, the steps that have it."""
+        if self.action_bounds is None:
+            outside = (rows.actions < 0) | (rows.actions >= self.num_actions)
+        else:
+            low, high = (np.asarray(bound) for bound in self.action_bounds)
+            # NaN compares false both ways: a non-finite action is outside too.
+            outside = ~((rows.actions >= low) & (rows.actions <= high)).all(axis=1)
         return {
             "observation: not a finite number": ~np.isfinite(rows.obs).all(axis=1),
             "next observation: not a finite number": ~np.isfinite(rows.next_obs).all(axis=1),
             "reward: not a finite number": ~np.isfinite(rows.rewards),
-            "action: not in the action space": (rows.actions < 0) | (rows.actions >= self.num_actions),
+            "action: not in the action space": outside,
         }
 
 

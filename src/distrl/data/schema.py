@@ -8,6 +8,10 @@ Parametric actions (recommendation: each row its own candidate set, of any size)
 masks by the candidates' features: ``possible_actions_features`` (one feature list per candidate),
 ``possible_next_actions_features`` (empty only where ``terminal``) and ``action_features``; the
 ``action`` column is then the logged action's index in ``possible_actions_features``.
+
+Continuous actions (a Box of floats) make ``action`` a list of floats and drop the masks; the
+action bounds are the schema's metadata (``ACTION_LOW``, ``ACTION_HIGH``: JSON lists), else the
+data's own minima and maxima. ``action_probability`` is then null (a density is no probability).
 """
 
 from __future__ import annotations
@@ -43,3 +47,10 @@ PARAMETRIC_SCHEMA = pa.schema(
 )
 PARAMETRIC_REQUIRED = PARAMETRIC_SCHEMA.names
 """Columns every parametric-action dataset must have (told apart by ``action_features``)."""
+
+_FLOAT_ACTION = pa.field("action", pa.list_(pa.float32()))
+CONTINUOUS_SCHEMA = pa.schema([_FLOAT_ACTION if name == "action" else SCHEMA.field(name) for name in _COMMON])
+CONTINUOUS_REQUIRED = CONTINUOUS_SCHEMA.names
+"""Columns every continuous-action dataset must have (told apart by ``action``'s list type)."""
+ACTION_LOW, ACTION_HIGH = b"distrl.action_low", b"distrl.action_high"
+"""Schema metadata keys of a continuous dataset's per-dimension action bounds."""

@@ -33,9 +33,7 @@ def _layer(n_in: int, n_out: int, gain: float | None) -> nn.Linear:
     return layer
 
 
-def mlp(
-    n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: float | None
-) -> nn.Sequential:
+def mlp(n_in: int, hidden: list[int], n_out: int, activation: str, out_gain: float | None) -> nn.Sequential:
     """Hidden layers of ``activation``, then a linear output; orthogonal with gains sqrt(2) and
     ``out_gain``, or torch's default initialisation throughout when ``out_gain`` is None."""
     layers: list[nn.Module] = []

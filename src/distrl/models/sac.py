@@ -100,12 +100,13 @@ class TwinQ(nn.Module):
         )
 
 
-class DeterministicSACActor(nn.Module):
-    """The policy to evaluate or deploy: raw observation in, tanh(mean) in the env's bounds out."""
+class ScaledDeterministicActor(nn.Module):
+    """The policy to evaluate or deploy: raw observation in, the actor's ``deterministic`` action
+    (in [-1, 1]) mapped to the env's bounds out."""
 
     state_size = 0
 
-    def __init__(self, actor: SquashedGaussianActor, action_space: gym.spaces.Box) -> None:
+    def __init__(self, actor: nn.Module, action_space: gym.spaces.Box) -> None:
         super().__init__()
         self.actor = actor
         self.scale = ActionScale(action_space)
@@ -118,4 +119,4 @@ def sac_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
     """SAC's deployable policy from a checkpoint: the actor's squashed mean."""
     actor = SquashedGaussianActor(saved.observation_space, saved.action_space, cfg.model)
     actor.load_state_dict(saved.module_tensors("actor"))
-    return DeterministicSACActor(actor, saved.action_space)
+    return ScaledDeterministicActor(actor, saved.action_space)

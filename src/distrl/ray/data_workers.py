@@ -88,7 +88,7 @@ class RemoteDataset:
     """The dataset as a learner fed by data workers sees it: its shape, files and parts, with
     the methods ``LoggedDataset`` derives from them; nothing is read here."""
 
-    DESCRIBED = ("obs_dim", "num_actions", "action_dim", "parametric")
+    DESCRIBED = ("obs_dim", "num_actions", "action_dim", "parametric", "continuous", "action_bounds")
     action_space = LoggedDataset.action_space
     empty_rows = LoggedDataset.empty_rows
 
@@ -98,6 +98,8 @@ class RemoteDataset:
         self.num_actions: int = description["num_actions"]
         self.action_dim: int | None = description["action_dim"]
         self.parametric: bool = description["parametric"]
+        self.continuous: bool = description["continuous"]
+        self.action_bounds: tuple[list[float], list[float]] | None = description["action_bounds"]
         self.files = [tuple(file) for file in description["files"]]
 
     def summary(self) -> list[tuple[str, int]]:
@@ -112,7 +114,7 @@ class RemoteDataset:
 
 
 class RayDataWorkers(RestartableWorkers):
-    """A learner's data workers (``runners.offline.DataWorkers``)."""
+    """A learner's data workers (``runners.logged.DataWorkers``)."""
 
     group = "data"
     retried = "its chunk"

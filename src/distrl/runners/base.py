@@ -26,7 +26,7 @@ from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
-    from distrl.runners.offline import DataWorkers  # the offline runner imports this module
+    from distrl.runners.logged import DataWorkers  # the logged-data runner imports this module
 
 
 class EvalWorkers(Protocol):
@@ -153,9 +153,10 @@ class Runner(ABC):
         """Release envs, files and workers."""
 
 
-class CountsGradientSteps:
+class CountsGradientSteps(Runner):
     """A runner whose algorithm (``algo.gradient_steps_done``) times its target-network updates
-    by gradient steps: the count is saved per rank, so the cadence carries across launches."""
+    by gradient steps: the count is saved per rank, so the cadence carries across launches (the
+    last of a runner's bases to keep rank state: it ends the chain)."""
 
     algo: Any
 

@@ -20,7 +20,6 @@ from distrl.runners.base import (
     CountsGradientSteps,
     RunContext,
     Runner,
-    scheduled_learning_rate,
     start_rank_envs,
 )
 from distrl.runners.replay import ReplayRunner, batch_share
@@ -59,11 +58,6 @@ class QLearningRunner(CountsGradientSteps, Runner):
 
     def deployable_policy(self) -> nn.Module:
         return greedy_policy(self.q_network)
-
-    def set_learning_rate(self, global_step: int) -> float:
-        lr = scheduled_learning_rate(self.cfg, global_step)
-        self.algo.set_learning_rate(lr)
-        return lr
 
 
 class OffPolicyRunner(ReplayRunner, QLearningRunner):

@@ -16,7 +16,7 @@ from distrl.collect.transitions import TransitionCollector
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.encoders import has_images
-from distrl.models.sac import ActionScale, DeterministicSACActor, SquashedGaussianActor, TwinQ
+from distrl.models.sac import ActionScale, ScaledDeterministicActor, SquashedGaussianActor, TwinQ
 from distrl.precision import low_precision
 from distrl.runners.base import CountsGradientSteps, RunContext, start_rank_envs
 from distrl.runners.replay import ReplayRunner
@@ -78,4 +78,4 @@ class SACRunner(CountsGradientSteps, ReplayRunner):
         )
 
     def deployable_policy(self) -> nn.Module:
-        return DeterministicSACActor(self.actor, self.action_space)
+        return ScaledDeterministicActor(self.actor, self.action_space)

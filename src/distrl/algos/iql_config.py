@@ -1,0 +1,56 @@
+"""IQL's hyperparameters (``algo:`` with ``name: iql``): d3rlpy's defaults, global sizes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from distrl.config.algorithm import AlgorithmSection
+from distrl.config.base import Size
+from distrl.sharding import even_counts
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+
+class IQLConfig(AlgorithmSection):
+    """Implicit Q-learning (Kostrikov et al. 2021) from logged continuous-action transitions
+    (``data.path``): an expectile value function, twin Q-networks with Polyak-averaged targets,
+    and a Gaussian policy extracted by advantage-weighted regression. Sizes summed over ranks
+    are marked."""
+
+    resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.hidden_sizes", "model.activation")
+    step_unit: ClassVar[str] = "logged transitions"
+    phases: ClassVar[tuple[str, ...]] = ("data",)
+    collection_phases: ClassVar[tuple[str, ...]] = ("data",)
+
+    name: Literal["iql"]
+    """The algorithm: data-parallel implicit Q-learning from logged data."""
+    gradient_steps: PositiveInt = 100
+    """Gradient steps per iteration (of the value, the critics and the actor each)."""
+    batch_size: PositiveInt = 256
+    """Logged transitions per gradient step summed over all ranks (ranks differ by at most one)."""
+    learning_rate: PositiveFloat = 3e-4
+    """Adam's learning rate for the value function, the critics and the actor (its start, with
+    ``anneal_lr``)."""
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    """Discount factor."""
+    tau: float = Field(0.005, gt=0.0, le=1.0)
+    """Polyak step of the target critics towards the critics after every gradient step."""
+    expectile: float = Field(0.7, gt=0.0, lt=1.0)
+    """The value function fits this expectile of the target critics' Q (0.5: their mean; towards
+    1: their maximum over the data's actions)."""
+    temperature: PositiveFloat = 3.0
+    """beta of the policy's weights exp(beta (Q - V)): 0 would clone the data's actions, more
+    favours the actions with the highest advantage."""
+    max_weight: PositiveFloat = 100.0
+    """The policy's weights are clipped to this."""
+    max_grad_norm: PositiveFloat | None = None
+    """Clip each network's global gradient norm after the cross-rank average (unset: no clipping,
+    as d3rlpy)."""
+    adam_eps: PositiveFloat = 1e-8
+    """Adam's epsilon."""
+
+    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+        return [Size("samples per gradient step", self.batch_size, even_counts(self.batch_size, world_size))]
