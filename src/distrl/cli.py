@@ -356,7 +356,9 @@ def command_eval(args: argparse.Namespace) -> int:
 
 
 def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, help="discrete-action Gymnasium env id or module:Class")
+    parser.add_argument(
+        "--env", required=True, help="Gymnasium env id or module:Class (Discrete or flat Box actions)"
+    )
     parser.add_argument(
         "--policy",
         default="random",
@@ -543,7 +545,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         ),
     ),
     "collect": Subcommand(
-        "log transitions of a discrete-action env to Parquet files (ReAgent's columns)",
+        "log transitions of an env to Parquet files (ReAgent's columns; discrete or continuous actions)",
         add_collect_arguments,
         command_collect,
         examples=(
@@ -552,6 +554,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                 "distrl collect --env CartPole-v1 --steps 50000 --out data/mixed "
                 "--policy epsilon-greedy:runs/cartpole_dqn:0.3",
                 "a trained policy's, with exploration",
+            ),
+            (
+                "distrl collect --env Pendulum-v1 --steps 100000 --out data/pendulum_mixed "
+                "--policy epsilon-greedy:runs/pendulum_sac:0.5",
+                "continuous actions: half a SAC policy's, half random",
             ),
         ),
     ),

@@ -1,0 +1,135 @@
+"""d3rlpy's IQL on a distrl continuous-action Parquet dataset: the contender in ``iql_bench.py``.
+
+Runs with the Python of d3rlpy's own virtual environment (d3rlpy 2.8.1 pins gymnasium 1.0.0), so
+it imports neither distrl nor anything of the main environment. Loads the whole dataset into a
+``d3rlpy.dataset.MDPDataset`` (rows sorted into episodes by ``mdp_id`` and ``sequence_number``;
+an episode that was cut by the time limit ends in a timeout), trains ``--steps`` gradient steps
+with the hyperparameters ``iql_bench.py`` read from distrl's config (actions scaled from the
+env's bounds into [-1, 1], as distrl does), and writes a JSON object to ``--out``: the load time,
+training samples per second after ``--warmup-steps`` steps, and the mean return of
+``--eval-episodes`` deterministic episodes on seeds ``--eval-seed`` onwards.
+
+Usage: python d3rlpy_iql.py --data DIR --steps N --warmup-steps W --hyper JSON --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import d3rlpy
+import gymnasium as gym
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+
+
+def load_dataset(data_dir: Path) -> d3rlpy.dataset.MDPDataset:
+    columns = ["mdp_id", "sequence_number", "state_features", "action", "reward", "terminal"]
+    files = [str(path) for path in sorted(data_dir.glob("*.parquet"))]
+    table = (
+        pq.ParquetDataset(files)
+        .read(columns=columns)
+        .sort_by([("mdp_id", "ascending"), ("sequence_number", "ascending")])
+    )
+    rows = len(table)
+    episode = table["mdp_id"].to_numpy()
+    last_of_episode = np.append(episode[1:] != episode[:-1], True)
+    terminals = table["terminal"].to_numpy().astype(np.float32)
+    return d3rlpy.dataset.MDPDataset(
+        observations=pc.list_flatten(table["state_features"]).to_numpy().reshape(rows, -1),
+        actions=pc.list_flatten(table["action"]).to_numpy().reshape(rows, -1),
+        rewards=table["reward"].to_numpy().astype(np.float32),
+        terminals=terminals,
+        timeouts=(last_of_episode & (terminals == 0)).astype(np.float32),
+        action_space=d3rlpy.ActionSpace.CONTINUOUS,
+    )
+
+
+def make_iql(hyper: dict[str, Any], low: list[float], high: list[float]) -> d3rlpy.algos.IQL:
+    encoder = d3rlpy.models.VectorEncoderFactory(
+        hidden_units=hyper["hidden_sizes"], activation=hyper["activation"]
+    )
+    adam = d3rlpy.optimizers.AdamFactory(eps=hyper["adam_eps"])
+    return d3rlpy.algos.IQLConfig(
+        batch_size=hyper["batch_size"],
+        actor_learning_rate=hyper["learning_rate"],
+        critic_learning_rate=hyper["learning_rate"],
+        actor_optim_factory=adam,
+        critic_optim_factory=adam,
+        actor_encoder_factory=encoder,
+        critic_encoder_factory=encoder,
+        value_encoder_factory=encoder,
+        gamma=hyper["gamma"],
+        tau=hyper["tau"],
+        n_critics=2,
+        expectile=hyper["expectile"],
+        weight_temp=hyper["temperature"],
+        max_weight=hyper["max_weight"],
+        action_scaler=d3rlpy.preprocessing.MinMaxActionScaler(minimum=np.array(low), maximum=np.array(high)),
+    ).create(device="cpu:0")
+
+
+def evaluate(iql: d3rlpy.algos.IQL, env_id: str, episodes: int, first_seed: int) -> float:
+    returns = []
+    for i in range(episodes):
+        env = gym.make(env_id)
+        obs, _ = env.reset(seed=first_seed + i)
+        done, total = False, 0.0
+        while not done:
+            action = iql.predict(np.asarray(obs, np.float32)[None])[0]
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--steps", type=int, required=True, help="gradient steps")
+    parser.add_argument("--warmup-steps", type=int, required=True, help="steps left out of the timing")
+    parser.add_argument("--hyper", type=json.loads, required=True, help="hyperparameters as JSON")
+    parser.add_argument("--eval-episodes", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # as distrl's train.torch_threads=1
+    hyper = args.hyper
+    d3rlpy.seed(hyper["seed"])
+    load_start = time.perf_counter()
+    dataset = load_dataset(args.data)
+    load_s = time.perf_counter() - load_start
+    iql = make_iql(hyper, hyper["action_low"], hyper["action_high"])
+    marks: dict[int, float] = {}
+
+    def mark_time(_algo: object, _epoch: int, step: int) -> None:
+        if step in (args.warmup_steps, args.steps):
+            marks[step] = time.perf_counter()
+
+    iql.fit(
+        dataset,
+        n_steps=args.steps,
+        n_steps_per_epoch=args.steps,  # one epoch: nothing runs between epochs
+        logger_adapter=d3rlpy.logging.NoopAdapterFactory(),
+        show_progress=False,
+        callback=mark_time,
+    )
+    result = {
+        "load_s": load_s,
+        "transitions": dataset.transition_count,
+        "samples_per_s": (args.steps - args.warmup_steps)
+        * hyper["batch_size"]
+        / (marks[args.steps] - marks[args.warmup_steps]),
+    }
+    if args.eval_episodes:
+        result["eval_return"] = evaluate(iql, hyper["env_id"], args.eval_episodes, hyper["eval_seed"])
+    args.out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
