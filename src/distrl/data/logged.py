@@ -235,6 +235,8 @@ class LoggedDataset:
             values = _list_matrix(table.column(column), width, lengths)
             for row in np.flatnonzero(~np.isfinite(values).all(axis=1)):
                 problems.append((int(row), column, "not a finite number"))
+            if column == "action":  # continuous: the decoded actions checked against the bounds too
+                problems += self._out_of_bounds(values)
         reward = table.column("reward").to_numpy(zero_copy_only=False).astype(np.float64)
         for row in np.flatnonzero(~np.isfinite(reward)):
             problems.append((int(row), "reward", "not a finite number"))
@@ -243,7 +245,6 @@ class LoggedDataset:
         for row in np.flatnonzero(given & ~((propensity > 0) & (propensity <= 1))):
             problems.append((int(row), "action_probability", f"{propensity[row]} is outside (0, 1]"))
         if self.action_bounds is not None:
-            problems += self._out_of_bounds(table)
             return sorted(problems)
         actions = table.column("action").to_numpy(zero_copy_only=False)
         if self.parametric:
@@ -252,14 +253,11 @@ class LoggedDataset:
             problems += self._bad_masks(table, actions)
         return sorted(problems)
 
-    def _out_of_bounds(self, table: pa.Table) -> list[tuple[int, str, str]]:
-        """Continuous rows whose action lies outside the bounds (rows of the wrong length or not
-        finite are reported as such)."""
+    def _out_of_bounds(self, actions: np.ndarray) -> list[tuple[int, str, str]]:
+        """Continuous rows whose action (``[rows, width]``, NaN where a row's length is wrong)
+        lies outside the bounds; rows of the wrong length or not finite are reported as such."""
         assert self.action_bounds is not None
         low, high = (np.asarray(bound) for bound in self.action_bounds)
-        column = table.column("action")
-        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-        actions = _list_matrix(column, len(low), lengths)
         outside = ((actions < low) | (actions > high)).any(axis=1)
         return [(int(row), "action", f"outside the bounds {low.tolist()} to {high.tolist()}")
                 for row in np.flatnonzero(outside)]  # fmt: skip
