@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from distrl.errors import CollectiveMismatch, PeerFailure, UserError
+from distrl.errors import REPORTED, UserError, exit_status
 from distrl.launch.run_dir import RunDir
 
 DESCRIPTION = """\
@@ -614,13 +614,10 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:
         return command.run(args)
-    except UserError as exc:
+    except REPORTED as exc:
         for line in str(exc).splitlines():  # several problems: a line each
             print(f"distrl: error: {line}", file=sys.stderr)
-        return 2
-    except (PeerFailure, CollectiveMismatch) as exc:
-        print(f"distrl: error: {exc}", file=sys.stderr)
-        return 3
+        return exit_status(exc)
     except BrokenPipeError:  # `distrl config ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

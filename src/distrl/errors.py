@@ -1,7 +1,7 @@
-"""The one exception type for mistakes a user can fix (bad config, bad flags, missing files).
+"""The failures distrl reports as one line, and the one mapping from them to exit statuses.
 
-The command line turns it into a single line on stderr and exit code 2; anything else is a bug
-and keeps its traceback.
+A mistake the user can fix (bad config, bad flags, missing files) exits with 2; a failed
+collective with 3. Anything else is a bug and keeps its traceback.
 """
 
 
@@ -16,3 +16,14 @@ class PeerFailure(Exception):
 
 class CollectiveMismatch(RuntimeError):
     """Two ranks entered a sum with different sizes or dtypes: a bug in the caller, not the peer."""
+
+
+REPORTED = (UserError, PeerFailure, CollectiveMismatch)
+"""The failures every entry point (the command line, a Ray learner, the JAX launcher) reports as
+one line with ``exit_status``."""
+
+
+def exit_status(failure: Exception) -> int:
+    """The process's exit status for a ``REPORTED`` failure: 2 for the user's input, 3 for a
+    collective that failed (a peer died or hung, or two ranks disagreed)."""
+    return 2 if isinstance(failure, UserError) else 3

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from distrl.errors import UserError
+from distrl.errors import UserError, exit_status
 from distrl.launch.supervise import run_workers
 
 PROG = "distrl.launch.jax"
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         launch = parse_launch(sys.argv[1:] if argv is None else argv)
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_status(exc)
     envs = [worker_env(launch, local_rank, dict(os.environ)) for local_rank in range(launch.procs_per_node)]
     return run_workers(launch.worker_argv, envs, prog=PROG)
 

@@ -141,7 +141,7 @@ class Learner:
         output (Ray forwards actor output to the driver late or not at all once the job ends:
         the driver prints them)."""
         from distrl import entry
-        from distrl.errors import CollectiveMismatch, PeerFailure
+        from distrl.errors import REPORTED, exit_status
 
         # torchrun's variables too, for a user's env class that reads them (the rank, say).
         os.environ.update(topology.torchrun_variables())
@@ -152,10 +152,8 @@ class Learner:
                 cfg, topology, run_dir, remote_workers(cfg.algo.name, workers)
             )
             return status, "", summary
-        except UserError as exc:
-            return 2, str(exc), ""
-        except (PeerFailure, CollectiveMismatch) as exc:
-            return 3, str(exc), ""
+        except REPORTED as exc:
+            return exit_status(exc), str(exc), ""
 
 
 def remote_workers(algorithm_name: str, spec: dict[str, Any]) -> RemoteWorkers:
