@@ -18,11 +18,7 @@ def require_extra(extra: str, packages: tuple[str, ...], need: str) -> None:
 
 JAX = ("jax", ("jax", "flax", "optax"), "ml_framework: jax needs JAX, Flax and Optax")
 """JAX learners (``require_extra``'s arguments)."""
-GYMNAX = ("jax", ("jax", "gymnax"), "env.backend=gymnax needs gymnax and jax")
-BRAX = ("brax", ("jax", "brax"), "env.backend=brax needs brax and jax")
-ENVPOOL = ("envpool", ("envpool",), "env.backend=envpool needs EnvPool")
 RAY = ("ray", ("ray",), "--launcher ray needs Ray")
-ATARI = ("atari", ("ale_py",), "env.backend=ale needs ale-py")
 TRANSFORMERS = ("transformers", ("transformers", "tokenizers"), "--format transformers needs transformers")
 PRETRAINED = (
     "transformers",

@@ -31,6 +31,7 @@ import pytest
 import torch
 
 from distrl.config.sections import EnvConfig
+from distrl.envs import make_vec_env
 from distrl.envs.envpool_backend import EnvPoolVecEnv, make_envpool_vec_env
 from distrl.envs.torch_envs import TorchAcrobot, TorchCartPole, TorchPendulum, TorchVecEnv
 from distrl.errors import UserError
@@ -294,9 +295,10 @@ def test_bad_env_is_a_user_error(env_id: str, kwargs: dict[str, object], message
 
 
 def test_missing_envpool_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "envpool", None)  # makes ``import envpool`` raise ImportError
-    with pytest.raises(UserError, match=r"pip install 'distrl\[envpool\]'"):
-        EnvPoolVecEnv("CartPole-v1", [0], None)
+    monkeypatch.setitem(sys.modules, "envpool", None)  # as if EnvPool were not installed
+    line = r"^env.backend=envpool needs envpool: pip install 'distrl\[envpool\]'$"
+    with pytest.raises(UserError, match=line):
+        make_vec_env(EnvConfig(id="CartPole-v1", backend="envpool"), [0])
 
 
 def test_ppo_solves_cartpole_on_the_envpool_backend(tmp_path: Path) -> None:

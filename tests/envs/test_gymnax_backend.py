@@ -240,5 +240,5 @@ def test_bad_env_is_a_user_error(env_id: str, kwargs: dict[str, object], message
 
 def test_missing_gymnax_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gymnax", None)  # makes ``import gymnax`` raise ImportError
-    with pytest.raises(UserError, match=r"needs gymnax and jax: pip install 'distrl\[jax\]'"):
+    with pytest.raises(UserError, match=r"needs jax and gymnax: pip install 'distrl\[jax\]'"):
         make_vec_env(EnvConfig(id="CartPole-v1", backend="gymnax"), [0])

@@ -12,7 +12,6 @@ line here.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,10 @@ from distrl.algos.iql_config import IQLConfig
 from distrl.algos.ppo_config import PPOConfig
 from distrl.algos.sac_config import SACConfig
 from distrl.config.algorithm import AlgorithmSection
+from distrl.env_backends import ENV_BACKENDS
 from distrl.errors import UserError
 from distrl.extras import require_extra
+from distrl.user_code import load
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -38,8 +39,6 @@ JAX = "jax"
 """Learns online from envs, with a JAX learner (``ml_framework: jax``)."""
 JAX_NATIVE_ENVS = "jax native envs"
 """Learns with a JAX learner from JAX envs stepped inside its compiled loop (gymnax, Brax)."""
-JAX_NATIVE_BACKENDS = ("gymnax", "brax")
-"""The ``env.backend`` values whose envs are JAX functions (``distrl.envs.jax_envs``)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +167,7 @@ def algorithm(name: str) -> Algorithm:
 def learns_from(cfg: RunConfig) -> str:
     """What the run learns from, with which learner: the key of its runner."""
     if cfg.ml_framework == "jax":
-        return JAX_NATIVE_ENVS if cfg.env.backend in JAX_NATIVE_BACKENDS else JAX
+        return JAX_NATIVE_ENVS if ENV_BACKENDS[cfg.env.backend].jax_native else JAX
     return LOGGED_DATA if cfg.data.path is not None else ENVS
 
 
@@ -209,9 +208,3 @@ def evaluator(cfg: RunConfig) -> Any:
 def check_inputs(cfg: RunConfig) -> None:
     """Build what ``cfg``'s algorithm learns from once (``Algorithm.input_check``)."""
     load(algorithm(cfg.algo.name).input_check)(cfg)
-
-
-def load(reference: str) -> Any:
-    """The attribute a ``module:attribute`` reference names, its module imported now."""
-    module, _, name = reference.partition(":")
-    return getattr(importlib.import_module(module), name)

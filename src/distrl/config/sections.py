@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from distrl.config.base import Section, at_most_one, default_unless_either
+from distrl.env_backends import ENV_BACKENDS
 
 DEFAULT_NUM_ENVS = 8
 
@@ -39,7 +40,7 @@ class EnvConfig(Section):
     num_envs_per_rank: PositiveInt | None = None
     """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
     scaling); the global batch then grows with the ranks."""
-    backend: Literal["gymnasium", "envpool", "torch", "gymnax", "brax", "ale"] = "gymnasium"
+    backend: Literal[tuple(ENV_BACKENDS)] = "gymnasium"  # type: ignore[valid-type]
     """Vectorisation backend: Gymnasium's SyncVectorEnv; ``envpool``: EnvPool's C++ vectorised
     envs (the ``envpool`` extra); ``gymnax``: gymnax's JAX envs, stepped jitted on JAX's CPU device
     (the ``jax`` extra); ``brax``: Brax's physics envs (``inverted_pendulum``, ``halfcheetah``,

@@ -13,9 +13,11 @@ import torch
 
 from distrl import extras
 from distrl.config.sections import EnvConfig
+from distrl.env_backends import ENV_BACKENDS
 from distrl.envs.base import StepResult, VecEnv
 from distrl.errors import UserError
 from distrl.extras import require_extra
+from distrl.user_code import load
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -25,38 +27,14 @@ __all__ = ["StepResult", "VecEnv", "check_config_env", "check_env", "make_vec_en
 VecEnvBuilder = Callable[[EnvConfig, Sequence[int], torch.device], VecEnv]
 
 
-def _backend(name: str) -> VecEnvBuilder:
-    """Import only the chosen backend: EnvPool, gymnax and Brax (with JAX) are optional extras."""
-    if name == "torch":
-        from distrl.envs.torch_backend import make_torch_vec_env
-
-        return make_torch_vec_env
-    if name == "envpool":
-        from distrl.envs.envpool_backend import make_envpool_vec_env
-
-        return make_envpool_vec_env
-    if name == "gymnax":
-        from distrl.envs.gymnax_backend import make_gymnax_vec_env
-
-        return make_gymnax_vec_env
-    if name == "ale":
-        from distrl.envs.ale_backend import make_ale_vec_env
-
-        return make_ale_vec_env
-    if name == "brax":
-        from distrl.envs.brax_backend import make_brax_vec_env
-
-        return make_brax_vec_env
-    from distrl.envs.gymnasium_backend import make_gymnasium_vec_env
-
-    return make_gymnasium_vec_env
-
-
 def make_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device | None = None) -> VecEnv:
     """Build ``len(seeds)`` envs (env i seeded from ``seeds[i]``) and check their spaces. Batched
     torch envs live on ``device`` (default CPU); host backends stay on the CPU."""
     import_env_packages(cfg.imports)
-    env = _backend(cfg.backend)(cfg, seeds, device or torch.device("cpu"))
+    backend = ENV_BACKENDS[cfg.backend]
+    backend.require_packages()  # optional: one line naming the extra, before the import
+    build: VecEnvBuilder = load(backend.builder)
+    env = build(cfg, seeds, device or torch.device("cpu"))
     _check_spaces(cfg, env)
     return env
 
@@ -85,10 +63,6 @@ def check_config_env(cfg: RunConfig) -> None:
     check_env(cfg.env)
 
 
-IMAGE_BACKENDS = ("gymnasium", "ale", "envpool")
-"""The backends that hand over image observations (the others' envs are feature vectors)."""
-
-
 def _check_spaces(cfg: EnvConfig, env: VecEnv) -> None:
     env_id, obs_space, act_space = cfg.id, env.observation_space, env.action_space
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) not in (1, 3):
@@ -96,10 +70,11 @@ def _check_spaces(cfg: EnvConfig, env: VecEnv) -> None:
             f"env {env_id!r}: observation space {obs_space} is not supported (a Box of features, "
             "or of an image: height, width and channels in either order)"
         )
-    if len(obs_space.shape) == 3 and cfg.backend not in IMAGE_BACKENDS:
+    if len(obs_space.shape) == 3 and not ENV_BACKENDS[cfg.backend].images:
+        with_images = [backend.name for backend in ENV_BACKENDS.values() if backend.images]
         raise UserError(
             f"env {env_id!r}: observation space {obs_space} is not supported with env.backend={cfg.backend} "
-            f"(feature vectors only; image observations come from the {', '.join(IMAGE_BACKENDS)} backends)"
+            f"(feature vectors only; image observations come from the {', '.join(with_images)} backends)"
         )
     if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete | gym.spaces.Box):
         raise UserError(

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from distrl import extras
-from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, host_tensor
 from distrl.errors import UserError
-from distrl.extras import require_extra
+
+if TYPE_CHECKING:
+    from distrl.config.sections import EnvConfig
 
 CLEANRL_PREPROCESSING = {
     "frameskip": 4, "maxpool": True, "img_height": 84, "img_width": 84, "grayscale": True,
@@ -56,7 +56,6 @@ def make_ale_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device)
 
 def game_name(env_id: str) -> str:
     """ale-py's name of the game ``env_id`` names (``ALE/BeamRider-v5`` -> ``beam_rider``)."""
-    require_extra(*extras.ATARI)
     from ale_py.roms import get_all_rom_ids
 
     name = env_id.removeprefix("ALE/")

@@ -22,15 +22,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from distrl import extras
-from distrl.config.sections import EnvConfig
 from distrl.envs.jax_envs import CompiledEnv, JaxVecEnv, compile_env
 from distrl.errors import UserError
-from distrl.extras import require_extra
 
 if TYPE_CHECKING:
     import gymnasium as gym
     import jax
+
+    from distrl.config.sections import EnvConfig
 
 DEFAULT_EPISODE_STEPS = 1000
 
@@ -108,7 +107,6 @@ def _compiled_env(env_id: str, kwargs_json: str) -> CompiledEnv:
 
 
 def _import_brax_envs() -> ModuleType:
-    require_extra(*extras.BRAX)
     # MJX prints on stdout when NVIDIA Warp is missing (it is optional): that line would
     # land in the middle of `distrl eval --json`'s output.
     with contextlib.redirect_stdout(io.StringIO()):

@@ -27,16 +27,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from distrl import extras
-from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.errors import UserError
-from distrl.extras import require_extra
+
+if TYPE_CHECKING:
+    from distrl.config.sections import EnvConfig
 
 RESERVED_KWARGS = frozenset(
     {"num_envs", "batch_size", "seed", "env_seed", "max_episode_steps", "gym_reset_return_info"}
@@ -47,13 +47,6 @@ RESERVED_KWARGS = frozenset(
 def make_envpool_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device) -> EnvPoolVecEnv:
     """EnvPool steps on the host: ``device`` is ignored, the runner moves what it needs."""
     return EnvPoolVecEnv(cfg.id, seeds, cfg.max_episode_steps, **cfg.kwargs)
-
-
-def _import_envpool() -> ModuleType:
-    require_extra(*extras.ENVPOOL)
-    import envpool
-
-    return envpool
 
 
 class EnvPoolVecEnv:
@@ -72,7 +65,8 @@ class EnvPoolVecEnv:
     def __init__(
         self, env_id: str, seeds: Sequence[int], max_episode_steps: int | None, **kwargs: Any
     ) -> None:
-        envpool = _import_envpool()
+        import envpool
+
         if env_id not in envpool.list_all_envs():
             raise UserError(
                 f"env.id {env_id!r} is not an EnvPool env (env.backend=envpool); "

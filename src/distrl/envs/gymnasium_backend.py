@@ -6,18 +6,20 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from distrl.config.sections import EnvConfig
 from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.envs.dict_obs import PackedDict, packed
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError
+
+if TYPE_CHECKING:
+    from distrl.config.sections import EnvConfig
 
 
 def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:

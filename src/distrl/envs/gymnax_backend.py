@@ -18,15 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distrl import extras
-from distrl.config.sections import EnvConfig
 from distrl.envs.jax_envs import CompiledEnv, JaxVecEnv, compile_env
 from distrl.errors import UserError
-from distrl.extras import require_extra
 
 if TYPE_CHECKING:
     import gymnasium as gym
     import jax
+
+    from distrl.config.sections import EnvConfig
 
 TIME_LIMIT_PARAM = "max_steps_in_episode"
 """The gymnax env parameter ``env.max_episode_steps`` sets."""
@@ -113,7 +112,6 @@ def _compiled_env(env_id: str, constructor_json: str) -> CompiledEnv:
 
 
 def _import_gymnax() -> ModuleType:
-    require_extra(*extras.GYMNAX)
     import gymnax
 
     return gymnax

@@ -6,15 +6,18 @@ rewards, dones and actions never leave it: distrl's own CartPole-v1, Acrobot-v1 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
-from distrl.config.sections import EnvConfig
 from distrl.envs.base import VecEnv
 from distrl.envs.rsl_rl_style import build_rsl_rl_style_env
 from distrl.envs.torch_envs import TorchAcrobot, TorchCartPole, TorchPendulum, TorchVecEnv
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError
+
+if TYPE_CHECKING:
+    from distrl.config.sections import EnvConfig
 
 TORCH_ENVS: dict[str, type[TorchVecEnv]] = {
     "CartPole-v1": TorchCartPole,
