@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+import yaml
 
 from distrl.comm import TorchComm
 from distrl.config.run import load_config
@@ -66,3 +67,4 @@ def test_cli_resume_appends_without_duplicate_updates(tmp_path: Path) -> None:
     assert steps == sorted(set(steps)) and steps[-1] == 4096 and steps[0] == 256
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["global_step"] == 4096 and state["launch_index"] == 1
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["train"]["total_steps"] == 4096

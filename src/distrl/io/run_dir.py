@@ -46,10 +46,22 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
         if overwrite and run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(run_dir, exc) from None
+    return payload
+
+
+def record_config(run_dir: Path, cfg: RunConfig) -> None:
+    """Write the resolved config as ``config.yaml``: once a resumed run's checkpoint is restored,
+    so that a refused resume leaves the config of the run it refused as it was."""
+    try:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     except OSError as exc:
-        raise UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}") from None
-    return payload
+        raise _unwritable(run_dir, exc) from None
+
+
+def _unwritable(run_dir: Path, exc: OSError) -> UserError:
+    return UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}")
 
 
 def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.CheckpointFiles:

@@ -25,6 +25,7 @@ from distrl.io import train_state
 from distrl.io.export import export_policy, format_of
 from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.io.profile import UpdateProfiler
+from distrl.io.run_dir import record_config
 from distrl.launch.preemption import PreemptionFlag
 from distrl.runners.base import IterationResult, RunContext, Runner
 from distrl.sharding import even_split
@@ -102,6 +103,7 @@ class TrainingLoop:
         output = Path(self.cfg.output.path) if self.cfg.output.path else None
         logger = self._make_logger()
         if self.comm.is_main:
+            record_config(self.run_dir, self.cfg)  # only now: a refused resume leaves the old one
             self.checkpoint_writer = ckpt.BackgroundWriter(
                 self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
             )
