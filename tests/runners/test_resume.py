@@ -68,3 +68,4 @@ def test_cli_resume_appends_without_duplicate_updates(tmp_path: Path) -> None:
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["global_step"] == 4096 and state["launch_index"] == 1
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["train"]["total_steps"] == 4096
+    assert f"resuming from {tmp_path / 'checkpoints' / ckpt.checkpoint_dir_name(2048)}" in second.stderr

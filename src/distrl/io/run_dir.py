@@ -7,11 +7,10 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from distrl.config.run import RunConfig, config_from_dict
+from distrl.config.run import RunConfig, changed_keys, config_from_dict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.export import check_can_export, format_of
@@ -74,26 +73,17 @@ def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.Che
             print(f"distrl: warning: skipping checkpoint {path}: {exc}", file=sys.stderr)
             continue
         # Read as today's config: a key added since the checkpoint was written has its default.
-        saved = config_from_dict(json.loads(files["state.json"])["config"], str(path)).model_dump(mode="json")
-        current = cfg.model_dump(mode="json")
+        saved = config_from_dict(json.loads(files["state.json"])["config"], str(path))
+        changes = changed_keys(saved, cfg)
         for key in fixed_keys:
-            was, now = _dotted(saved, key), _dotted(current, key)
-            if was != now:
+            if key in changes:
+                was, now = changes[key]
                 raise UserError(
                     f"checkpoint {path} was trained with {key}={was!r} but this config has {now!r}; "
                     "resuming needs the same env and network (use a new --run-dir to start over)"
                 )
-        print(f"distrl: resuming from {path}", file=sys.stderr)
         return files
     raise UserError(
         f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt; "
         "start over with --overwrite or a new --run-dir"
     )
-
-
-def _dotted(data: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
