@@ -15,8 +15,14 @@ from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.export import check_can_export, format_of
 
-GENERIC_RESUME_FIXED_KEYS = ("algo.name", "env.id", "ml_framework")
-"""Keys no resumed run may change; each algorithm's config adds its own (``resume_fixed_keys``)."""
+GENERIC_RESUME_FIXED_KEYS = (
+    "algo.name",  # PPO and A2C build the same network, but another optimiser would read its state
+    "env.id",  # two envs with the same spaces build the same network for different observations
+    "ml_framework",  # torch and JAX write the same model tensors but not the same optimiser state
+)
+"""Keys no resumed run may change although they change no shape of what the checkpoint holds
+(``train_state.restore`` refuses every change that does); each algorithm's config adds its own
+(``resume_fixed_keys``). Checked before any process group starts."""
 
 
 def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bool, overwrite: bool) -> bytes:
