@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from distrl.config.run import load_config
+from distrl.config.run import changed_keys, load_config
 from distrl.errors import UserError
 
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
@@ -17,6 +17,18 @@ def test_overrides_are_typed_and_dotted(tmp_path: Path) -> None:
     cfg = load_config(None, ["algo.learning_rate=1e-3", "env.num_envs=3", "model.hidden_sizes=[8,8]"])
     assert cfg.algo.learning_rate == 1e-3 and cfg.env.num_envs == 3
     assert cfg.model.hidden_sizes == [8, 8]
+
+
+def test_changed_keys_are_dotted_in_the_order_of_the_new_config() -> None:
+    ppo = load_config(None, ["train.total_steps=5"])
+    a2c = load_config(None, ["algo.name=a2c", "model.hidden_sizes=[8]", "algo.rms_prop_eps=1e-3"])
+    changes = changed_keys(ppo, a2c)
+    assert list(changes)[:2] == ["model.hidden_sizes", "algo.name"]
+    assert changes["model.hidden_sizes"] == ([64, 64], [8]) and changes["algo.rms_prop_eps"] == (None, 1e-3)
+    assert changes["train.total_steps"][0] == 5 and changes["algo.clip_coef"] == (0.2, None)  # PPO's own
+    keys = list(changes)
+    assert keys.index("train.total_steps") < keys.index("algo.clip_coef")  # after the new config's
+    assert changed_keys(ppo, ppo) == {}
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,7 @@ from distrl.algos.off_policy_config import OffPolicySection
 class DQNConfig(OffPolicySection):
     """Double DQN with a target network; ``algo.name: dqn``. Sizes summed over ranks are marked."""
 
-    resume_fixed_keys: ClassVar[tuple[str, ...]] = (
-        "model.encoder",
-        "model.channels",
-        "model.hidden_sizes",
-        "model.activation",
-    )
+    resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.activation",)  # what the weights compute
     phases: ClassVar[tuple[str, ...]] = ("replay", "data")
     collection_phases: ClassVar[tuple[str, ...]] = ("env", "inference", "data")
 

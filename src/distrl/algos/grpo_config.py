@@ -20,13 +20,10 @@ class GRPOConfig(AlgorithmSection):
     per prompt, each scored by the task's reward functions, advantages relative to the group."""
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = (
-        "model.transformer.layers",
-        "model.transformer.width",
-        "model.transformer.heads",
-        "model.transformer.context",
-        "model.transformer.pretrained",
-        "task.name",
-        "task.alphabet",
+        "model.transformer.heads",  # how attention splits the width: the same shapes either way
+        "model.transformer.pretrained",  # also the tokenizer; two models may share their shapes
+        "task.name",  # another task, whose alphabet may have as many characters
+        "task.alphabet",  # which character each token is: as many characters give the same shapes
     )
     step_unit: ClassVar[str] = "completions"
     honoured_train_switches: ClassVar[tuple[str, ...]] = (

@@ -20,7 +20,7 @@ class IQLConfig(AlgorithmSection):
     and a Gaussian policy extracted by advantage-weighted regression. Sizes summed over ranks
     are marked."""
 
-    resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.hidden_sizes", "model.activation")
+    resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.activation",)  # what the weights compute
     step_unit: ClassVar[str] = "logged transitions"
     phases: ClassVar[tuple[str, ...]] = ("data",)
     collection_phases: ClassVar[tuple[str, ...]] = ("data",)

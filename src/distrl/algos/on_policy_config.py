@@ -20,16 +20,7 @@ if TYPE_CHECKING:
 class OnPolicySection(AlgorithmSection):
     """An actor-critic trained on the rollout it just collected, with GAE returns."""
 
-    resume_fixed_keys: ClassVar[tuple[str, ...]] = (
-        "model.encoder",
-        "model.channels",
-        "model.hidden_sizes",
-        "model.activation",
-        "model.memory",
-        "model.memory_size",
-        "normalize.observations",
-        "normalize.rewards",
-    )
+    resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.activation",)  # what the weights compute
     phases: ClassVar[tuple[str, ...]] = ("returns",)
 
     rollout_steps: PositiveInt = 128

@@ -15,10 +15,8 @@ class SACConfig(OffPolicySection):
     (Box) actions. Sizes summed over ranks are marked."""
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = (
-        "model.encoder",
-        "model.channels",
-        "model.hidden_sizes",
-        "model.activation",
+        "model.activation",  # what the weights compute
+        "algo.ent_coef",  # a fixed temperature is saved too: the checkpoint's would win unseen
     )
 
     name: Literal["sac"]

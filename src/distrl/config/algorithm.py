@@ -19,7 +19,9 @@ class AlgorithmSection(Section):
     """An algorithm's hyperparameters, and what the shared code needs to know of it."""
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ()
-    """Keys a resumed run may not change: they decide the shapes of what the checkpoint holds."""
+    """Keys a resumed run may not change although they change no shape of what the checkpoint
+    holds (``model.activation``): a change of shape, or a module added or removed, is refused
+    from the checkpoint's tensors for every algorithm (``io.train_state.restore``)."""
     step_unit: ClassVar[str] = "env steps"
     """What ``train.total_steps`` counts, in the final line."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = ()

@@ -163,6 +163,25 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     return cfg
 
 
+def changed_keys(before: RunConfig, after: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (before, after)}`` for every value that differs, in ``after``'s order and
+    then the keys only ``before`` has (another algorithm's section); a missing key is None."""
+    was, now = _dotted_values(before.model_dump(mode="json")), _dotted_values(after.model_dump(mode="json"))
+    keys = [*now, *(key for key in was if key not in now)]
+    return {key: (was.get(key), now.get(key)) for key in keys if was.get(key) != now.get(key)}
+
+
+def _dotted_values(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every value of a nested mapping by its dotted key (``model.hidden_sizes``); lists are values."""
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            values.update(_dotted_values(value, f"{prefix}{key}."))
+        else:
+            values[f"{prefix}{key}"] = value
+    return values
+
+
 def _problem(source: str, err: Any) -> str:
     """One line for one of pydantic's errors."""
     key = ".".join(str(p) for p in err["loc"])

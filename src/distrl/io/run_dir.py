@@ -7,17 +7,22 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from distrl.config.run import RunConfig, config_from_dict
+from distrl.config.run import RunConfig, changed_keys, config_from_dict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.export import check_can_export, format_of
 
-GENERIC_RESUME_FIXED_KEYS = ("algo.name", "env.id", "ml_framework")
-"""Keys no resumed run may change; each algorithm's config adds its own (``resume_fixed_keys``)."""
+GENERIC_RESUME_FIXED_KEYS = (
+    "algo.name",  # PPO and A2C build the same network, but another optimiser would read its state
+    "env.id",  # two envs with the same spaces build the same network for different observations
+    "ml_framework",  # torch and JAX write the same model tensors but not the same optimiser state
+)
+"""Keys no resumed run may change although they change no shape of what the checkpoint holds
+(``train_state.restore`` refuses every change that does); each algorithm's config adds its own
+(``resume_fixed_keys``). Checked before any process group starts."""
 
 
 def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bool, overwrite: bool) -> bytes:
@@ -46,10 +51,22 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
         if overwrite and run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(run_dir, exc) from None
+    return payload
+
+
+def record_config(run_dir: Path, cfg: RunConfig) -> None:
+    """Write the resolved config as ``config.yaml``: once a resumed run's checkpoint is restored,
+    so that a refused resume leaves the config of the run it refused as it was."""
+    try:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     except OSError as exc:
-        raise UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}") from None
-    return payload
+        raise _unwritable(run_dir, exc) from None
+
+
+def _unwritable(run_dir: Path, exc: OSError) -> UserError:
+    return UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}")
 
 
 def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.CheckpointFiles:
@@ -62,26 +79,17 @@ def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.Che
             print(f"distrl: warning: skipping checkpoint {path}: {exc}", file=sys.stderr)
             continue
         # Read as today's config: a key added since the checkpoint was written has its default.
-        saved = config_from_dict(json.loads(files["state.json"])["config"], str(path)).model_dump(mode="json")
-        current = cfg.model_dump(mode="json")
+        saved = config_from_dict(json.loads(files["state.json"])["config"], str(path))
+        changes = changed_keys(saved, cfg)
         for key in fixed_keys:
-            was, now = _dotted(saved, key), _dotted(current, key)
-            if was != now:
+            if key in changes:
+                was, now = changes[key]
                 raise UserError(
                     f"checkpoint {path} was trained with {key}={was!r} but this config has {now!r}; "
                     "resuming needs the same env and network (use a new --run-dir to start over)"
                 )
-        print(f"distrl: resuming from {path}", file=sys.stderr)
         return files
     raise UserError(
         f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt; "
         "start over with --overwrite or a new --run-dir"
     )
-
-
-def _dotted(data: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data

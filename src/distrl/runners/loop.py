@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from distrl.io import train_state
 from distrl.io.export import export_policy, format_of
 from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.io.profile import UpdateProfiler
+from distrl.io.run_dir import record_config
 from distrl.launch.preemption import PreemptionFlag
 from distrl.runners.base import IterationResult, RunContext, Runner
 from distrl.sharding import even_split
@@ -102,6 +104,7 @@ class TrainingLoop:
         output = Path(self.cfg.output.path) if self.cfg.output.path else None
         logger = self._make_logger()
         if self.comm.is_main:
+            record_config(self.run_dir, self.cfg)  # only now: a refused resume leaves the old one
             self.checkpoint_writer = ckpt.BackgroundWriter(
                 self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
             )
@@ -335,9 +338,14 @@ class TrainingLoop:
         export_policy(self.runner.deployable_policy(), space, format_of(out), out, "output.path")
 
     def _restore(self, files: ckpt.CheckpointFiles) -> None:
-        """Load a checkpoint on every rank (the files came from rank 0); rank r takes rank r's
-        RNG and own state when the saving launch had such a rank."""
-        meta = train_state.restore(self.runner.train_state(), files)
+        """Load a checkpoint on every rank (the files came from rank 0, read from the run dir's
+        checkpoint of their step); rank r takes rank r's RNG and own state when the saving launch
+        had such a rank."""
+        step = json.loads(files["state.json"])["global_step"]
+        where = self.run_dir / "checkpoints" / ckpt.checkpoint_dir_name(step)
+        meta = train_state.restore(self.runner.train_state(), files, self.cfg, where)
+        if self.comm.is_main:
+            print(f"distrl: resuming from {where}", file=sys.stderr)
         self.global_step = meta["global_step"]
         self.update_index = meta["update_index"]
         self.counts_before = meta.get("event_counts", {})
