@@ -311,47 +311,27 @@ def command_eval(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from distrl.algos.registry import evaluator
+    from distrl.algos.registry import algorithm, load
     from distrl.eval.policy import load_policy
-    from distrl.models.parametric_q_network import ParametricGreedyPolicy
-    from distrl.models.sequence_policy import SequencePolicy
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
     loaded = load_policy(args.checkpoint)
-    if isinstance(loaded.policy, ParametricGreedyPolicy):
-        raise UserError(
-            f"checkpoint {loaded.checkpoint} holds a parametric-action policy, which chooses among "
-            "candidate sets no env offers; it has no online evaluation"
-        )
     episodes = args.episodes if args.episodes is not None else loaded.cfg.eval.episodes
     if episodes < 1:
         raise UserError(f"--episodes {episodes}: must be at least 1")
     seed = args.seed if args.seed is not None else loaded.cfg.eval.seed
-    returns = evaluator(loaded.cfg)(loaded.cfg, loaded.policy, episodes, seed)
-    task = loaded.cfg.task
-    # A sequence policy's "episodes" are held-out prompts, its return their exact match.
-    sequence = isinstance(loaded.policy, SequencePolicy)
+    known = algorithm(loaded.cfg.algo.name)
+    returns = load(known.evaluator)(loaded.cfg, loaded.policy, episodes, seed)
     result = {
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),
         "episodes": episodes,
         "returns": returns,
-        "env": f"task {task.prompts or task.name}" if sequence else loaded.cfg.env.id,
+        "env": load(known.evaluated_on)(loaded.cfg),
         "checkpoint": str(loaded.checkpoint),
         "global_step": loaded.global_step,
     }
-    if args.json:
-        print(json.dumps(result))
-    elif sequence:
-        print(
-            f"{result['env']}: held-out exact match {result['return_mean']:.3f} over {episodes} "
-            f"prompts, greedy ({loaded.checkpoint})"
-        )
-    else:
-        print(
-            f"{result['env']}: return {result['return_mean']:.1f} +- {result['return_std']:.1f} "
-            f"over {episodes} deterministic episodes ({loaded.checkpoint})"
-        )
+    print(json.dumps(result) if args.json else known.eval_line.format(**result))
     return 0
 
 

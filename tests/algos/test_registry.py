@@ -50,6 +50,10 @@ def test_every_algorithm_names_modules_that_exist() -> None:
     from distrl.algos.registry import load
 
     for algorithm in ALGORITHMS.values():
-        for reference in [algorithm.deployable_policy, algorithm.env_worker, *algorithm.runners.values()]:
+        references = [
+            algorithm.deployable_policy, algorithm.env_worker, *algorithm.runners.values(),
+            algorithm.evaluator, algorithm.evaluated_on, algorithm.input_check,
+        ]  # fmt: skip
+        for reference in references:
             if reference is not None:
                 assert callable(load(reference)), reference

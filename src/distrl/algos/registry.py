@@ -40,6 +40,11 @@ JAX_NATIVE_ENVS = "jax native envs"
 """Learns with a JAX learner from JAX envs stepped inside its compiled loop (gymnax, Brax)."""
 JAX_NATIVE_BACKENDS = ("gymnax", "brax")
 """The ``env.backend`` values whose envs are JAX functions (``distrl.envs.jax_envs``)."""
+EPISODES_LINE = (
+    "{env}: return {return_mean:.1f} +- {return_std:.1f} over {episodes} deterministic episodes "
+    "({checkpoint})"
+)
+"""``distrl eval``'s line for returns of deterministic episodes in an env."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,14 @@ class Algorithm:
     """The keys of ``runners`` that train policies with memory (``model.memory``)."""
     evaluator: str = "distrl.eval.episodes:evaluate"
     """``module:function`` of ``(RunConfig, deployable policy, episodes, seed) -> list of
-    returns``: how its policy is evaluated (the stop check, ``distrl eval``, eval workers)."""
+    returns``: how its policy is evaluated (the stop check, ``distrl eval``, eval workers); a
+    policy with no online evaluation is refused there, in one line (``UserError``)."""
+    evaluated_on: str = "distrl.eval.episodes:env_id"
+    """``module:function`` of ``(RunConfig) -> str``: what its policy is evaluated on, as
+    ``distrl eval`` names it (its JSON's ``env``)."""
+    eval_line: str = EPISODES_LINE
+    """``distrl eval``'s printed line, a ``str.format`` template of its JSON's keys (``env``,
+    ``return_mean``, ``return_std``, ``episodes``, ``checkpoint``, ``global_step``)."""
     ray_workers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Ray mode's worker groups it fills with workers of its own: group (``env``, ``data``) ->
     (``module:Class`` of the actor, ``module:Class`` the learner calls them through); the other
@@ -94,6 +106,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                 LOGGED_DATA: "distrl.runners.offline:OfflineRunner",
             },
             env_worker="distrl.collect.transitions:env_worker_collector",
+            evaluator="distrl.eval.episodes:evaluate_q_policy",
         ),
         Algorithm(
             "a2c",
@@ -122,6 +135,10 @@ ALGORITHMS: dict[str, Algorithm] = {
             deployable_policy="distrl.models.sequence_policy:sequence_policy",
             runners={ENVS: "distrl.runners.grpo:GRPORunner"},
             evaluator="distrl.eval.completions:evaluate_completions",
+            evaluated_on="distrl.eval.completions:task_name",
+            eval_line=(
+                "{env}: held-out exact match {return_mean:.3f} over {episodes} prompts, greedy ({checkpoint})"
+            ),
             ray_workers={
                 "env": (
                     "distrl.ray.verifier_workers:VerifierWorker",
