@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -370,36 +370,49 @@ def command_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+class _ExportFormats:
+    """``--format``'s choices: every format a registered algorithm exports, read from the
+    registry only when ``distrl export`` parses or shows them (importing it, config sections and
+    all, would slow every ``distrl --help``)."""
+
+    def __contains__(self, fmt: object) -> bool:
+        return fmt in self._formats()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._formats())
+
+    @staticmethod
+    def _formats() -> tuple[str, ...]:
+        from distrl.algos.registry import EXPORT_FORMATS
+
+        return EXPORT_FORMATS
+
+
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
     parser.add_argument(
         "--format",
         required=True,
-        choices=["torchscript", "onnx", "transformers"],
-        help="file format (transformers: a directory with a GPT-2 model and tokenizer, for GRPO's policies)",
+        choices=_ExportFormats(),
+        metavar="FORMAT",  # not the choices, which would be read from the registry on every build
+        help="%(choices)s: one the checkpoint's algorithm exports (transformers: a directory with a GPT-2 "
+        "model and tokenizer, for GRPO's policies)",
     )
     parser.add_argument("--out", required=True, type=Path, help="file to write")
 
 
 def command_export(args: argparse.Namespace) -> int:
+    from distrl.algos.registry import algorithm, export
     from distrl.eval.policy import load_policy
-    from distrl.io.export import export_policy
-    from distrl.io.transformers_export import save_as_transformers
-    from distrl.models.sequence_policy import SequencePolicy
 
     loaded = load_policy(args.checkpoint)
-    sequence_policy = isinstance(loaded.policy, SequencePolicy)
-    if sequence_policy != (args.format == "transformers"):
+    formats = algorithm(loaded.cfg.algo.name).exports
+    if args.format not in formats:
         raise UserError(
             f"--format {args.format}: the {loaded.algorithm} policy of {loaded.checkpoint} is written with "
-            + ("--format transformers" if sequence_policy else "--format torchscript or onnx")
+            f"--format {' or '.join(formats)}"
         )
-    if sequence_policy:
-        if args.out.exists() and not args.out.is_dir():
-            raise UserError(f"--out {args.out}: --format transformers writes a directory; this is a file")
-        save_as_transformers(loaded.policy, args.out)
-    else:
-        export_policy(loaded.policy, loaded.observation_space, args.format, args.out)
+    export(loaded.cfg, loaded.policy, loaded.observation_space, args.format, args.out, "--out")
     print(
         f"distrl: exported the {loaded.algorithm} policy of {loaded.checkpoint} to {args.out} ({args.format})"
     )

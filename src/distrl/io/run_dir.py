@@ -11,10 +11,10 @@ from typing import Any
 
 import yaml
 
+from distrl.algos.registry import check_export, output_format
 from distrl.config.run import RunConfig, config_from_dict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
-from distrl.io.export import check_can_export, format_of
 
 GENERIC_RESUME_FIXED_KEYS = ("algo.name", "env.id", "ml_framework")
 """Keys no resumed run may change; each algorithm's config adds its own (``resume_fixed_keys``)."""
@@ -27,7 +27,8 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
     ``must_resume``: ``--resume`` was given, so a missing checkpoint is an error.
     """
     if cfg.output.path:  # found out now, not after hours of training
-        check_can_export(format_of(Path(cfg.output.path)), Path(cfg.output.path), "output.path")
+        out = Path(cfg.output.path)
+        check_export(cfg, output_format(cfg, out), out, "output.path")
     existing = ckpt.list_checkpoints(run_dir / "checkpoints")
     payload = b""
     if resume and existing:

@@ -18,11 +18,10 @@ from typing import Any
 
 import torch
 
-from distrl.algos.registry import evaluator
+from distrl.algos.registry import evaluator, export, output_format
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import train_state
-from distrl.io.export import export_policy, format_of
 from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.io.profile import UpdateProfiler
 from distrl.launch.preemption import PreemptionFlag
@@ -330,9 +329,11 @@ class TrainingLoop:
         self._last_checkpoint = (self.global_step, time.monotonic())
 
     def _write_output(self, out: Path) -> None:
-        """The final policy as one deployable file (ReAgent's node 0 saving the model)."""
+        """The final policy written for deployment as its algorithm exports it (ReAgent's node 0
+        saving the model)."""
         space = self.runner.train_state().observation_space
-        export_policy(self.runner.deployable_policy(), space, format_of(out), out, "output.path")
+        policy = self.runner.deployable_policy()
+        export(self.cfg, policy, space, output_format(self.cfg, out), out, "output.path")
 
     def _restore(self, files: ckpt.CheckpointFiles) -> None:
         """Load a checkpoint on every rank (the files came from rank 0); rank r takes rank r's
