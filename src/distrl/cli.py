@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -311,47 +311,27 @@ def command_eval(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from distrl.algos.registry import evaluator
+    from distrl.algos.registry import algorithm, load
     from distrl.eval.policy import load_policy
-    from distrl.models.parametric_q_network import ParametricGreedyPolicy
-    from distrl.models.sequence_policy import SequencePolicy
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
     loaded = load_policy(args.checkpoint)
-    if isinstance(loaded.policy, ParametricGreedyPolicy):
-        raise UserError(
-            f"checkpoint {loaded.checkpoint} holds a parametric-action policy, which chooses among "
-            "candidate sets no env offers; it has no online evaluation"
-        )
     episodes = args.episodes if args.episodes is not None else loaded.cfg.eval.episodes
     if episodes < 1:
         raise UserError(f"--episodes {episodes}: must be at least 1")
     seed = args.seed if args.seed is not None else loaded.cfg.eval.seed
-    returns = evaluator(loaded.cfg)(loaded.cfg, loaded.policy, episodes, seed)
-    task = loaded.cfg.task
-    # A sequence policy's "episodes" are held-out prompts, its return their exact match.
-    sequence = isinstance(loaded.policy, SequencePolicy)
+    known = algorithm(loaded.cfg.algo.name)
+    returns = load(known.evaluator)(loaded.cfg, loaded.policy, episodes, seed)
     result = {
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),
         "episodes": episodes,
         "returns": returns,
-        "env": f"task {task.prompts or task.name}" if sequence else loaded.cfg.env.id,
+        "env": load(known.evaluated_on)(loaded.cfg),
         "checkpoint": str(loaded.checkpoint),
         "global_step": loaded.global_step,
     }
-    if args.json:
-        print(json.dumps(result))
-    elif sequence:
-        print(
-            f"{result['env']}: held-out exact match {result['return_mean']:.3f} over {episodes} "
-            f"prompts, greedy ({loaded.checkpoint})"
-        )
-    else:
-        print(
-            f"{result['env']}: return {result['return_mean']:.1f} +- {result['return_std']:.1f} "
-            f"over {episodes} deterministic episodes ({loaded.checkpoint})"
-        )
+    print(json.dumps(result) if args.json else known.eval_line.format(**result))
     return 0
 
 
@@ -390,36 +370,49 @@ def command_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+class _ExportFormats:
+    """``--format``'s choices: every format a registered algorithm exports, read from the
+    registry only when ``distrl export`` parses or shows them (importing it, config sections and
+    all, would slow every ``distrl --help``)."""
+
+    def __contains__(self, fmt: object) -> bool:
+        return fmt in self._formats()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._formats())
+
+    @staticmethod
+    def _formats() -> tuple[str, ...]:
+        from distrl.algos.registry import EXPORT_FORMATS
+
+        return EXPORT_FORMATS
+
+
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
     parser.add_argument(
         "--format",
         required=True,
-        choices=["torchscript", "onnx", "transformers"],
-        help="file format (transformers: a directory with a GPT-2 model and tokenizer, for GRPO's policies)",
+        choices=_ExportFormats(),
+        metavar="FORMAT",  # not the choices, which would be read from the registry on every build
+        help="%(choices)s: one the checkpoint's algorithm exports (transformers: a directory with a GPT-2 "
+        "model and tokenizer, for GRPO's policies)",
     )
     parser.add_argument("--out", required=True, type=Path, help="file to write")
 
 
 def command_export(args: argparse.Namespace) -> int:
+    from distrl.algos.registry import algorithm, export
     from distrl.eval.policy import load_policy
-    from distrl.io.export import export_policy
-    from distrl.io.transformers_export import save_as_transformers
-    from distrl.models.sequence_policy import SequencePolicy
 
     loaded = load_policy(args.checkpoint)
-    sequence_policy = isinstance(loaded.policy, SequencePolicy)
-    if sequence_policy != (args.format == "transformers"):
+    formats = algorithm(loaded.cfg.algo.name).exports
+    if args.format not in formats:
         raise UserError(
             f"--format {args.format}: the {loaded.algorithm} policy of {loaded.checkpoint} is written with "
-            + ("--format transformers" if sequence_policy else "--format torchscript or onnx")
+            f"--format {' or '.join(formats)}"
         )
-    if sequence_policy:
-        if args.out.exists() and not args.out.is_dir():
-            raise UserError(f"--out {args.out}: --format transformers writes a directory; this is a file")
-        save_as_transformers(loaded.policy, args.out)
-    else:
-        export_policy(loaded.policy, loaded.observation_space, args.format, args.out)
+    export(loaded.cfg, loaded.policy, loaded.observation_space, args.format, args.out, "--out")
     print(
         f"distrl: exported the {loaded.algorithm} policy of {loaded.checkpoint} to {args.out} ({args.format})"
     )

@@ -1,12 +1,17 @@
-"""An algorithm defined outside distrl (``algo.name: module:ATTRIBUTE``) trains, checkpoints and
-evaluates with no distrl file edited: here REINFORCE with a learned baseline, in a package made in
-a temporary directory, on PPO's collection and loop."""
+"""An algorithm defined outside distrl (``algo.name: module:ATTRIBUTE``) trains, checkpoints,
+evaluates and exports with no distrl file edited: here REINFORCE with a learned baseline, in a
+package made in a temporary directory, on PPO's collection and loop; then the same declaring how
+``distrl eval`` describes it and writing its own export files."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import textwrap
 from pathlib import Path
+
+import torch
 
 from distrl.config.run import load_config
 from distrl.errors import UserError
@@ -74,13 +79,49 @@ ALGORITHM = Algorithm(
 )
 '''
 
+DESCRIBED = '''
+"""REINFORCE evaluated on how long the pole stays up, exported as TorchScript that says who wrote it."""
 
-def test_an_algorithm_from_outside_distrl_trains_checkpoints_and_evaluates(tmp_path: Path) -> None:
+import dataclasses
+
+import torch
+
+from myalgos import reinforce
+
+
+def pole_of(cfg):
+    return f"the pole of {cfg.env.id}"
+
+
+def write_signed_torchscript(policy, observation_space, fmt, out, where):
+    example = torch.zeros(1, *observation_space.shape)
+    torch.jit.save(torch.jit.trace(policy, example), str(out), _extra_files={"written_by": "myalgos"})
+
+
+ALGORITHM = dataclasses.replace(
+    reinforce.ALGORITHM,
+    evaluated_on="myalgos.described:pole_of",
+    eval_line="{env} stayed up {return_mean:.0f} steps over {episodes} tries",
+    exports={"torchscript": "myalgos.described:write_signed_torchscript"},
+)
+'''
+
+
+def plugins(tmp_path: Path) -> dict[str, str]:
+    """The ``myalgos`` package in ``tmp_path``, and an environment whose PYTHONPATH finds it (and
+    what it found before)."""
     package = tmp_path / "plugins" / "myalgos"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "reinforce.py").write_text(textwrap.dedent(PLUGIN))
-    env = {**clean_env(), "PYTHONPATH": str(tmp_path / "plugins")}
+    (package / "described.py").write_text(textwrap.dedent(DESCRIBED))
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plugins"), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_an_algorithm_from_outside_distrl_trains_checkpoints_and_evaluates(tmp_path: Path) -> None:
+    env = plugins(tmp_path)
     run_dir = tmp_path / "run"
     result = run_python(
         "-m", "distrl", "train", "--env", "CartPole-v1", "--run-dir", str(run_dir),
@@ -94,6 +135,40 @@ def test_an_algorithm_from_outside_distrl_trains_checkpoints_and_evaluates(tmp_p
     report = run_python("-m", "distrl", "eval", "--checkpoint", str(run_dir), "--json", env=env)
     assert report.returncode == 0, report.stderr[-3000:]
     assert json.loads(report.stdout)["episodes"] == 10
+
+
+def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_exports(tmp_path: Path) -> None:
+    env = plugins(tmp_path)
+    run_dir, final = tmp_path / "run", tmp_path / "final.pt"
+    result = run_python(
+        "-m", "distrl", "train", "--env", "CartPole-v1", "--run-dir", str(run_dir),
+        "algo.name=myalgos.described:ALGORITHM", "algo.rollout_steps=32", "env.num_envs=8",
+        "train.total_steps=256", "log.tensorboard=false", "log.progress=false", f"output.path={final}",
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = run_python("-m", "distrl", "eval", "--checkpoint", str(run_dir), "--episodes", "2", env=env)
+    assert said.returncode == 0, said.stderr[-3000:]
+    line = r"the pole of CartPole-v1 stayed up \d+ steps over 2 tries\n"  # its eval_line
+    assert re.fullmatch(line, said.stdout), said.stdout
+    exported = tmp_path / "exported.pt"
+    written = run_python(
+        "-m", "distrl", "export", "--checkpoint", str(run_dir), "--format", "torchscript", "--out",
+        str(exported), env=env,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr[-3000:]
+    for file in (final, exported):  # output.path and distrl export both write with its function
+        extra = {"written_by": ""}
+        torch.jit.load(str(file), _extra_files=extra)
+        assert extra["written_by"] == b"myalgos", file
+    refused = run_python(
+        "-m", "distrl", "export", "--checkpoint", str(run_dir), "--format", "onnx", "--out",
+        str(tmp_path / "p.onnx"), env=env,
+    )  # fmt: skip
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "the reinforce policy of" in refused.stderr
+    assert refused.stderr.strip().endswith("is written with --format torchscript"), refused.stderr
+    assert not (tmp_path / "p.onnx").exists()
 
 
 def test_a_name_that_imports_nothing_is_one_line() -> None:

@@ -1,13 +1,15 @@
 """The algorithm registry picks each run's runner by what it learns from, refuses what none
-trains in one line before anything is imported, and builds every algorithm's config section."""
+trains in one line before anything is imported, builds every algorithm's config section, and
+says in which format ``output.path`` is written."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from distrl.algos.registry import ALGORITHMS, runner_reference
+from distrl.algos.registry import ALGORITHMS, EXPORT_FORMATS, output_format, runner_reference
 from distrl.config.run import load_config
 from distrl.errors import UserError
 
@@ -50,6 +52,29 @@ def test_every_algorithm_names_modules_that_exist() -> None:
     from distrl.algos.registry import load
 
     for algorithm in ALGORITHMS.values():
-        for reference in [algorithm.deployable_policy, algorithm.env_worker, *algorithm.runners.values()]:
+        references = [
+            algorithm.deployable_policy, algorithm.env_worker, *algorithm.runners.values(),
+            algorithm.evaluator, algorithm.evaluated_on, algorithm.input_check,
+            *algorithm.exports.values(), algorithm.export_check,
+        ]  # fmt: skip
+        for reference in references:
             if reference is not None:
                 assert callable(load(reference)), reference
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path", "fmt"),
+    [
+        ([], "model/policy.onnx", "onnx"),
+        ([], "model/policy.pt", "torchscript"),
+        (["algo.name=grpo"], "model/policy.onnx", "transformers"),  # the only one it writes
+    ],
+)
+def test_output_path_is_written_in_the_format_its_suffix_names_else_the_first(
+    overrides: list[str], path: str, fmt: str
+) -> None:
+    assert output_format(load_config(None, overrides), Path(path)) == fmt
+
+
+def test_export_formats_are_every_algorithms_in_order() -> None:
+    assert EXPORT_FORMATS == ("torchscript", "onnx", "transformers")

@@ -1,5 +1,5 @@
 """A sequence policy written out as a transformers GPT-2 model gives the same logits (1e-5) and
-tokens, loaded offline by transformers itself."""
+tokens, loaded offline by transformers itself; ``distrl export`` and ``output.path`` write it."""
 
 from __future__ import annotations
 
@@ -45,15 +45,16 @@ def test_the_written_model_gives_distrls_logits_and_tokens(tmp_path: Path) -> No
 
 
 def test_the_command_line_writes_a_grpo_checkpoint_and_refuses_the_wrong_format(tmp_path: Path) -> None:
-    run = tmp_path / "run"
+    run, final = tmp_path / "run", tmp_path / "final"
     trained = distrl(
         "train", "--config", str(REPO / "configs" / "grpo_reverse.yaml"), "--run-dir", str(run),
-        "train.total_steps=256", "train.stop_return=null", "log.progress=false",
+        "train.total_steps=256", "train.stop_return=null", "log.progress=false", f"output.path={final}",
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr
     hf_dir = tmp_path / "hf"
     written = distrl("export", "--checkpoint", str(run), "--format", "transformers", "--out", str(hf_dir))
     assert written.returncode == 0, written.stderr
-    assert (hf_dir / "model.safetensors").is_file() and (hf_dir / "tokenizer.json").is_file()
+    for directory in (hf_dir, final):  # distrl export's and output.path's at the end of training
+        assert (directory / "model.safetensors").is_file() and (directory / "tokenizer.json").is_file()
     wrong = distrl("export", "--checkpoint", str(run), "--format", "onnx", "--out", str(tmp_path / "p.onnx"))
     assert wrong.returncode == 2 and "is written with --format transformers" in wrong.stderr

@@ -190,8 +190,9 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
             r"function 'closest': expected exact_match or positional_match, or module:function",
         ),
         (["train.compile=true"], r"train.compile=true is not supported by algo.name=grpo"),
+        (["output.path=/dev/null"], r"output.path /dev/null: the transformers format is a directory"),
     ],
-    ids=["context", "group-of-one", "raises", "not-a-number", "unknown-function", "compile"],
+    ids=["context", "group-of-one", "raises", "not-a-number", "unknown-function", "compile", "output-path"],
 )
 def test_bad_input_is_one_line(tmp_path: Path, overrides: list[str], message: str) -> None:
     result = distrl(

@@ -1,12 +1,14 @@
 """The algorithm registry: what an algorithm is, by ``algo.name``.
 
 An algorithm is its config section, its runners (how it trains, by what it learns from), how
-its deployable policy is built from a checkpoint, and what an env worker acts with. Everything
-but the config section is named as ``module:attribute`` and imported only when used, so reading
-a config imports no torch, and evaluation, export and the workers build a policy without
-importing any runner. A new algorithm is its files plus one ``Algorithm`` line below; one
-defined outside distrl is named by ``algo.name: module:ATTRIBUTE`` (an ``Algorithm``), with no
-line here.
+its deployable policy is built from a checkpoint, what an env worker acts with, how its policy
+is evaluated and how ``distrl eval`` describes the result, and the file formats its policy is
+exported in (``distrl export``, ``output.path``). Everything but the config section is named as
+``module:attribute`` and imported only when used, so reading a config imports no torch, and
+evaluation, export and the workers build a policy without importing any runner; the command
+line asks the registry, never the policy's type. A new algorithm is its files plus one
+``Algorithm`` line below; one defined outside distrl is named by ``algo.name: module:ATTRIBUTE``
+(an ``Algorithm``), with no line here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from distrl.extras import require_extra
 from distrl.user_code import load
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    import gymnasium as gym
+    from torch import nn
+
     from distrl.config.run import RunConfig
 
 ENVS = "envs"
@@ -39,6 +46,13 @@ JAX = "jax"
 """Learns online from envs, with a JAX learner (``ml_framework: jax``)."""
 JAX_NATIVE_ENVS = "jax native envs"
 """Learns with a JAX learner from JAX envs stepped inside its compiled loop (gymnax, Brax)."""
+POLICY_FILES = {"torchscript": "distrl.io.export:export_policy", "onnx": "distrl.io.export:export_policy"}
+"""Export formats of a policy of tensors in and actions out: one TorchScript or ONNX file."""
+EPISODES_LINE = (
+    "{env}: return {return_mean:.1f} +- {return_std:.1f} over {episodes} deterministic episodes "
+    "({checkpoint})"
+)
+"""``distrl eval``'s line for returns of deterministic episodes in an env."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +73,21 @@ class Algorithm:
     """The keys of ``runners`` that train policies with memory (``model.memory``)."""
     evaluator: str = "distrl.eval.episodes:evaluate"
     """``module:function`` of ``(RunConfig, deployable policy, episodes, seed) -> list of
-    returns``: how its policy is evaluated (the stop check, ``distrl eval``, eval workers)."""
+    returns``: how its policy is evaluated (the stop check, ``distrl eval``, eval workers); a
+    policy with no online evaluation is refused there, in one line (``UserError``)."""
+    evaluated_on: str = "distrl.eval.episodes:env_id"
+    """``module:function`` of ``(RunConfig) -> str``: what its policy is evaluated on, as
+    ``distrl eval`` names it (its JSON's ``env``)."""
+    eval_line: str = EPISODES_LINE
+    """``distrl eval``'s printed line, a ``str.format`` template of its JSON's keys (``env``,
+    ``return_mean``, ``return_std``, ``episodes``, ``checkpoint``, ``global_step``)."""
+    exports: dict[str, str] = field(default_factory=POLICY_FILES.copy)
+    """``module:function`` of ``(deployable policy, observation space, format, out, where) ->
+    None`` by the export format it writes (``distrl export --format``; ``output.path`` writes
+    the one its suffix names, else the first)."""
+    export_check: str = "distrl.io.export:check_can_export"
+    """``module:function`` of ``(format, out, where) -> None``: refuses, in one line, what cannot
+    be written to ``out`` (a missing extra, an unwritable place) before any work."""
     ray_workers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Ray mode's worker groups it fills with workers of its own: group (``env``, ``data``) ->
     (``module:Class`` of the actor, ``module:Class`` the learner calls them through); the other
@@ -93,6 +121,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                 LOGGED_DATA: "distrl.runners.offline:OfflineRunner",
             },
             env_worker="distrl.collect.transitions:env_worker_collector",
+            evaluator="distrl.eval.episodes:evaluate_q_policy",
         ),
         Algorithm(
             "a2c",
@@ -121,6 +150,12 @@ ALGORITHMS: dict[str, Algorithm] = {
             deployable_policy="distrl.models.sequence_policy:sequence_policy",
             runners={ENVS: "distrl.runners.grpo:GRPORunner"},
             evaluator="distrl.eval.completions:evaluate_completions",
+            evaluated_on="distrl.eval.completions:task_name",
+            eval_line=(
+                "{env}: held-out exact match {return_mean:.3f} over {episodes} prompts, greedy ({checkpoint})"
+            ),
+            exports={"transformers": "distrl.io.transformers_export:export_transformers"},
+            export_check="distrl.io.transformers_export:check_can_export_transformers",
             ray_workers={
                 "env": (
                     "distrl.ray.verifier_workers:VerifierWorker",
@@ -203,6 +238,31 @@ def runner_class(cfg: RunConfig) -> type:
 def evaluator(cfg: RunConfig) -> Any:
     """The function that evaluates ``cfg``'s deployable policy (``Algorithm.evaluator``)."""
     return load(algorithm(cfg.algo.name).evaluator)
+
+
+EXPORT_FORMATS = tuple(dict.fromkeys(fmt for known in ALGORITHMS.values() for fmt in known.exports))
+"""Every format a registered algorithm exports (``distrl export --format``'s choices)."""
+
+
+def output_format(cfg: RunConfig, out: Path) -> str:
+    """The format ``output.path`` is written in: the one its suffix names among those ``cfg``'s
+    algorithm writes (``.onnx``), else its first."""
+    formats = algorithm(cfg.algo.name).exports
+    return out.suffix[1:] if out.suffix[1:] in formats else next(iter(formats))
+
+
+def check_export(cfg: RunConfig, fmt: str, out: Path, where: str) -> None:
+    """Refuse in one line, before any work, what ``cfg``'s algorithm cannot write as ``fmt`` to
+    ``out`` (``Algorithm.export_check``); ``fmt`` is one of its ``exports``."""
+    load(algorithm(cfg.algo.name).export_check)(fmt, out, where)
+
+
+def export(
+    cfg: RunConfig, policy: nn.Module, observation_space: gym.Space, fmt: str, out: Path, where: str
+) -> None:
+    """Write ``cfg``'s deployable ``policy`` as ``fmt`` to ``out``, checked first."""
+    check_export(cfg, fmt, out, where)
+    load(algorithm(cfg.algo.name).exports[fmt])(policy, observation_space, fmt, out, where)
 
 
 def check_inputs(cfg: RunConfig) -> None:

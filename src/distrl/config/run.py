@@ -171,6 +171,22 @@ def changed_keys(before: RunConfig, after: RunConfig) -> dict[str, tuple[Any, An
     return {key: (was.get(key), now.get(key)) for key in keys if was.get(key) != now.get(key)}
 
 
+def describe_changes(saved_config: dict[str, Any], cfg: RunConfig, where: str) -> str:
+    """The config keys that differ between a checkpoint's run (its saved config, read as
+    today's) and ``cfg``, the first few of them: what the user changed that built another
+    network."""
+    changes = changed_keys(config_from_dict(saved_config, where), cfg)
+    if not changes:
+        return "no config key changed: the env or distrl's code builds another network now"
+    shown = [f"{key} {was!r} -> {now!r}" for key, (was, now) in list(changes.items())[:CHANGES_SHOWN]]
+    more = len(changes) - len(shown)
+    return "changed: " + ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+CHANGES_SHOWN = 3
+"""Changed config keys ``describe_changes`` names; it counts the rest."""
+
+
 def _dotted_values(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Every value of a nested mapping by its dotted key (``model.hidden_sizes``); lists are values."""
     values: dict[str, Any] = {}

@@ -307,11 +307,13 @@ class CheckpointConfig(Section):
 
 
 class OutputConfig(Section):
-    """The final policy written out as one deployable file, besides the run dir."""
+    """The final policy written out for deployment (one file, or a model directory), besides the
+    run dir."""
 
     path: str | None = None
-    """When set, rank 0 writes the final deterministic policy here as one deployable file
-    (``distrl export``'s): ONNX for a ``.onnx`` name, TorchScript otherwise."""
+    """When set, rank 0 writes the final deterministic policy here as ``distrl export`` does, in
+    the format the name's suffix names among those the algorithm exports, else its first: ONNX
+    for a ``.onnx`` name, TorchScript otherwise; GRPO: a transformers model directory."""
 
 
 class LogConfig(Section):

@@ -48,3 +48,9 @@ def evaluate_completions(cfg: RunConfig, policy: SequencePolicy, episodes: int, 
     reward trains the policy (the registry's evaluator: ``train.stop_return`` and ``distrl eval``
     of a sequence policy are held-out accuracies)."""
     return score_held_out(cfg, policy, episodes, seed)[1]
+
+
+def task_name(cfg: RunConfig) -> str:
+    """Whose held-out prompts are completed (``distrl eval``'s ``env``): a prompts file, else the
+    generated task."""
+    return f"task {cfg.task.prompts or cfg.task.name}"

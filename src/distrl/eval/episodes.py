@@ -10,7 +10,9 @@ import torch
 from torch import nn
 
 from distrl.envs import make_vec_env
+from distrl.errors import UserError
 from distrl.models.memory import policy_state_size, reset_ended
+from distrl.models.parametric_q_network import ParametricGreedyPolicy
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -25,6 +27,22 @@ def evaluate(cfg: RunConfig, policy: nn.Module, episodes: int, seed: int) -> lis
         seeds = list(range(seed + first, seed + min(first + _MAX_PARALLEL_EPISODES, episodes)))
         returns += _run_episodes(cfg, policy, seeds)
     return returns
+
+
+def evaluate_q_policy(cfg: RunConfig, policy: nn.Module, episodes: int, seed: int) -> list[float]:
+    """DQN's evaluation: ``evaluate``, refused in one line for a parametric-action policy, whose
+    candidate sets come with logged data and no env offers."""
+    if isinstance(policy, ParametricGreedyPolicy):
+        raise UserError(
+            "a parametric-action policy chooses among candidate sets no env offers; it has no online "
+            "evaluation"
+        )
+    return evaluate(cfg, policy, episodes, seed)
+
+
+def env_id(cfg: RunConfig) -> str:
+    """What episodes are played in (``distrl eval``'s ``env``)."""
+    return cfg.env.id
 
 
 @torch.no_grad()

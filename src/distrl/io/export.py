@@ -23,24 +23,27 @@ from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
 
 
-def format_of(path: Path) -> str:
-    """The format a file name asks for: ONNX for ``.onnx``, TorchScript otherwise."""
-    return "onnx" if path.suffix == ".onnx" else "torchscript"
-
-
 def check_can_export(fmt: str, out: Path, where: str) -> None:
-    """Fail with one line, before any work, if ``fmt`` cannot be written to ``out``."""
+    """Fail with one line, before any work, if ``fmt`` (``torchscript`` or ``onnx``) cannot be
+    written to the file ``out`` (the registry's ``export_check`` of these formats)."""
     missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
     if fmt == "onnx" and missing:
         raise UserError(
             f"{where}: ONNX needs {' and '.join(missing)}: install the export extra "
             "(pip install 'distrl[export]')"
         )
+    check_can_write_in(out, where)
+    if out.is_dir():
+        raise UserError(f"{where} {out}: cannot write there")
+
+
+def check_can_write_in(out: Path, where: str) -> None:
+    """Fail with one line if ``out``'s directory cannot be made or written in."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{where} {out}: cannot write: {exc.strerror or exc}") from None
-    if out.is_dir() or not os.access(out.parent, os.W_OK):
+    if not os.access(out.parent, os.W_OK):
         raise UserError(f"{where} {out}: cannot write there")
 
 
@@ -48,7 +51,8 @@ def export_policy(
     policy: nn.Module, observation_space: gym.spaces.Box, fmt: str, out: Path, where: str = "--out"
 ) -> None:
     """Write ``policy`` as ``fmt`` (``torchscript`` or ``onnx``) to ``out``, replacing it only once
-    the new file is whole. ``policy`` itself is left as it was (a copy is exported, on the CPU)."""
+    the new file is whole (the registry's writer of these formats). ``policy`` itself is left as
+    it was (a copy is exported, on the CPU)."""
     check_can_export(fmt, out, where)
     # A deployed policy's outputs need no graph.
     policy = copy.deepcopy(policy).cpu().eval().requires_grad_(False)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
+from distrl.algos.registry import check_export, output_format
 from distrl.config.run import RunConfig, changed_keys, config_from_dict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
-from distrl.io.export import check_can_export, format_of
 
 GENERIC_RESUME_FIXED_KEYS = (
     "algo.name",  # PPO and A2C build the same network, but another optimiser would read its state
@@ -32,7 +32,8 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
     ``must_resume``: ``--resume`` was given, so a missing checkpoint is an error.
     """
     if cfg.output.path:  # found out now, not after hours of training
-        check_can_export(format_of(Path(cfg.output.path)), Path(cfg.output.path), "output.path")
+        out = Path(cfg.output.path)
+        check_export(cfg, output_format(cfg, out), out, "output.path")
     existing = ckpt.list_checkpoints(run_dir / "checkpoints")
     payload = b""
     if resume and existing:
@@ -48,7 +49,9 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
             "or --overwrite to replace it"
         )
     try:
-        if overwrite and run_dir.exists():
+        # A restarted process (torchrun's --max-restarts) of a run started with --overwrite
+        # resumes: it must never wipe the checkpoints and metrics it continues from.
+        if overwrite and not payload and run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

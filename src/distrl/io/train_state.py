@@ -15,21 +15,17 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import nn
 
-from distrl.config.run import RunConfig, changed_keys, config_from_dict
 from distrl.envs.spaces import space_from_json, space_to_json
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 
 FORMAT_VERSION = 2
-CHANGES_SHOWN = 3
-"""Changed config keys a refused resume names; it counts the rest."""
 
 
 class TrainState(ABC):
@@ -167,23 +163,16 @@ def _header(state: TrainState) -> dict[str, Any]:
     }
 
 
-def restore(state: TrainState, files: ckpt.CheckpointFiles, cfg: RunConfig, where: Path) -> dict[str, Any]:
-    """Load the checkpoint ``where`` (its ``files``) into ``state`` built from ``cfg``; return its
-    ``state.json``. A checkpoint whose tensors differ from the ones ``state`` holds is refused
-    before anything is loaded."""
-    saved = read_state(files, str(where))
-    difference = _first_difference(saved.tensors, state.model_tensors())
-    if difference is not None:
-        raise UserError(
-            f"checkpoint {where} {difference} ({_config_changes(saved, cfg, where)}); resuming needs "
-            "the same network (use a new --run-dir to start over)"
-        )
+def restore(state: TrainState, saved: SavedState, files: ckpt.CheckpointFiles) -> dict[str, Any]:
+    """Load a checkpoint (``saved``, read from its ``files``) into ``state``; return its
+    ``state.json``. Check ``first_difference`` first: loading another network's tensors fails
+    part-way."""
     optim_tensors = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
     state.load(saved.tensors, optim_tensors, saved.meta["optimizer_param_groups"])
     return saved.meta
 
 
-def _first_difference(saved: dict[str, torch.Tensor], built: dict[str, torch.Tensor]) -> str | None:
+def first_difference(saved: dict[str, torch.Tensor], built: dict[str, torch.Tensor]) -> str | None:
     """The first tensor whose shape differs or that only one of them has, said from the
     checkpoint's side; None when they hold the same names and shapes."""
     for name, tensor in built.items():
@@ -193,14 +182,3 @@ def _first_difference(saved: dict[str, torch.Tensor], built: dict[str, torch.Ten
             return f"holds {name} of shape {list(saved[name].shape)}, this config builds {list(tensor.shape)}"
     extra = next((name for name in saved if name not in built), None)
     return None if extra is None else f"holds {extra}, which this config does not build"
-
-
-def _config_changes(saved: SavedState, cfg: RunConfig, where: Path) -> str:
-    """The config keys that differ between the checkpoint's run and this one, the first few of
-    them: what the user changed that built another network."""
-    changes = changed_keys(config_from_dict(saved.meta["config"], str(where)), cfg)
-    if not changes:
-        return "no config key changed: the env or distrl's code builds another network now"
-    shown = [f"{key} {was!r} -> {now!r}" for key, (was, now) in list(changes.items())[:CHANGES_SHOWN]]
-    more = len(changes) - len(shown)
-    return "changed: " + ", ".join(shown) + (f" and {more} more" if more else "")

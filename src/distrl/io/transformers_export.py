@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gymnasium as gym
 import torch
 
 from distrl import extras
+from distrl.errors import UserError
 from distrl.extras import require_extra
+from distrl.io.export import check_can_write_in
 from distrl.models.pretrained import PretrainedLM
 from distrl.models.sequence_policy import SequencePolicy
 from distrl.models.transformer import TransformerLM
@@ -45,6 +48,23 @@ def gpt2_tensors(model: TransformerLM) -> dict[str, torch.Tensor]:
             tensors[f"transformer.h.{index}.{name}.weight"] = layer.weight.t() if is_linear else layer.weight
             tensors[f"transformer.h.{index}.{name}.bias"] = layer.bias
     return {name: tensor.detach().contiguous() for name, tensor in tensors.items()}
+
+
+def check_can_export_transformers(fmt: str, out: Path, where: str) -> None:
+    """Fail with one line, before any work, if the model directory cannot be written at ``out``
+    (the registry's ``export_check`` of ``transformers``)."""
+    require_extra(*extras.TRANSFORMERS)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{where} {out}: the {fmt} format is a directory; this is a file")
+    check_can_write_in(out, where)
+
+
+def export_transformers(
+    policy: SequencePolicy, observation_space: gym.Space, fmt: str, out: Path, where: str
+) -> None:
+    """The registry's writer of ``transformers``: ``save_as_transformers``; the prompt tokens'
+    space, ``fmt`` and ``where`` tell it nothing more."""
+    save_as_transformers(policy, out)
 
 
 def save_as_transformers(policy: SequencePolicy, out: Path) -> None:

@@ -48,7 +48,6 @@ class GRPORunner(Runner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
         self.cfg, self.comm, self.clock, self.device = cfg, comm, ctx.clock, device
-        _refuse_unsupported(ctx)
         seed_torch(cfg.train.seed, comm.rank)
         prompts = cfg.algo.num_prompts_per_step
         if prompts < comm.world_size:
@@ -268,12 +267,3 @@ class GRPORunner(Runner):
 
     def close(self) -> None:
         pass
-
-
-def _refuse_unsupported(ctx: RunContext) -> None:
-    cfg = ctx.cfg
-    if cfg.output.path is not None:
-        raise UserError(
-            f"output.path={cfg.output.path}: a sequence policy is not written as one deployable file yet; "
-            "unset it (the checkpoint holds the model)"
-        )

@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from distrl.algos.registry import evaluator
+from distrl.algos.registry import evaluator, export, output_format
+from distrl.config.run import describe_changes
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import train_state
-from distrl.io.export import export_policy, format_of
 from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.io.profile import UpdateProfiler
 from distrl.io.run_dir import record_config
@@ -333,9 +333,11 @@ class TrainingLoop:
         self._last_checkpoint = (self.global_step, time.monotonic())
 
     def _write_output(self, out: Path) -> None:
-        """The final policy as one deployable file (ReAgent's node 0 saving the model)."""
+        """The final policy written for deployment as its algorithm exports it (ReAgent's node 0
+        saving the model)."""
         space = self.runner.train_state().observation_space
-        export_policy(self.runner.deployable_policy(), space, format_of(out), out, "output.path")
+        policy = self.runner.deployable_policy()
+        export(self.cfg, policy, space, output_format(self.cfg, out), out, "output.path")
 
     def _restore(self, files: ckpt.CheckpointFiles) -> None:
         """Load a checkpoint on every rank (the files came from rank 0, read from the run dir's
@@ -343,7 +345,16 @@ class TrainingLoop:
         had such a rank."""
         step = json.loads(files["state.json"])["global_step"]
         where = self.run_dir / "checkpoints" / ckpt.checkpoint_dir_name(step)
-        meta = train_state.restore(self.runner.train_state(), files, self.cfg, where)
+        saved = train_state.read_state(files, str(where))
+        state = self.runner.train_state()
+        difference = train_state.first_difference(saved.tensors, state.model_tensors())
+        if difference is not None:
+            changes = describe_changes(saved.meta["config"], self.cfg, str(where))
+            raise UserError(
+                f"checkpoint {where} {difference} ({changes}); resuming needs the same network "
+                "(use a new --run-dir to start over)"
+            )
+        meta = train_state.restore(state, saved, files)
         if self.comm.is_main:
             print(f"distrl: resuming from {where}", file=sys.stderr)
         self.global_step = meta["global_step"]
