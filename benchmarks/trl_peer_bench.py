@@ -105,9 +105,9 @@ from cartpole_bench import CommandFailed, ensure_venv, env_without_launcher  # n
 
 from distrl.config.run import RunConfig, load_config  # noqa: E402
 from distrl.io.metrics import METRICS_FILE  # noqa: E402
-from distrl.io.transformers_export import save_as_transformers  # noqa: E402
 from distrl.models.sequence_policy import SequencePolicy  # noqa: E402
 from distrl.models.transformer import TransformerLM  # noqa: E402
+from distrl.models.transformers_export import save_as_transformers  # noqa: E402
 from distrl.precision import low_precision  # noqa: E402
 from distrl.seeding import seed_torch  # noqa: E402
 from distrl.tasks.prompts import Example, PromptSource, task_tokenizer  # noqa: E402

@@ -1,12 +1,18 @@
 """distrl's modules import one another without a cycle, counting what linters miss: imports
 inside functions, ``importlib.import_module`` of distrl's own modules, and the ``module:attribute``
 references the registries load (imports under ``if TYPE_CHECKING:`` aside, which never run).
-An edge goes to the module an import names (a package's ``__init__`` when it names the package)."""
+An edge goes to the module an import names (a package's ``__init__`` when it names the package).
+
+And imports point up a declared order of layers (``LAYERS``, the table in
+``docs/reference/layout.md``): a module imports only from its own layer or the layers below.
+A registry's ``module:attribute`` strings are the one way down: they name the code an
+algorithm, env backend or worker group brings, loaded only when a run uses it."""
 
 from __future__ import annotations
 
 import ast
 import re
+from fnmatch import fnmatch
 from pathlib import Path
 
 import distrl
@@ -22,6 +28,39 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(path): path for path in ROOT.rglob("*.py")}
+
+LAYERS: list[tuple[str, ...]] = [
+    (  # shared helpers
+        "distrl.errors", "distrl.extras", "distrl.user_code", "distrl.env_backends", "distrl.sharding",
+        "distrl.seeding", "distrl.timing", "distrl.usage", "distrl.allocator", "distrl.compile",
+        "distrl.precision", "distrl.offload", "distrl.socket_sum",
+    ),
+    ("distrl.config.base", "distrl.config.sections", "distrl.config.algorithm",
+     "distrl.config.grpo_vocabulary"),
+    ("distrl.algos.*_config", "distrl.algos.registry"),  # what each algorithm declares, torch-free
+    ("distrl.config", "distrl.config.run"),  # the whole run's config: the sections and an algorithm's
+    ("distrl.envs", "distrl.envs.*"),
+    ("distrl.tasks", "distrl.tasks.*"),
+    ("distrl.io", "distrl.io.*"),
+    ("distrl.models", "distrl.models.*"),
+    ("distrl.storage", "distrl.storage.*"),
+    ("distrl.comm", "distrl.comm.*"),
+    ("distrl.algos", "distrl.algos.*"),
+    ("distrl.collect", "distrl.collect.*"),
+    ("distrl.eval", "distrl.eval.*"),
+    ("distrl.data", "distrl.data.*"),
+    ("distrl.ope", "distrl.ope.*"),
+    ("distrl.runners", "distrl.runners.*"),
+    ("distrl.launch", "distrl.launch.*"),
+    ("distrl.entry",),
+    ("distrl.ray", "distrl.ray.*"),
+    ("distrl", "distrl.cli", "distrl.train", "distrl.__main__", "distrl.reference"),
+]  # fmt: skip
+"""distrl's layers, lowest first: a module belongs to the first layer with a pattern it matches."""
+
+
+def layer_of(name: str) -> int:
+    return next(index for index, patterns in enumerate(LAYERS) if any(fnmatch(name, p) for p in patterns))
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -40,8 +79,9 @@ def _imports_by_name(node: ast.AST) -> bool:
     return called == "import_module" and str(node.args[0].value).startswith("distrl")
 
 
-def imported(name: str) -> set[str]:
-    """The distrl modules ``name`` runs when imported or when any of its functions run."""
+def imported(name: str, references: bool = True) -> set[str]:
+    """The distrl modules ``name`` runs when imported or when any of its functions run; with
+    ``references``, also those its ``module:attribute`` strings name."""
     tree = ast.parse(MODULES[name].read_text())
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -59,9 +99,16 @@ def imported(name: str) -> set[str]:
                 base = ".".join(
                     package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
                 )
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and REFERENCE.match(node.value):
+            submodules = {f"{base}.{alias.name}" for alias in node.names} & MODULES.keys()
+            if len(submodules) < len(node.names):  # names a package's attribute, not only its modules
+                found.add(base)
+            found.update(submodules)
+        elif (
+            references
+            and isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and REFERENCE.match(node.value)
+        ):
             found.add(REFERENCE.match(node.value).group(1))
         elif _imports_by_name(node):
             found.add(node.args[0].value)
@@ -107,6 +154,41 @@ def cycles() -> list[list[str]]:
 
 def test_no_import_cycle_among_distrls_modules() -> None:
     assert cycles() == []
+
+
+def downward_imports() -> list[str]:
+    """``importer -> imported`` for every import that points down the layers."""
+    return [
+        f"{name} -> {target}"
+        for name in sorted(MODULES)
+        for target in sorted(imported(name, references=False))
+        if layer_of(target) > layer_of(name)
+    ]
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [name for name in MODULES if not any(fnmatch(name, p) for ps in LAYERS for p in ps)] == []
+
+
+def test_imports_point_up_the_layers() -> None:
+    assert downward_imports() == []
+
+
+def test_the_layer_check_finds_an_import_inside_a_function(tmp_path: Path, monkeypatch) -> None:
+    """The check itself can fail: a model that imports the training loop inside a function."""
+    low = tmp_path / "low.py"
+    low.write_text("def f():\n    from distrl.runners.loop import TrainingLoop\n")
+    monkeypatch.setitem(MODULES, "distrl.models.low", low)
+    assert downward_imports() == ["distrl.models.low -> distrl.runners.loop"]
+
+
+def test_the_layers_are_the_ones_layout_md_lists() -> None:
+    """The contributors' table lists the packages in the order of ``LAYERS``."""
+    table = (ROOT.parents[1] / "docs" / "reference" / "layout.md").read_text()
+    rows = re.findall(r"^\| `([\w/*.]+)`", table, re.M)
+    packages = [p.removeprefix("distrl.") for ps in LAYERS for p in ps if p != "distrl"]
+    listed = [row.removesuffix("/").removesuffix(".py").replace("/", ".") for row in rows]
+    assert [name for name in listed if name in packages] == [name for name in packages if name in listed]
 
 
 def test_the_checker_finds_a_cycle_hidden_in_a_function(tmp_path: Path, monkeypatch) -> None:

@@ -23,7 +23,7 @@ from distrl.allocator import keep_freed_memory
 from distrl.io import checkpoint as ckpt
 from distrl.io.run_dir import prepare_run_dir
 from distrl.io.train_state import launch_index
-from distrl.launch.preemption import PREEMPTED_EXIT_CODE, requeue_slurm_job
+from distrl.launch.preemption import PREEMPTED_EXIT_CODE, PreemptionFlag, requeue_slurm_job
 from distrl.launch.process_group import connect, resolve_device
 from distrl.launch.run_dir import RunDir
 from distrl.launch.topology import Topology
@@ -118,7 +118,7 @@ def build_training(
     context = RunContext(
         cfg, comm, device, launch_index(checkpoint), node_rank, workers or RemoteWorkers(), restart_count
     )
-    return TrainingLoop(context, runner_class(cfg)(context), run_dir, checkpoint)
+    return TrainingLoop(context, runner_class(cfg)(context), run_dir, PreemptionFlag(), checkpoint)
 
 
 def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:

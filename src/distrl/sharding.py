@@ -8,9 +8,12 @@ instead gives every rank the same count and the global batch grows with the rank
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from distrl.config.sections import EnvConfig
 from distrl.errors import UserError
+
+if TYPE_CHECKING:
+    from distrl.config.sections import EnvConfig
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distrl.collect.generate import Sampling, generate, left_padded
+from distrl.models.generate import Sampling, generate, left_padded
 from distrl.tasks.prompts import ALPHABETS
 from distrl.tasks.tokenizer import CharTokenizer
 from tests.helpers import REPO, distrl
@@ -22,7 +22,7 @@ GRPO_REVERSE = REPO / "configs" / "grpo_reverse.yaml"
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GPT-2 of 2 small layers with dropout (the policy turns it off), random weights."""
-    from distrl.io.transformers_export import hf_tokenizer
+    from distrl.models.transformers_export import hf_tokenizer
 
     directory = tmp_path_factory.mktemp("tiny-gpt2")
     tokenizer = CharTokenizer(ALPHABETS["reverse"])

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from distrl.algos.grpo import token_log_probs
-from distrl.collect import generate as generate_module
-from distrl.collect.generate import Sampling, filter_scaled_logits, generate, left_padded, policy_log_softmax
 from distrl.config.sections import TransformerConfig
+from distrl.models import generate as generate_module
+from distrl.models.generate import Sampling, filter_scaled_logits, generate, left_padded, policy_log_softmax
 from distrl.models.transformer import TransformerLM, one_query_attention
 from distrl.storage.completions import CompletionBatch
 from distrl.tasks.tokenizer import CharTokenizer

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from distrl import precision
 from distrl.algos.flat_gradients import FlatGradients, GradientSync, set_learning_rate
 from distrl.algos.grpo_config import GRPOConfig
-from distrl.collect.generate import chosen_log_probs_and_entropy, policy_log_softmax, prompts_fed_once
+from distrl.models.generate import chosen_log_probs_and_entropy, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
 from distrl.timing import PhaseClock
@@ -138,7 +138,7 @@ def token_log_probs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of the completion tokens and the entropies of the distributions they
     were drawn from (``[completions, new_tokens]`` each, 0 after a completion's end), at the
-    sampling temperature, padding never among the choices (as in ``collect.generate``)."""
+    sampling temperature, padding never among the choices (as in ``models.generate``)."""
     with precision.autocast(batch.sequences.device, autocast):
         predicting = completion_logits(model, batch)
     log_softmax = policy_log_softmax(predicting, temperature, pad_id)

@@ -154,8 +154,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             eval_line=(
                 "{env}: held-out exact match {return_mean:.3f} over {episodes} prompts, greedy ({checkpoint})"
             ),
-            exports={"transformers": "distrl.io.transformers_export:export_transformers"},
-            export_check="distrl.io.transformers_export:check_can_export_transformers",
+            exports={"transformers": "distrl.models.transformers_export:export_transformers"},
+            export_check="distrl.models.transformers_export:check_can_export_transformers",
             ray_workers={
                 "env": (
                     "distrl.ray.verifier_workers:VerifierWorker",
@@ -166,7 +166,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                     "distrl.ray.prompt_workers:RayPromptWorkers",
                 ),
             },
-            input_check="distrl.tasks.check:check_task",
+            input_check="distrl.algos.grpo_check:check_task",
         ),
     )
 }

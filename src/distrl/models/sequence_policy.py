@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from distrl.collect.generate import generate, left_padded
 from distrl.io.train_state import SavedState
+from distrl.models.generate import generate, left_padded
 from distrl.models.pretrained import (
     PretrainedLM,
     PretrainedTokenizer,

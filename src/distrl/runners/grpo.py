@@ -24,10 +24,10 @@ import torch
 from torch import nn
 
 from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages
-from distrl.collect.generate import Completions, Sampling, generate, left_padded
 from distrl.errors import UserError
 from distrl.eval.completions import score_held_out
 from distrl.io.train_state import ModuleTrainState, TrainState
+from distrl.models.generate import Completions, Sampling, generate, left_padded
 from distrl.models.sequence_policy import SequencePolicy, sequence_model, sequence_tokenizer
 from distrl.precision import autocast, low_precision
 from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runner, scheduled_learning_rate

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -27,7 +27,6 @@ from distrl.io import train_state
 from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.io.profile import UpdateProfiler
 from distrl.io.run_dir import record_config
-from distrl.launch.preemption import PreemptionFlag
 from distrl.runners.base import IterationResult, RunContext, Runner
 from distrl.sharding import even_split
 from distrl.usage import ProcessUsage
@@ -52,12 +51,25 @@ class Agreement:
     checkpoint_due: bool
 
 
+class PreemptionSignal(Protocol):
+    """How the launch layer tells the loop a preemption signal came (``launch.preemption``): the
+    loop installs it when training starts and reads it after every update."""
+
+    signal_name: str | None
+
+    @property
+    def raised(self) -> bool: ...
+
+    def install(self) -> None: ...
+
+
 class TrainingLoop:
     def __init__(
         self,
         ctx: RunContext,
         runner: Runner,
         run_dir: Path,
+        preemption: PreemptionSignal,
         checkpoint: ckpt.CheckpointFiles | None = None,
     ) -> None:
         """A fresh run, or one resumed from ``checkpoint`` (its files, the same on every rank)."""
@@ -77,7 +89,7 @@ class TrainingLoop:
         self.stopped_by_check = False
         """The run ended on the evaluation check (``train.stop_return``), not the step budget."""
         self.bad_updates_in_a_row = 0
-        self.preemption = PreemptionFlag()
+        self.preemption = preemption
         self.usage = ProcessUsage()
         """This rank's CPU share, memory and GPU memory, read once per update (``usage/rank<r>/*``)."""
         self.status = ctx.workers.status

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers extr
 
 
 def test_the_written_model_gives_distrls_logits_and_tokens(tmp_path: Path) -> None:
-    from distrl.io.transformers_export import save_as_transformers
+    from distrl.models.transformers_export import save_as_transformers
 
     torch.manual_seed(0)
     tokenizer = CharTokenizer("0123456789rev =")

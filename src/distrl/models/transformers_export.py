@@ -102,7 +102,7 @@ def save_as_transformers(policy: SequencePolicy, out: Path) -> None:
     missing, unexpected = hf_model.load_state_dict(gpt2_tensors(model), strict=False)
     if unexpected or any(not name.endswith(".attn.bias") for name in missing):
         raise RuntimeError(f"GPT-2's layout changed: missing {missing}, unexpected {unexpected}")
-    # distrl never generates padding (collect.generate): nor does transformers' generate, by default.
+    # distrl never generates padding (models.generate): nor does transformers' generate, by default.
     hf_model.generation_config.suppress_tokens = [tokenizer.pad_id]
     hf_model.save_pretrained(out)
     hf_tokenizer(tokenizer).save_pretrained(out)
