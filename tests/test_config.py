@@ -102,3 +102,95 @@ def test_worker_counts_per_node_give_the_totals() -> None:
     assert (cfg.workers.policy, cfg.workers.env) == (6, 12)
     with pytest.raises(UserError, match="workers.env and workers.env_per_node exclude each other"):
         load_config(None, ["workers.env=2", "workers.env_per_node=4"])
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "owner"),
+    [
+        ("task.name=sort", "task", "grpo"),
+        ("model.transformer.width=8", "model.transformer", "grpo"),
+        ("eval.cpe_every=3", "eval.cpe_every", "dqn"),
+    ],
+)
+def test_a_section_another_algorithm_brings_is_one_line_naming_it(
+    override: str, key: str, owner: str
+) -> None:
+    with pytest.raises(UserError) as caught:
+        load_config(None, [override])
+    assert str(caught.value) == (
+        f"{key}: only a run of algo.name={owner} reads it; remove it from this one (algo.name=ppo)"
+    )
+
+
+def test_algorithms_bring_their_own_sections() -> None:
+    grpo = load_config(None, ["algo.name=grpo", "task.name=sort", "model.transformer.width=32"])
+    assert (grpo.task.name, grpo.model.transformer.width) == ("sort", 32)
+    dqn = load_config(None, ["algo.name=dqn", "eval.cpe_every=3"])
+    assert dqn.eval.cpe_every == 3
+    ppo = load_config(None, [])
+    assert (
+        not hasattr(ppo, "task")
+        and not hasattr(ppo.model, "transformer")
+        and not hasattr(ppo.eval, "cpe_every")
+    )
+
+
+def test_a_config_saved_before_algorithms_brought_sections_still_loads() -> None:
+    """Older distrl wrote every section for every run: another algorithm's, at its defaults."""
+    from distrl.algos.dqn_config import DQNEvalConfig
+    from distrl.algos.grpo_config import TaskConfig, TransformerConfig
+    from distrl.config.run import config_from_dict
+
+    saved = load_config(None, []).model_dump(mode="json")
+    saved["task"] = TaskConfig().model_dump(mode="json")
+    saved["model"]["transformer"] = TransformerConfig().model_dump(mode="json")
+    saved["eval"] = DQNEvalConfig().model_dump(mode="json")
+    assert config_from_dict(saved) == load_config(None, [])
+    saved["task"]["name"] = "sort"  # not a default: the user set it, and it would be ignored
+    with pytest.raises(UserError, match="^task: only a run of algo.name=grpo reads it"):
+        config_from_dict(saved)
+
+
+def test_a_run_config_is_pickled_as_its_values() -> None:
+    """Ray sends configs to its actors by pickle; a run's class is built for its algorithm."""
+    import pickle
+
+    grpo = load_config(None, ["algo.name=grpo", "task.name=add"])
+    assert pickle.loads(pickle.dumps(grpo)) == grpo
+
+
+SECTION_PLUGIN = '''
+from typing import ClassVar
+
+from distrl.algos.ppo_config import PPOConfig
+from distrl.algos.registry import ALGORITHMS, Algorithm
+from distrl.config.base import Section
+
+
+class CuriositySection(Section):
+    """An intrinsic reward."""
+
+    scale: float = 0.1
+    """Weight of the intrinsic reward."""
+
+
+class CuriousPPOConfig(PPOConfig):
+    sections: ClassVar[dict[str, type[Section]]] = {"curiosity": CuriositySection}
+    name: str = "curious"
+
+
+ALGORITHM = Algorithm("curious", CuriousPPOConfig, deployable_policy=ALGORITHMS["ppo"].deployable_policy)
+'''
+
+
+def test_an_algorithm_from_outside_brings_a_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "curious_for_distrl.py").write_text(SECTION_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_config(None, ["algo.name=curious_for_distrl:ALGORITHM", "curiosity.scale=0.5"])
+    assert cfg.curiosity.scale == 0.5
+    with pytest.raises(
+        UserError, match=r"unknown config key curiosity.scael; did you mean curiosity.scale\?"
+    ):
+        load_config(None, ["algo.name=curious_for_distrl:ALGORITHM", "curiosity.scael=0.5"])
+    with pytest.raises(UserError, match="unknown config key curiosity"):
+        load_config(None, ["curiosity.scale=0.5"])

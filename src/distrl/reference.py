@@ -72,45 +72,63 @@ def one_line(text: str | None) -> str:
     )
 
 
-def config_sections() -> Iterator[tuple[str, type[BaseModel], str]]:
-    """(dotted name, model, description) of every section, the algorithm's once per algorithm."""
+def config_sections() -> Iterator[tuple[str, type[BaseModel], str, set[str]]]:
+    """(dotted name, model, description, keys documented elsewhere) of every section: the
+    algorithm's once per algorithm, and after the shared ones the sections each algorithm brings
+    (of an extended shared section, only the keys it adds)."""
     from distrl.algos.registry import ALGORITHMS
     from distrl.config.run import RunConfig
 
-    yield "", RunConfig, "Keys at the top level of a config."
+    yield "", RunConfig, "Keys at the top level of a config.", set()
 
-    def walk(prefix: str, model: type[BaseModel]) -> Iterator[tuple[str, type[BaseModel], str]]:
+    def walk(prefix: str, model: type[BaseModel]) -> Iterator[tuple[str, type[BaseModel], str, set[str]]]:
         for name, field in model.model_fields.items():
             section = section_of(field)
             if section is not None:
                 description = field.description or inspect.getdoc(section) or ""
-                yield f"{prefix}{name}", section, description
+                yield f"{prefix}{name}", section, description, set()
                 yield from walk(f"{prefix}{name}.", section)
 
-    for name, section, description in walk("", RunConfig):
-        yield name, section, description
+    for name, section, description, shared in walk("", RunConfig):
+        yield name, section, description, shared
         if name == "env":  # the algorithm's section follows the env's, one per algorithm
             for known in ALGORITHMS.values():
                 doc = inspect.getdoc(known.config) or ""
-                yield f"algo (algo.name: {known.name})", known.config, doc
+                yield f"algo (algo.name: {known.name})", known.config, doc, set()
+    for known in ALGORITHMS.values():
+        for key, brought in known.config.sections.items():
+            extended = RunConfig.model_fields.get(key)
+            documented = set(section_of(extended).model_fields) if extended is not None else set()
+            heading = f"{key} (algo.name: {known.name})"
+            yield heading, brought, inspect.getdoc(brought) or "", documented
+            for name, section, description, shared in walk(f"{key}.", brought):
+                if name.split(".")[1] not in documented:
+                    yield f"{name} (algo.name: {known.name})", section, description, shared
 
 
-def leaf_fields(model: type[BaseModel]) -> Iterator[tuple[str, FieldInfo]]:
+def leaf_fields(
+    model: type[BaseModel], documented: set[str] = frozenset()
+) -> Iterator[tuple[str, FieldInfo]]:
+    """The keys of ``model`` that hold values (not sections), but those ``documented`` elsewhere."""
     from distrl.config.run import RunConfig
 
     for name, field in model.model_fields.items():
-        if section_of(field) is None and not (model is RunConfig and name == "algo"):
+        if name in documented or (model is RunConfig and name == "algo"):
+            continue
+        if section_of(field) is None:
             yield name, field
 
 
 def undocumented() -> list[str]:
     """Config keys and sections without a description (a test keeps this empty)."""
     missing = []
-    for name, model, description in config_sections():
+    for name, model, description, documented in config_sections():
         if name and not description:
             missing.append(name)
         prefix = name.split(" ")[0] + "." if name else ""
-        missing += [f"{prefix}{key}" for key, field in leaf_fields(model) if not field.description]
+        missing += [
+            f"{prefix}{key}" for key, field in leaf_fields(model, documented) if not field.description
+        ]
     return missing
 
 
@@ -127,8 +145,8 @@ def configuration_page() -> str:
         "config with every default filled in and the sizes each rank gets.",
         "",
     ]
-    for name, model, description in config_sections():
-        rows = list(leaf_fields(model))
+    for name, model, description, documented in config_sections():
+        rows = list(leaf_fields(model, documented))
         if not rows:
             continue
         prefix = name.split(" ")[0] + "." if name else ""

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages, kl_estimate, token_log_probs
-from distrl.algos.grpo_config import GRPOConfig
-from distrl.config.sections import TransformerConfig
+from distrl.algos.grpo_config import GRPOConfig, TransformerConfig
 from distrl.models.transformer import TransformerLM
 from distrl.storage.completions import CompletionBatch
 

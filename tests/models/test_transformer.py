@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from distrl.algos.grpo import token_log_probs
-from distrl.config.sections import TransformerConfig
+from distrl.algos.grpo_config import TransformerConfig
 from distrl.models import generate as generate_module
 from distrl.models.generate import Sampling, filter_scaled_logits, generate, left_padded, policy_log_softmax
 from distrl.models.transformer import TransformerLM, one_query_attention

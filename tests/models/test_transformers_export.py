@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distrl.config.sections import TransformerConfig
+from distrl.algos.grpo_config import TransformerConfig
 from distrl.models.sequence_policy import SequencePolicy
 from distrl.models.transformer import TransformerLM
 from distrl.tasks.tokenizer import CharTokenizer

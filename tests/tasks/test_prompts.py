@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distrl.config.sections import TaskConfig
+from distrl.algos.grpo_config import TaskConfig
 from distrl.errors import UserError
 from distrl.tasks.prompts import PromptSource, held_out, task_tokenizer
 

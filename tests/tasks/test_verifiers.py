@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distrl.config.sections import RewardConfig, TaskConfig
+from distrl.algos.grpo_config import RewardConfig, TaskConfig
 from distrl.errors import UserError
 from distrl.tasks.prompts import Example
 from distrl.tasks.verifiers import RewardFunctions, positional_match

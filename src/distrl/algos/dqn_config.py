@@ -5,15 +5,31 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from distrl.algos.off_policy_config import OffPolicySection
+from distrl.config.base import Section
+from distrl.config.sections import EvalConfig
+
+
+class DQNEvalConfig(EvalConfig):
+    """Evaluation, with counterfactual estimates while DQN learns from logged data (``eval:``)."""
+
+    cpe_every: NonNegativeInt = 10
+    """Learning from logged data: every this many updates rank 0 estimates the greedy policy's
+    value from the log (``cpe/*`` metrics: IPS, DM, DR, SDR, WDR, as ``distrl evaluate-offline``);
+    0: never. Needs logged propensities and discrete actions; skipped, with one line, without."""
+    cpe_max_rows: PositiveInt = 20_000
+    """The estimates use the dataset's first whole episodes up to this many rows."""
+    cpe_bootstrap: PositiveInt = 100
+    """Bootstrap resamples behind each estimate's confidence interval."""
 
 
 class DQNConfig(OffPolicySection):
     """Double DQN with a target network; ``algo.name: dqn``. Sizes summed over ranks are marked."""
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.activation",)  # what the weights compute
+    sections: ClassVar[dict[str, type[Section]]] = {"eval": DQNEvalConfig}
     phases: ClassVar[tuple[str, ...]] = ("replay", "data")
     collection_phases: ClassVar[tuple[str, ...]] = ("env", "inference", "data")
 

@@ -5,14 +5,98 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from distrl.config.algorithm import AlgorithmSection
-from distrl.config.base import Size
+from distrl.config.base import Section, Size
+from distrl.config.sections import ModelConfig
 from distrl.sharding import even_counts
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
+
+
+class TransformerConfig(Section):
+    """The sequence policy's decoder-only transformer (GRPO; ``distrl.models.transformer``),
+    GPT-2's layout. The defaults give about 0.4 M parameters."""
+
+    layers: PositiveInt = 2
+    """Transformer blocks."""
+    width: PositiveInt = 128
+    """Embedding width; a multiple of ``heads``."""
+    heads: PositiveInt = 4
+    """Attention heads per block."""
+    context: PositiveInt = 64
+    """Positions the model reads: a prompt's tokens plus ``algo.max_new_tokens`` must fit."""
+    pretrained: str | None = None
+    """A local directory holding a Hugging Face causal LM and its tokenizer (written by their
+    ``save_pretrained``), loaded offline as the policy instead of the transformer the keys above
+    describe (the ``transformers`` extra). Its tokenizer needs a padding token apart from its end
+    token. Resuming and evaluating read the directory again: keep it where it was."""
+
+    @model_validator(mode="after")
+    def _whole_heads(self) -> TransformerConfig:
+        if self.width % self.heads:
+            fits = max(self.heads, self.width - self.width % self.heads)
+            raise ValueError(f"width={self.width} is not a multiple of heads={self.heads}; e.g. width={fits}")
+        return self
+
+
+class SequenceModelConfig(ModelConfig):
+    """The policy's network, with the sequence policy's transformer (GRPO's ``model:``)."""
+
+    transformer: TransformerConfig = Field(default_factory=TransformerConfig)
+    """The sequence policy's transformer."""
+
+
+class RewardConfig(Section):
+    function: str
+    """A built-in verifier (``exact_match``: 1 when the completion is the answer, else 0;
+    ``positional_match``: the share of the answer's positions the completion gets right, over
+    the longer of the two) or a user's ``module:function`` taking ``(prompt, completion,
+    answer)`` strings and returning a number."""
+    weight: float = 1.0
+
+
+class TaskConfig(Section):
+    """What a sequence policy (GRPO) learns: prompts, each with its answer, and the reward
+    functions that score a completion (``distrl.tasks``)."""
+
+    name: Literal["reverse", "sort", "add"] = "reverse"
+    """The built-in prompt generator: ``reverse`` a digit string (``rev 123=`` -> ``321``),
+    ``sort`` its digits (``sort 312=`` -> ``123``), or ``add`` two numbers (``12+34=`` -> ``46``);
+    ``min_length`` to ``max_length`` digits (per number for ``add``)."""
+    prompts: str | None = None
+    """Instead of the generator: a JSONL file, or a Parquet file or directory, with ``prompt`` and
+    ``answer`` string columns."""
+    alphabet: str | None = None
+    """The characters of the character-level tokenizer (besides padding and the end token);
+    unset: the built-in generator's own (``0123456789rev =`` for ``reverse``), or digits, lowercase
+    letters, space and ``+-*=:,.`` for a prompt file. The fewer, the faster a policy learns."""
+    min_length: PositiveInt = 1
+    """Fewest digits a generated prompt has (per number for ``add``)."""
+    max_length: PositiveInt = 8
+    """Most digits a generated prompt has (per number for ``add``); held-out prompts all have this many."""
+    curriculum_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    """The curriculum: the longest length drawn grows from ``min_length`` to ``max_length`` over
+    this fraction of ``train.total_steps`` (0: every length from the start)."""
+    held_out_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    """Share of all possible prompts kept out of training (chosen by a hash of the prompt): the
+    held-out prompts that evaluation scores, at ``max_length``."""
+    rewards: list[RewardConfig] = Field(default_factory=lambda: [RewardConfig(function="exact_match")])
+    """The reward functions; a completion's reward is their weighted sum."""
+    unfinished_reward: float = 0.0
+    """The reward of a completion that never ends (no end token within ``algo.max_new_tokens``);
+    such completions are counted (``unfinished_fraction``), not scored."""
+
+    @model_validator(mode="after")
+    def _lengths_in_order(self) -> TaskConfig:
+        if self.min_length > self.max_length:
+            raise ValueError(
+                f"min_length={self.min_length} is more than max_length={self.max_length}; "
+                "lower task.min_length or raise task.max_length"
+            )
+        return self
 
 
 class GRPOConfig(AlgorithmSection):
@@ -31,6 +115,7 @@ class GRPOConfig(AlgorithmSection):
         "gradient_accumulation_steps",
         "optimizer_offload",
     )
+    sections: ClassVar[dict[str, type[Section]]] = {"task": TaskConfig, "model": SequenceModelConfig}
     phases: ClassVar[tuple[str, ...]] = ("generate", "score", "log_probs")
     collection_phases: ClassVar[tuple[str, ...]] = ("generate",)
 

@@ -22,6 +22,10 @@ class AlgorithmSection(Section):
     """Keys a resumed run may not change although they change no shape of what the checkpoint
     holds (``model.activation``): a change of shape, or a module added or removed, is refused
     from the checkpoint's tensors for every algorithm (``io.train_state.restore``)."""
+    sections: ClassVar[dict[str, type[Section]]] = {}
+    """The run config's sections it brings, by top-level key: one of its own (GRPO's ``task``),
+    or a subclass of a shared one with keys only it reads (GRPO's ``model.transformer``, DQN's
+    ``eval.cpe_*``). Another algorithm's run refuses them in one line (``config.run``)."""
     step_unit: ClassVar[str] = "env steps"
     """What ``train.total_steps`` counts, in the final line."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = ()

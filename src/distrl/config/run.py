@@ -1,19 +1,29 @@
-"""The whole run's config: the component sections (``distrl.config.sections``) and the chosen
-algorithm's own section (``distrl.algos.registry``), read from a YAML file with dotted
-command-line overrides and validated by pydantic. Every problem found is reported, each on a
-line of its own that names the key."""
+"""The whole run's config: the component sections (``distrl.config.sections``), the chosen
+algorithm's own section (``distrl.algos.registry``) and the sections that algorithm brings
+(``AlgorithmSection.sections``), read from a YAML file with dotted command-line overrides and
+validated by pydantic. Every problem found is reported, each on a line of its own that names
+the key."""
 
 from __future__ import annotations
 
 import difflib
+import functools
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-from distrl.algos.registry import algorithm
+from distrl.algos.registry import ALGORITHMS, algorithm
 from distrl.config.algorithm import AlgorithmSection
 from distrl.config.base import Section
 from distrl.config.grpo_vocabulary import translate_grpo_section
@@ -28,7 +38,6 @@ from distrl.config.sections import (
     ModelConfig,
     NormalizeConfig,
     OutputConfig,
-    TaskConfig,
     TrainConfig,
     WorkersConfig,
 )
@@ -48,8 +57,6 @@ class RunConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     algo: AlgorithmConfig = Field(default_factory=lambda: algorithm("ppo").config())
     """The algorithm's own section, chosen by ``algo.name`` (``algos.registry``; ppo when unset)."""
-    task: TaskConfig = Field(default_factory=TaskConfig)
-    """What a sequence policy learns (GRPO): prompts and reward functions, instead of ``env``."""
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     comm: CommConfig = Field(default_factory=CommConfig)
@@ -88,6 +95,21 @@ class RunConfig(Section):
     def _algorithm_section(cls, value: Any) -> Any:
         """A mapping becomes the section of the algorithm it names (ppo when unnamed)."""
         return algorithm_section(value) if isinstance(value, dict) else value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (to Ray's actors) as its values, validated again where it lands: a run's class
+        is built for its algorithm (``run_config_class``) and has no name to import."""
+        return config_from_dict, (self.model_dump(mode="json"), "config")
+
+
+@functools.cache
+def run_config_class(section: type[AlgorithmSection]) -> type[RunConfig]:
+    """The config of a run of the algorithm whose ``algo:`` section is ``section``: the shared
+    sections, with the ones it brings added or in place of the shared ones they extend."""
+    if not section.sections:
+        return RunConfig
+    fields: dict[str, Any] = {key: (cls, Field(default_factory=cls)) for key, cls in section.sections.items()}
+    return create_model(f"{section.__name__}Run", __base__=RunConfig, **fields)
 
 
 def algorithm_section(data: dict[str, Any]) -> AlgorithmSection:
@@ -141,7 +163,11 @@ MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_in
 def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     """Validate a plain dict; every problem is a line of the ``UserError``, naming its key."""
     data = translate_grpo_section(_move_deprecated_keys(data, source), source)
-    problems = _unknown_keys(data, RunConfig, prefix="")
+    algo = data.get("algo")
+    name = str(algo.get("name", "ppo")) if isinstance(algo, dict) else "ppo"
+    run_class = run_config_class(algorithm(name).config)
+    data = _without_defaults_of_other_algorithms(data, run_class)
+    problems = _unknown_keys(data, run_class, "", name)
     if problems:
         raise UserError("\n".join(problems))
     errors: list[Any] = []
@@ -153,11 +179,11 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
             errors += [{**err, "loc": ("algo", *err["loc"])} for err in exc.errors()]
             data = {key: value for key, value in data.items() if key != "algo"}
     try:
-        cfg = RunConfig.model_validate(data)
+        cfg = run_class.model_validate(data)
     except ValidationError as exc:
         errors += exc.errors()
     if errors:  # in the order of the config's sections
-        order = {section: index for index, section in enumerate(RunConfig.model_fields)}
+        order = {section: index for index, section in enumerate(run_class.model_fields)}
         errors.sort(key=lambda err: order.get(err["loc"][0], -1) if err["loc"] else -1)
         raise UserError("\n".join(_problem(source, err) for err in errors)) from None
     return cfg
@@ -249,7 +275,7 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _unknown_keys(data: Any, model: type[BaseModel], prefix: str) -> list[str]:
+def _unknown_keys(data: Any, model: type[BaseModel], prefix: str, algorithm_name: str) -> list[str]:
     """A line for every key the schema does not know, suggesting the closest valid one."""
     if not isinstance(data, dict):
         return []
@@ -258,16 +284,56 @@ def _unknown_keys(data: Any, model: type[BaseModel], prefix: str) -> list[str]:
     for key, value in data.items():
         if key not in fields:
             where = f"{prefix}{key}"
+            owners = [name for name, known in ALGORITHMS.items() if _declares(known.config, where)]
+            if owners:
+                problems.append(
+                    f"{where}: only a run of algo.name={' or '.join(owners)} reads it; remove it from "
+                    f"this one (algo.name={algorithm_name})"
+                )
+                continue
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean {prefix}{close[0]}?" if close else ""
             problems.append(f"unknown config key {where}{hint} (allowed here: {', '.join(fields)})")
             continue
         annotation = fields[key].annotation
-        if model is RunConfig and key == "algo":
+        if issubclass(model, RunConfig) and key == "algo":
             annotation = algorithm(value.get("name", "ppo") if isinstance(value, dict) else "ppo").config
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            problems += _unknown_keys(value, annotation, prefix=f"{prefix}{key}.")
+            problems += _unknown_keys(value, annotation, f"{prefix}{key}.", algorithm_name)
     return problems
+
+
+def _declares(section: type[AlgorithmSection], dotted: str) -> bool:
+    """``dotted`` is a key only ``section``'s algorithm brings: a section of its own, or a key
+    its extension of a shared section adds."""
+    key, _, rest = dotted.partition(".")
+    brought = section.sections.get(key)
+    if brought is None:
+        return False
+    shared = RunConfig.model_fields.get(key)
+    if not rest:
+        return shared is None
+    first = rest.split(".")[0]
+    return first in brought.model_fields and (shared is None or first not in shared.annotation.model_fields)
+
+
+def _without_defaults_of_other_algorithms(data: dict[str, Any], run_class: type[RunConfig]) -> dict[str, Any]:
+    """``data`` without the sections (and keys) other algorithms bring where they hold those
+    sections' defaults: configs distrl saved before algorithms brought their own sections (in
+    checkpoints) hold them for every run."""
+    data = dict(data)
+    for other in ALGORITHMS.values():
+        for key, section in other.config.sections.items():
+            defaults = section().model_dump(mode="json")
+            if key not in run_class.model_fields:
+                if data.get(key) == defaults:
+                    del data[key]
+                continue
+            shared = run_class.model_fields[key].annotation
+            if isinstance(data.get(key), dict) and isinstance(shared, type) and issubclass(shared, BaseModel):
+                extra = set(section.model_fields) - set(shared.model_fields)
+                data[key] = {k: v for k, v in data[key].items() if not (k in extra and v == defaults[k])}
+    return data
 
 
 def _move_deprecated_keys(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from distrl.config.sections import TaskConfig
+from distrl.algos.grpo_config import TaskConfig
 from distrl.models.sequence_policy import SequencePolicy
 from distrl.tasks.prompts import Example, PromptSource
 from distrl.tasks.verifiers import RewardFunctions, Scores

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from distrl.config.sections import TransformerConfig
+from distrl.algos.grpo_config import TransformerConfig
 
 
 @dataclass

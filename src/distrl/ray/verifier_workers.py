@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distrl.config.sections import TaskConfig
+from distrl.algos.grpo_config import TaskConfig
 from distrl.ray.workers import StartedWorkers, WorkerActor
 from distrl.tasks.prompts import Example
 from distrl.tasks.verifiers import RewardFunctions, Scores

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distrl.config.sections import TaskConfig
+from distrl.algos.grpo_config import TaskConfig
 from distrl.errors import UserError
 from distrl.tasks.tokenizer import CharTokenizer
 

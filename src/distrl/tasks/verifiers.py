@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from distrl.config.sections import TaskConfig
+from distrl.algos.grpo_config import TaskConfig
 from distrl.errors import UserError
 from distrl.tasks.prompts import Example
 from distrl.user_code import import_user_module
