@@ -138,6 +138,7 @@ def test_images_in_a_dict_go_through_the_cnn(tmp_path: Path) -> None:
     assert json.loads(evaluated.stdout)["return_mean"] >= 14
 
 
+@pytest.mark.slow
 def test_the_shipped_minigrid_config_solves_the_empty_room(tmp_path: Path) -> None:
     pytest.importorskip("minigrid", reason="the minigrid extra is installed by make test")
     result = distrl("train", "--config", str(MINIGRID), "--run-dir", str(tmp_path), "log.tensorboard=false")

@@ -301,6 +301,7 @@ def test_missing_envpool_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> Non
         make_vec_env(EnvConfig(id="CartPole-v1", backend="envpool"), [0])
 
 
+@pytest.mark.slow
 def test_ppo_solves_cartpole_on_the_envpool_backend(tmp_path: Path) -> None:
     args = ["--config", str(CARTPOLE_PPO), "env.backend=envpool", "--total-steps", "300000"]
     result = distrl("train", *args, "log.tensorboard=false", "--run-dir", str(tmp_path))

@@ -84,6 +84,7 @@ def test_the_example_class_is_built_with_num_envs_device_and_seed() -> None:
         make_vec_env(EnvConfig(id=EXAMPLE, backend="torch", max_episode_steps=10), [0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_ppo_trains_a_users_rsl_rl_style_env(tmp_path: Path, ranks: int) -> None:
     args = [

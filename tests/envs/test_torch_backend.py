@@ -13,6 +13,7 @@ from tests.helpers import CARTPOLE, distrl, torchrun_train
 TRAIN = ["--config", str(CARTPOLE), "env.backend=torch", "--total-steps", "300000", "log.tensorboard=false"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_ppo_solves_cartpole_on_the_torch_backend(tmp_path: Path, ranks: int) -> None:
     args = [*TRAIN, "--run-dir", str(tmp_path)]

@@ -104,6 +104,7 @@ def test_the_impala_encoder_reads_any_frame_size_into_256_features(shape: tuple[
     assert all(p.grad is not None for p in encoder.parameters())
 
 
+@pytest.mark.slow
 def test_dqn_learns_from_uint8_frames_in_its_replay_buffer(tmp_path: Path) -> None:
     """CleanRL's Atari DQN layout (the CNN and one linear layer); chance earns 8 of 16."""
     result = distrl(

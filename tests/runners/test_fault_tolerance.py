@@ -119,6 +119,7 @@ def test_chaos_fixed_budget_ends_at_the_same_step_as_an_uninterrupted_run(
     assert metrics_steps(tmp_path)[-1] == total
 
 
+@pytest.mark.slow
 def test_chaos_run_still_solves_cartpole(tmp_path: Path) -> None:
     run_with_two_sigkills(tmp_path, "--total-steps=300000")
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)

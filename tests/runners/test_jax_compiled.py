@@ -51,6 +51,7 @@ def test_the_compiled_iteration_takes_the_host_runners_steps() -> None:
         )
 
 
+@pytest.mark.slow
 def test_compiled_ppo_solves_gymnax_cartpole_and_plays_gymnasiums(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(run), *GYMNAX)

@@ -24,6 +24,7 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_jax_ppo_solves_cartpole_and_its_checkpoint_evaluates_and_exports(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = distrl(

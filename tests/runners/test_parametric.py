@@ -43,10 +43,12 @@ def share_of_best(run: Path) -> float:
     return (rewards["policy"] - rewards["logger"]) / (rewards["best"] - rewards["logger"])
 
 
+@pytest.mark.slow
 def test_parametric_dqn_gets_close_to_the_best_achievable_reward(trained: Path) -> None:
     assert share_of_best(trained) >= 0.95
 
 
+@pytest.mark.slow
 def test_two_ranks_learn_it_as_well(recommendations: Path, tmp_path: Path) -> None:
     result = torchrun_train(2, *TRAIN, "--data", str(recommendations), "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
