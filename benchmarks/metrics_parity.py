@@ -5,12 +5,16 @@ changes no behaviour changes no row).
 
     python benchmarks/metrics_parity.py --out before.json     # on the old commit
     python benchmarks/metrics_parity.py --out after.json --compare before.json
+
+``--root DIR`` runs another checkout's code and configs (a ``git worktree`` of the old commit)
+with this script's scenarios, from one virtual environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,9 +27,15 @@ SCENARIOS: dict[str, list[str]] = {
     "ppo, 1 rank": ["--config", "configs/cartpole_ppo.yaml", "train.total_steps=8192", *QUIET],
     "ppo, 2 ranks (torchrun)": ["--config", "configs/cartpole_ppo.yaml", "train.total_steps=8192", *QUIET],
     "dqn, 1 rank": ["--config", "configs/cartpole_dqn.yaml", "train.total_steps=4096", *QUIET],
+    "dqn, 2 ranks (torchrun)": ["--config", "configs/cartpole_dqn.yaml", "train.total_steps=4096", *QUIET],
     "ppo, Ray mode (1 learner, 2 env workers)": [
         "--config", "configs/ray_small_cpu.yaml", "--launcher", "ray", "workers.eval=0",
         "train.total_steps=8192", *QUIET,
+    ],
+    "grpo, 1 rank": ["--config", "configs/grpo_small_cpu.yaml", "train.total_steps=1280", *QUIET],
+    "grpo, 2 ranks (torchrun)": ["--config", "configs/grpo_small_cpu.yaml", "train.total_steps=1280", *QUIET],
+    "grpo, Ray mode (1 learner, 2 verifier and 1 prompt workers)": [
+        "--config", "configs/grpo_small_cpu.yaml", "--launcher", "ray", "train.total_steps=1280", *QUIET,
     ],
 }  # fmt: skip
 TWO_RANKS = "2 ranks"
@@ -34,15 +44,21 @@ MACHINE_KEYS = re.compile(r"time|per_s|sps|cpu|rss|memory|usage|slowest|_share")
 --compare leaves them out)."""
 
 
-def run(name: str, args: list[str], run_dir: Path) -> list[dict[str, float]]:
+def run(name: str, args: list[str], run_dir: Path, root: Path) -> list[dict[str, float]]:
     python = [sys.executable]
     if TWO_RANKS in name:
         python += ["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
                    "--master_port=29533", "-m", "distrl.train", "--distributed"]  # fmt: skip
     else:
         python += ["-m", "distrl", "train"]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
     done = subprocess.run(
-        [*python, *args, "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True, check=False
+        [*python, *args, "--run-dir", str(run_dir)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode:
         raise SystemExit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")
@@ -55,13 +71,14 @@ def training_keys(rows: list[dict]) -> list[dict]:
 
 
 def compare(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> int:
-    differences = 0
+    all_differences = 0
     for name, rows in before.items():
         theirs = after.get(name)
         if theirs is None:
             print(f"{name}: missing from the new run")
-            differences += 1
+            all_differences += 1
             continue
+        differences = 0
         if len(rows) != len(theirs):
             print(f"{name}: {len(rows)} rows before, {len(theirs)} after")
             differences += 1
@@ -72,7 +89,8 @@ def compare(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> int:
                     differences += 1
         if not differences:
             print(f"{name}: {len(rows)} rows, identical")
-    return 1 if differences else 0
+        all_differences += differences
+    return 1 if all_differences else 0
 
 
 def main() -> int:
@@ -81,11 +99,15 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="JSON file of every scenario's rows")
     parser.add_argument("--compare", type=Path, help="an earlier --out file to compare with")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to run (default this one)")
+    parser.add_argument("--only", help="run the scenarios whose name contains this")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="distrl-parity-") as temp:
         for index, (name, scenario) in enumerate(SCENARIOS.items()):
-            results[name] = run(name, scenario, Path(temp) / f"run{index}")
+            if args.only and args.only not in name:
+                continue
+            results[name] = run(name, scenario, Path(temp) / f"run{index}", args.root.resolve())
             print(f"{name}: {len(results[name])} rows", flush=True)
     args.out.write_text(json.dumps(results, indent=1))
     if args.compare:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distrl.algos.registry import check_inputs, runner_class
+from distrl.algos.registry import LOGGED_DATA, check_inputs, learns_from, runner_class
 from distrl.allocator import keep_freed_memory
 from distrl.io import checkpoint as ckpt
 from distrl.io.run_dir import prepare_run_dir
@@ -86,7 +86,7 @@ def run_training(
 def stop_summary(cfg: RunConfig, row: dict[str, Any], stopped_by_check: bool) -> str:
     """What the run did and why it stopped: the evaluation check passed (with its result) or the
     step budget was reached; then the training episodes' recent return."""
-    unit = "logged transitions" if cfg.data.path is not None else cfg.algo.step_unit
+    unit = "logged transitions" if learns_from(cfg) == LOGGED_DATA else cfg.algo.step_unit
     steps = (
         f"trained {row.get('global_step', 0)} {unit} on {row.get('ranks', 1)} rank(s) "
         f"in {row.get('time_s', 0.0):.1f}s"
