@@ -23,19 +23,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["log.progress=false", "log.tensorboard=false", "train.stop_return=null"]
+PATIENT = ["cluster.placement_timeout_s=300"]
+"""Ray mode on a busy machine: its actors may take more than the default 30 s to start."""
 SCENARIOS: dict[str, list[str]] = {
     "ppo, 1 rank": ["--config", "configs/cartpole_ppo.yaml", "train.total_steps=8192", *QUIET],
     "ppo, 2 ranks (torchrun)": ["--config", "configs/cartpole_ppo.yaml", "train.total_steps=8192", *QUIET],
     "dqn, 1 rank": ["--config", "configs/cartpole_dqn.yaml", "train.total_steps=4096", *QUIET],
     "dqn, 2 ranks (torchrun)": ["--config", "configs/cartpole_dqn.yaml", "train.total_steps=4096", *QUIET],
     "ppo, Ray mode (1 learner, 2 env workers)": [
-        "--config", "configs/ray_small_cpu.yaml", "--launcher", "ray", "workers.eval=0",
+        "--config", "configs/ray_small_cpu.yaml", "--launcher", "ray", "workers.eval=0", *PATIENT,
         "train.total_steps=8192", *QUIET,
     ],
     "grpo, 1 rank": ["--config", "configs/grpo_small_cpu.yaml", "train.total_steps=1280", *QUIET],
     "grpo, 2 ranks (torchrun)": ["--config", "configs/grpo_small_cpu.yaml", "train.total_steps=1280", *QUIET],
     "grpo, Ray mode (1 learner, 2 verifier and 1 prompt workers)": [
-        "--config", "configs/grpo_small_cpu.yaml", "--launcher", "ray", "train.total_steps=1280", *QUIET,
+        "--config", "configs/grpo_small_cpu.yaml", "--launcher", "ray", "train.total_steps=1280",
+        *PATIENT, *QUIET,
     ],
 }  # fmt: skip
 TWO_RANKS = "2 ranks"
