@@ -1,8 +1,9 @@
+import pickle
 from pathlib import Path
 
 import pytest
 
-from distrl.config.run import changed_keys, load_config
+from distrl.config.run import changed_keys, config_from_dict, load_config
 from distrl.errors import UserError
 
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
@@ -46,6 +47,17 @@ def test_changed_keys_are_dotted_in_the_order_of_the_new_config() -> None:
             r"^config: train.compile=true is not supported by algo.name=dqn",
         ),
         (["ml_framework=jax", "train.compile=true"], r"^config: train.compile=true is for torch learners"),
+        # A worker group of another algorithm's, and one group sized under both of its names.
+        (
+            ["workers.cpus_per_verifier=0.5"],
+            r"^workers.cpus_per_verifier: algo.name=ppo has no verifier workers \(algo.name=grpo has\); "
+            r"its worker groups beside the learners: env, eval, data$",
+        ),
+        (
+            ["algo.name=grpo", "workers.data=1", "workers.prompt=2"],
+            r"^config: workers.data and workers.prompt both size the prompt workers of algo.name=grpo: "
+            r"give workers.prompt only$",
+        ),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(overrides: list[str], message: str) -> None:
@@ -102,3 +114,44 @@ def test_worker_counts_per_node_give_the_totals() -> None:
     assert (cfg.workers.policy, cfg.workers.env) == (6, 12)
     with pytest.raises(UserError, match="workers.env and workers.env_per_node exclude each other"):
         load_config(None, ["workers.env=2", "workers.env_per_node=4"])
+    grpo = load_config(None, ["algo.name=grpo", "cluster.num_nodes=2", "workers.verifier_per_node=3"])
+    assert grpo.workers.verifier == 6
+
+
+def test_an_algorithms_worker_groups_have_keys_of_their_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """GRPO's verifier and prompt workers take the env and data workers' place in ``workers:``:
+    its own keys, written out whole and read back the same (a checkpoint's config, a Ray learner's
+    pickled one)."""
+    cfg = load_config(
+        None, ["algo.name=grpo", "workers.verifier=4", "workers.cpus_per_verifier=0.5", "workers.prompt=2"]
+    )
+    assert type(cfg.workers).group_names() == ["verifier", "eval", "prompt"]
+    assert (cfg.workers.verifier, cfg.workers.cpus_per_verifier, cfg.workers.prompt) == (4, 0.5, 2)
+    written = cfg.model_dump(mode="json")
+    assert {"verifier", "cpus_per_prompt", "eval"} <= written["workers"].keys()
+    assert not {"env", "data", "cpus_per_env"} & written["workers"].keys()
+    assert config_from_dict(written) == cfg == pickle.loads(pickle.dumps(cfg))
+    assert capsys.readouterr().err == ""
+    assert load_config(None).workers.group_names() == ["env", "eval", "data"]  # PPO's: the generic ones
+
+
+def test_a_replaced_groups_generic_keys_are_read_with_one_warning_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A GRPO config written before its verifiers had keys of their own (``workers.env``) trains
+    the same, and says once which keys to use now."""
+    old = load_config(None, ["algo.name=grpo", "workers.env=4", "workers.cpus_per_env=0.5", "workers.data=2"])
+    new = load_config(
+        None, ["algo.name=grpo", "workers.verifier=4", "workers.cpus_per_verifier=0.5", "workers.prompt=2"]
+    )
+    assert old == new
+    assert capsys.readouterr().err.splitlines() == [
+        "distrl: warning: config: workers.env, workers.cpus_per_env for algo.name=grpo are its verifier "
+        "workers: use workers.verifier, workers.cpus_per_verifier",
+        "distrl: warning: config: workers.data for algo.name=grpo is its prompt workers: use workers.prompt",
+    ]
+    load_config(None, ["algo.name=grpo", "workers.env=2"])
+    assert capsys.readouterr().err.splitlines() == [
+        "distrl: warning: config: workers.env for algo.name=grpo is its verifier workers: "
+        "use workers.verifier"
+    ]

@@ -73,9 +73,10 @@ def one_line(text: str | None) -> str:
 
 
 def config_sections() -> Iterator[tuple[str, type[BaseModel], str]]:
-    """(dotted name, model, description) of every section, the algorithm's once per algorithm."""
+    """(dotted name, model, description) of every section, the algorithm's once per algorithm and
+    its worker groups' once per set of groups."""
     from distrl.algos.registry import ALGORITHMS
-    from distrl.config.run import RunConfig
+    from distrl.config.run import RunConfig, workers_config
 
     yield "", RunConfig, "Keys at the top level of a config."
 
@@ -93,13 +94,25 @@ def config_sections() -> Iterator[tuple[str, type[BaseModel], str]]:
             for known in ALGORITHMS.values():
                 doc = inspect.getdoc(known.config) or ""
                 yield f"algo (algo.name: {known.name})", known.config, doc
+        if name == "workers":  # the worker groups' keys follow the learners', one per set of groups
+            by_section: dict[type[BaseModel], list[str]] = {}
+            for known in ALGORITHMS:
+                by_section.setdefault(workers_config(known), []).append(known)
+            for workers, algorithms in by_section.items():
+                doc = inspect.getdoc(workers) or ""
+                yield f"workers (algo.name: {', '.join(algorithms)})", workers, doc
 
 
 def leaf_fields(model: type[BaseModel]) -> Iterator[tuple[str, FieldInfo]]:
+    """The keys a section's table lists: a workers section of an algorithm's groups lists only
+    theirs (the learners' are in the workers table)."""
     from distrl.config.run import RunConfig
+    from distrl.config.sections import WorkersSection
 
+    groups_only = issubclass(model, WorkersSection) and model is not WorkersSection
     for name, field in model.model_fields.items():
-        if section_of(field) is None and not (model is RunConfig and name == "algo"):
+        learners = groups_only and name in WorkersSection.model_fields
+        if section_of(field) is None and not (model is RunConfig and name == "algo") and not learners:
             yield name, field
 
 

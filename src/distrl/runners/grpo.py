@@ -63,17 +63,18 @@ class GRPORunner(Runner):
         self.completions_per_step = self.drawn_prompts * self.group_size
         self.tokenizer = sequence_tokenizer(cfg)
         # In Ray mode prompt workers serve the prompts and verifier workers score the completions.
-        workers = ctx.workers
+        prompt_workers: RayPromptWorkers | None = ctx.workers.group("prompt")
+        verifiers: RayVerifierWorkers | None = ctx.workers.group("verifier")
         self.prompts: PromptSource | RayPromptWorkers = (
-            workers.data.start(cfg.task, cfg.train.seed)
-            if workers.data is not None
+            prompt_workers.start(cfg.task, cfg.train.seed)
+            if prompt_workers is not None
             else PromptSource(cfg.task, cfg.train.seed, held_out_side=False)
         )
         self.reward_functions: RewardFunctions | RayVerifierWorkers = (
-            workers.env.start(cfg.task) if workers.env is not None else RewardFunctions(cfg.task)
+            verifiers.start(cfg.task) if verifiers is not None else RewardFunctions(cfg.task)
         )
-        self.remote = [group for group in (workers.data, workers.env) if group is not None]
-        self.evaluates_itself = workers.eval is None
+        self.remote = [group for group in (prompt_workers, verifiers) if group is not None]
+        self.evaluates_itself = ctx.workers.eval is None
         """Without eval workers the ranks score held-out prompts themselves every ``eval.every``."""
         self.policy = sequence_model(cfg, self.tokenizer).to(device)
         self.policy.activation_checkpointing = cfg.train.activation_checkpointing
