@@ -79,7 +79,7 @@ def test_a_killed_verifier_is_restarted_and_its_part_scored_again(ray_head: str,
     final = final_row(tmp_path / "ray")
     assert final["verifier_worker_failures"] == 1 and final["prompt_worker_failures"] == 0
     assert final["global_step"] == 480
-    # Without eval workers the learner scores held-out prompts itself.
+    # Without eval workers the learner scores held-out prompts itself, in the loop.
     assert any("heldout/exact_match" in row for row in metrics_rows(tmp_path / "ray"))
     local_run(tmp_path / "local")
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")

@@ -82,7 +82,7 @@ def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, extra: list[st
     assert all(r["trained_prompts"] <= (3 if extra is DYNAMIC_SAMPLING else 5) for r in rows)
     assert rows[0]["approx_kl"] > 0.0  # a second epoch ran against the generating policy
     assert [r["entropy_coef"] for r in rows] == pytest.approx([r["entropy_coef"] for r in rows2])
-    # Held-out prompts are scored every eval.every updates, split over the ranks.
+    # The loop scores held-out prompts every eval.every updates, split over the ranks.
     for one_rank, two_ranks in zip(rows, rows2, strict=True):
         heldout = {k: v for k, v in one_rank.items() if k.startswith("heldout/")}
         assert heldout.keys() == (

@@ -2,9 +2,9 @@
 
 An algorithm is its config section, its runners (how it trains, by what it learns from), how
 its deployable policy is built from a checkpoint, what an env worker acts with, how its policy
-is evaluated and how ``distrl eval`` describes the result, the file formats its policy is
-exported in (``distrl export``, ``output.path``) and Ray mode's worker groups of its own
-(``WorkerGroup``). Everything but the config section is named as
+is evaluated (in the loop, too) and how ``distrl eval`` describes the result, the file formats
+its policy is exported in (``distrl export``, ``output.path``) and Ray mode's worker groups of
+its own (``WorkerGroup``). Everything but the config section is named as
 ``module:attribute`` and imported only when used, so reading a config imports no torch, and
 evaluation, export and the workers build a policy without importing any runner; the command
 line asks the registry, never the policy's type. A new algorithm is its files plus one
@@ -123,6 +123,11 @@ class Algorithm:
     export_check: str = "distrl.io.export:check_can_export"
     """``module:function`` of ``(format, out, where) -> None``: refuses, in one line, what cannot
     be written to ``out`` (a missing extra, an unwritable place) before any work."""
+    periodic_eval: str | None = None
+    """``module:function`` of ``(RunConfig, deployable policy, episodes, seed) -> {metric: a value
+    per episode}``: what the loop evaluates every ``eval.every`` updates of a run without eval
+    workers, logging each metric's mean over ``eval.episodes`` episodes split over the ranks
+    (GRPO's ``heldout/*``); None: such a run evaluates only for ``train.stop_return``."""
     worker_groups: tuple[WorkerGroup, ...] = ()
     """Ray mode's worker groups of its own, each in the place of the generic group it
     ``replaces`` (``ray.groups.WORKER_GROUPS``), else after the generic ones: its runs' config
@@ -191,6 +196,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             ),
             exports={"transformers": "distrl.io.transformers_export:export_transformers"},
             export_check="distrl.io.transformers_export:check_can_export_transformers",
+            periodic_eval="distrl.eval.completions:held_out_metrics",
             worker_groups=(
                 WorkerGroup(
                     "verifier",
@@ -287,6 +293,13 @@ def runner_class(cfg: RunConfig) -> type:
 def evaluator(cfg: RunConfig) -> Any:
     """The function that evaluates ``cfg``'s deployable policy (``Algorithm.evaluator``)."""
     return load(algorithm(cfg.algo.name).evaluator)
+
+
+def periodic_evaluator(cfg: RunConfig) -> Any | None:
+    """The function the loop evaluates ``cfg``'s policy with every ``eval.every`` updates when
+    no eval workers do (``Algorithm.periodic_eval``); None when its algorithm has none."""
+    reference = algorithm(cfg.algo.name).periodic_eval
+    return None if reference is None else load(reference)
 
 
 EXPORT_FORMATS = tuple(dict.fromkeys(fmt for known in ALGORITHMS.values() for fmt in known.exports))

@@ -342,7 +342,8 @@ class EvalConfig(Section):
     every: PositiveInt = 5
     """With eval workers (``workers.eval``, Ray mode): updates between evaluations of the newest
     weights. An evaluation still running when the next is due leaves that one queued; a newer
-    one replaces it."""
+    one replaces it. Without them, an algorithm that evaluates in the loop (GRPO's ``heldout/*``
+    on held-out prompts) has the ranks evaluate every this many updates."""
     cpe_every: NonNegativeInt = 10
     """Learning from logged data: every this many updates rank 0 estimates the greedy policy's
     value from the log (``cpe/*`` metrics: IPS, DM, DR, SDR, WDR, as ``distrl evaluate-offline``);
