@@ -37,7 +37,7 @@ CONTENDERS = {
 }  # fmt: skip
 EXTRA = {
     "torchrun2": ["--distributed"],
-    "ray": ["workers.env=2", "workers.cpus_per_env=0.5", "cluster.cpus_per_node=2"],
+    "ray": ["workers.verifier=2", "workers.cpus_per_verifier=0.5", "cluster.cpus_per_node=2"],
 }
 """What each contender adds after the config's arguments."""
 

@@ -1,16 +1,18 @@
+import pickle
 from pathlib import Path
 
 import pytest
 
-from distrl.config.run import changed_keys, load_config
+from distrl.config.run import changed_keys, config_from_dict, load_config
 from distrl.errors import UserError
 
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_shipped_configs_validate(path: Path) -> None:
+def test_shipped_configs_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     load_config(path)
+    assert "warning" not in capsys.readouterr().err  # they use the current keys
 
 
 def test_overrides_are_typed_and_dotted(tmp_path: Path) -> None:
@@ -46,6 +48,17 @@ def test_changed_keys_are_dotted_in_the_order_of_the_new_config() -> None:
             r"^config: train.compile=true is not supported by algo.name=dqn",
         ),
         (["ml_framework=jax", "train.compile=true"], r"^config: train.compile=true is for torch learners"),
+        # A worker group of another algorithm's, and one group sized under both of its names.
+        (
+            ["workers.cpus_per_verifier=0.5"],
+            r"^workers.cpus_per_verifier: algo.name=ppo has no verifier workers \(algo.name=grpo has\); "
+            r"its worker groups beside the learners: env, eval, data$",
+        ),
+        (
+            ["algo.name=grpo", "workers.data=1", "workers.prompt=2"],
+            r"^config: workers.data and workers.prompt both size the prompt workers of algo.name=grpo: "
+            r"give workers.prompt only$",
+        ),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(overrides: list[str], message: str) -> None:
@@ -194,3 +207,44 @@ def test_an_algorithm_from_outside_brings_a_section(tmp_path: Path, monkeypatch:
         load_config(None, ["algo.name=curious_for_distrl:ALGORITHM", "curiosity.scael=0.5"])
     with pytest.raises(UserError, match="unknown config key curiosity"):
         load_config(None, ["curiosity.scale=0.5"])
+    grpo = load_config(None, ["algo.name=grpo", "cluster.num_nodes=2", "workers.verifier_per_node=3"])
+    assert grpo.workers.verifier == 6
+
+
+def test_an_algorithms_worker_groups_have_keys_of_their_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """GRPO's verifier and prompt workers take the env and data workers' place in ``workers:``:
+    its own keys, written out whole and read back the same (a checkpoint's config, a Ray learner's
+    pickled one)."""
+    cfg = load_config(
+        None, ["algo.name=grpo", "workers.verifier=4", "workers.cpus_per_verifier=0.5", "workers.prompt=2"]
+    )
+    assert type(cfg.workers).group_names() == ["verifier", "eval", "prompt"]
+    assert (cfg.workers.verifier, cfg.workers.cpus_per_verifier, cfg.workers.prompt) == (4, 0.5, 2)
+    written = cfg.model_dump(mode="json")
+    assert {"verifier", "cpus_per_prompt", "eval"} <= written["workers"].keys()
+    assert not {"env", "data", "cpus_per_env"} & written["workers"].keys()
+    assert config_from_dict(written) == cfg == pickle.loads(pickle.dumps(cfg))
+    assert capsys.readouterr().err == ""
+    assert load_config(None).workers.group_names() == ["env", "eval", "data"]  # PPO's: the generic ones
+
+
+def test_a_replaced_groups_generic_keys_are_read_with_one_warning_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A GRPO config written before its verifiers had keys of their own (``workers.env``) trains
+    the same, and says once which keys to use now."""
+    old = load_config(None, ["algo.name=grpo", "workers.env=4", "workers.cpus_per_env=0.5", "workers.data=2"])
+    new = load_config(
+        None, ["algo.name=grpo", "workers.verifier=4", "workers.cpus_per_verifier=0.5", "workers.prompt=2"]
+    )
+    assert old == new
+    assert capsys.readouterr().err.splitlines() == [
+        "distrl: warning: config: workers.env, workers.cpus_per_env for algo.name=grpo are its verifier "
+        "workers: use workers.verifier, workers.cpus_per_verifier",
+        "distrl: warning: config: workers.data for algo.name=grpo is its prompt workers: use workers.prompt",
+    ]
+    load_config(None, ["algo.name=grpo", "workers.env=2"])
+    assert capsys.readouterr().err.splitlines() == [
+        "distrl: warning: config: workers.env for algo.name=grpo is its verifier workers: "
+        "use workers.verifier"
+    ]

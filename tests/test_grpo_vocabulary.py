@@ -47,7 +47,7 @@ def test_the_seed_documents_keys_land_on_distrls_sections(tmp_path: Path) -> Non
     cfg = load_config(write(tmp_path, LARGE_SCALE))
     assert cfg.algo.name == "grpo"
     assert (cfg.cluster.num_nodes, cfg.cluster.gpus_per_node) == (16, 8)
-    assert (cfg.workers.policy, cfg.workers.env, cfg.workers.data) == (64, 512, 128)
+    assert (cfg.workers.policy, cfg.workers.verifier, cfg.workers.prompt) == (64, 512, 128)
     assert (cfg.algo.num_prompts_per_step, cfg.algo.learning_rate, cfg.algo.max_new_tokens) == (
         256,
         2e-5,

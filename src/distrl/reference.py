@@ -74,10 +74,12 @@ def one_line(text: str | None) -> str:
 
 def config_sections() -> Iterator[tuple[str, type[BaseModel], str, set[str]]]:
     """(dotted name, model, description, keys documented elsewhere) of every section: the
-    algorithm's once per algorithm, and after the shared ones the sections each algorithm brings
-    (of an extended shared section, only the keys it adds)."""
+    algorithm's once per algorithm, its worker groups' once per set of groups, and after the
+    shared ones the sections each algorithm brings (of an extended shared section, only the keys
+    it adds)."""
     from distrl.algos.registry import ALGORITHMS
-    from distrl.config.run import RunConfig
+    from distrl.config.run import RunConfig, workers_config
+    from distrl.config.sections import WorkersSection
 
     yield "", RunConfig, "Keys at the top level of a config.", set()
 
@@ -95,6 +97,14 @@ def config_sections() -> Iterator[tuple[str, type[BaseModel], str, set[str]]]:
             for known in ALGORITHMS.values():
                 doc = inspect.getdoc(known.config) or ""
                 yield f"algo (algo.name: {known.name})", known.config, doc, set()
+        if name == "workers":  # the worker groups' keys follow the learners', one per set of groups
+            by_section: dict[type[BaseModel], list[str]] = {}
+            for known in ALGORITHMS:
+                by_section.setdefault(workers_config(known), []).append(known)
+            learners = set(WorkersSection.model_fields)
+            for workers, algorithms in by_section.items():
+                doc = inspect.getdoc(workers) or ""
+                yield f"workers (algo.name: {', '.join(algorithms)})", workers, doc, learners
     for known in ALGORITHMS.values():
         for key, brought in known.config.sections.items():
             extended = RunConfig.model_fields.get(key)

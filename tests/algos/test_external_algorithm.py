@@ -11,6 +11,7 @@ import re
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from distrl.config.run import load_config
@@ -106,6 +107,29 @@ ALGORITHM = dataclasses.replace(
 )
 '''
 
+GROUPED = '''
+"""REINFORCE with a Ray worker group of its own: simulators beside the learners."""
+
+import dataclasses
+
+from distrl.algos.registry import WorkerGroup
+from myalgos import reinforce
+
+ALGORITHM = dataclasses.replace(
+    reinforce.ALGORITHM,
+    worker_groups=(
+        WorkerGroup(  # any actor classes: the test starts none
+            "sim",
+            "Simulator workers in all, shared out over the learners.",
+            actor="distrl.ray.verifier_workers:VerifierWorker",
+            calls="distrl.ray.verifier_workers:RayVerifierWorkers",
+            shared_out=True,
+            metric_prefix="sim",
+        ),
+    ),
+)
+'''
+
 
 def plugins(tmp_path: Path) -> dict[str, str]:
     """The ``myalgos`` package in ``tmp_path``, and an environment whose PYTHONPATH finds it (and
@@ -115,6 +139,7 @@ def plugins(tmp_path: Path) -> dict[str, str]:
     (package / "__init__.py").write_text("")
     (package / "reinforce.py").write_text(textwrap.dedent(PLUGIN))
     (package / "described.py").write_text(textwrap.dedent(DESCRIBED))
+    (package / "grouped.py").write_text(textwrap.dedent(GROUPED))
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plugins"), env.get("PYTHONPATH")]))
     return env
@@ -169,6 +194,29 @@ def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_export
     assert "the reinforce policy of" in refused.stderr
     assert refused.stderr.strip().endswith("is written with --format torchscript"), refused.stderr
     assert not (tmp_path / "p.onnx").exists()
+
+
+def test_an_outside_algorithm_declares_a_worker_group_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its group has its config keys, is started and shared out as it declares (the checks run
+    before Ray starts), and a key of a group it lacks is one line."""
+    from distrl.ray.driver import check_workers
+    from distrl.ray.groups import run_groups
+
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    plugins(tmp_path)
+    name = "algo.name=myalgos.grouped:ALGORITHM"
+    cfg = load_config(None, [name, "workers.sim=2", "workers.cpus_per_sim=0.5", "workers.env=2"])
+    assert type(cfg.workers).group_names() == ["env", "eval", "data", "sim"]
+    assert (cfg.workers.sim, cfg.workers.cpus_per_sim, cfg.workers.env) == (2, 0.5, 2)
+    assert run_groups(cfg)["sim"].failures_metric == "sim_worker_failures"
+    with pytest.raises(UserError, match=r"^workers.sim=1 is fewer than the 2 learners \(workers.policy\)"):
+        check_workers(load_config(None, [name, "workers.policy=2", "workers.sim=1"]))
+    with pytest.raises(
+        UserError, match=r"^workers.prompt: algo.name=myalgos.grouped:ALGORITHM has no prompt "
+    ):
+        load_config(None, [name, "workers.prompt=1"])
 
 
 def test_a_name_that_imports_nothing_is_one_line() -> None:

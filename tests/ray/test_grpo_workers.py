@@ -1,9 +1,11 @@
 """GRPO in Ray mode: prompt workers serve the prompts, verifier workers score the completions and
 eval workers score held-out prompts, and the learner trains exactly as one process does, a
-verifier killed mid-run included (its part scored again: no reward lost or counted twice)."""
+verifier killed mid-run included (its part scored again: no reward lost or counted twice), its
+workers sized by their own keys or, in a config written before those, the env and data workers'."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.helpers import REPO, distrl
@@ -43,22 +45,41 @@ def test_the_shipped_cpu_config_trains_as_one_process_does(ray_head: str, tmp_pa
     local_run(tmp_path / "local")
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
     ray_row, local_row = final_row(tmp_path / "ray"), final_row(tmp_path / "local")
-    assert ray_row["env_worker_failures"] == 0 and ray_row["data_worker_failures"] == 0
+    assert ray_row["verifier_worker_failures"] == 0 and ray_row["prompt_worker_failures"] == 0
+    assert not {"env_worker_failures", "data_worker_failures"} & ray_row.keys()
     assert ray_row["episode_return_mean"] == local_row["episode_return_mean"]
     # The eval workers scored held-out prompts while training went on; the learner did not.
     assert any("eval/return_mean" in row for row in metrics_rows(tmp_path / "ray"))
     assert not any("heldout/exact_match" in row for row in metrics_rows(tmp_path / "ray"))
 
 
+OLD_KEYS = ["workers.env=2", "workers.cpus_per_env=0.25", "workers.data=1", "workers.cpus_per_data=0.25"]
+"""Verifier and prompt workers as a GRPO config sized them before they had keys of their own."""
+
+
 def test_a_killed_verifier_is_restarted_and_its_part_scored_again(ray_head: str, tmp_path: Path) -> None:
+    shape = [f"algo.{key}" for key in SHAPE]
     result, killed = ray_train_killing(
-        ray_head, tmp_path / "ray", "env", 3, "workers.eval=0", *RAY_BUDGET, config=GRPO_RAY
+        ray_head, tmp_path / "ray", "verifier", 3, *OLD_KEYS, *BUDGET, *shape, config=GRPO
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert killed, "the run ended before the verifier could be killed"
     assert "Traceback" not in result.stderr
-    assert "killed by ray.kill" in result.stderr and "retrying scoring its part" in result.stderr
+    assert re.search(
+        r"verifier worker \d failed \(killed by ray.kill\); .* retrying scoring its part", result.stderr
+    )
+    # The old keys still size the verifier and prompt workers, each group said once.
+    warned = [line for line in result.stderr.splitlines() if line.startswith("distrl: warning:")]
+    assert warned == [
+        f"distrl: warning: {GRPO}: workers.env, workers.cpus_per_env for algo.name=grpo are its verifier "
+        "workers: use workers.verifier, workers.cpus_per_verifier",
+        f"distrl: warning: {GRPO}: workers.data, workers.cpus_per_data for algo.name=grpo are its prompt "
+        "workers: use workers.prompt, workers.cpus_per_prompt",
+    ]
     final = final_row(tmp_path / "ray")
-    assert final["env_worker_failures"] == 1 and final["global_step"] == 480
+    assert final["verifier_worker_failures"] == 1 and final["prompt_worker_failures"] == 0
+    assert final["global_step"] == 480
+    # Without eval workers the learner scores held-out prompts itself, in the loop.
+    assert any("heldout/exact_match" in row for row in metrics_rows(tmp_path / "ray"))
     local_run(tmp_path / "local")
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")

@@ -30,6 +30,7 @@ from tests.ray_cluster import (
 
 pytest.importorskip("ray", reason="the ray extra is installed by make test")
 from distrl.ray.driver import check_fits  # noqa: E402
+from distrl.ray.groups import WORKER_GROUPS, run_groups  # noqa: E402
 
 
 def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, tmp_path: Path) -> None:
@@ -245,13 +246,16 @@ def test_fit_check_names_what_does_not_fit(
     cluster: ClusterConfig, workers: WorkersConfig, message: str
 ) -> None:
     with pytest.raises(UserError, match=message):
-        check_fits(cluster, workers, [{"CPU": 4.0}])
+        check_fits(cluster, workers, WORKER_GROUPS, [{"CPU": 4.0}])
 
 
 def test_packed_nodes_may_outnumber_the_ray_nodes() -> None:
     # Node 0 holds 2 of the 3 learners (2 CPU), node 1 the third, both on the one Ray node.
     check_fits(
-        ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=2), WorkersConfig(policy=3), [{"CPU": 4.0}]
+        ClusterConfig(num_nodes=2, strategy="PACK", cpus_per_node=2),
+        WorkersConfig(policy=3),
+        WORKER_GROUPS,
+        [{"CPU": 4.0}],
     )
 
 
@@ -260,7 +264,9 @@ def test_a_node_larger_than_any_ray_node_is_one_line() -> None:
     with pytest.raises(
         UserError, match="node 0 of the job needs 3 CPU on one Ray node .*: the largest Ray node has 2"
     ):
-        check_fits(ClusterConfig(), WorkersConfig(cpus_per_policy=3), [{"CPU": 2.0}, {"CPU": 2.0}])
+        check_fits(
+            ClusterConfig(), WorkersConfig(cpus_per_policy=3), WORKER_GROUPS, [{"CPU": 2.0}, {"CPU": 2.0}]
+        )
 
 
 @pytest.mark.parametrize(
@@ -307,7 +313,7 @@ def test_fit_check_names_settings_that_fit(
     cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[str, float]], way_out: str
 ) -> None:
     with pytest.raises(UserError) as refused:
-        check_fits(cluster, workers, nodes)
+        check_fits(cluster, workers, WORKER_GROUPS, nodes)
     assert str(refused.value).endswith(way_out), str(refused.value)
     for setting in way_out.split(", or ")[0].removeprefix(": set ").split(" or "):
         key, value = setting.split(" (")[0].split("=")
@@ -316,7 +322,7 @@ def test_fit_check_names_settings_that_fit(
         fixed[section] = fixed[section].model_copy(
             update={field: type(getattr(fixed[section], field))(value)}
         )
-        check_fits(fixed["cluster"], fixed["workers"], nodes)  # each suggested setting fits
+        check_fits(fixed["cluster"], fixed["workers"], WORKER_GROUPS, nodes)  # each suggested setting fits
 
 
 @pytest.mark.parametrize("family", ["ray", "grpo"])
@@ -327,12 +333,12 @@ def test_shipped_gpu_configs_fit_their_cluster_shape_and_need_all_of_it(family: 
         cfg.cluster.num_nodes,
         {"CPU": cfg.cluster.cpus_per_node, "GPU": cfg.cluster.gpus_per_node},
     )
-    check_fits(cfg.cluster, cfg.workers, [per_node] * nodes)
+    check_fits(cfg.cluster, cfg.workers, run_groups(cfg), [per_node] * nodes)
     assert cfg.workers.policy == nodes * cfg.cluster.gpus_per_node  # one learner per GPU
     # The job needs every GPU of the shape.
     short = [*[per_node] * (nodes - 1), {"CPU": per_node["CPU"], "GPU": per_node["GPU"] - 1}]
     with pytest.raises(UserError, match="GPU in all; the Ray cluster has"):
-        check_fits(cfg.cluster, cfg.workers, short)
+        check_fits(cfg.cluster, cfg.workers, run_groups(cfg), short)
 
 
 def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_path: Path) -> None:

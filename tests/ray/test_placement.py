@@ -28,10 +28,24 @@ def test_a_node_without_workers_has_no_bundles() -> None:
 
 
 def test_every_worker_group_has_its_config_keys_and_every_config_group_its_actor() -> None:
-    """Ray mode's groups are declared once (``ray.groups``); the config sizes each of them."""
-    from distrl.config.sections import WorkersConfig
-    from distrl.ray.groups import WORKER_GROUPS
+    """Ray mode's groups are declared once (``ray.groups``, an algorithm's registry entry); each
+    algorithm's config sizes its own, and each of those resolves to an actor and what a learner
+    calls it through."""
+    from distrl.algos.registry import ALGORITHMS, load
+    from distrl.config.run import load_config
+    from distrl.config.sections import GENERIC_WORKER_GROUPS, WorkersConfig, group_keys
+    from distrl.ray.groups import WORKER_GROUPS, run_groups
 
-    assert WorkersConfig.groups() == ["policy", *WORKER_GROUPS]
-    for group in WORKER_GROUPS:
-        assert {group, f"{group}_per_node", f"cpus_per_{group}"} <= set(WorkersConfig.model_fields)
+    assert WorkersConfig.group_names() == list(WORKER_GROUPS) == list(GENERIC_WORKER_GROUPS)
+    for name in ALGORITHMS:
+        cfg = load_config(None, [f"algo.name={name}"])
+        for group, declared in run_groups(cfg).items():
+            assert declared.name == group and set(group_keys(group)) <= set(type(cfg.workers).model_fields)
+            assert isinstance(load(declared.actor), type) and isinstance(load(declared.calls), type)
+    grpo = run_groups(load_config(None, ["algo.name=grpo"]))
+    assert list(grpo) == ["verifier", "eval", "prompt"]  # each in the place of the group it replaces
+    assert grpo["eval"] is WORKER_GROUPS["eval"]
+    assert (grpo["verifier"].failures_metric, grpo["prompt"].failures_metric) == (
+        "verifier_worker_failures",
+        "prompt_worker_failures",
+    )

@@ -82,6 +82,13 @@ def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, extra: list[st
     assert all(r["trained_prompts"] <= (3 if extra is DYNAMIC_SAMPLING else 5) for r in rows)
     assert rows[0]["approx_kl"] > 0.0  # a second epoch ran against the generating policy
     assert [r["entropy_coef"] for r in rows] == pytest.approx([r["entropy_coef"] for r in rows2])
+    # The loop scores held-out prompts every eval.every updates, split over the ranks.
+    for one_rank, two_ranks in zip(rows, rows2, strict=True):
+        heldout = {k: v for k, v in one_rank.items() if k.startswith("heldout/")}
+        assert heldout.keys() == (
+            {"heldout/reward", "heldout/exact_match"} if one_rank["update"] % 2 == 0 else set()
+        )
+        assert heldout == pytest.approx({k: two_ranks[k] for k in heldout})
     assert all(0.01 < r["entropy_coef"] < 0.1 for r in rows)  # raised by the floor, not capped
 
 
@@ -191,8 +198,22 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
         ),
         (["train.compile=true"], r"train.compile=true is not supported by algo.name=grpo"),
         (["output.path=/dev/null"], r"output.path /dev/null: the transformers format is a directory"),
+        (
+            ["workers.env=2", "workers.verifier=2"],
+            r"workers.env and workers.verifier both size the verifier workers of algo.name=grpo: give "
+            r"workers.verifier only",
+        ),
     ],
-    ids=["context", "group-of-one", "raises", "not-a-number", "unknown-function", "compile", "output-path"],
+    ids=[
+        "context",
+        "group-of-one",
+        "raises",
+        "not-a-number",
+        "unknown-function",
+        "compile",
+        "output-path",
+        "verifiers-twice",
+    ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, overrides: list[str], message: str) -> None:
     result = distrl(

@@ -2,8 +2,9 @@
 
 An algorithm is its config section, its runners (how it trains, by what it learns from), how
 its deployable policy is built from a checkpoint, what an env worker acts with, how its policy
-is evaluated and how ``distrl eval`` describes the result, and the file formats its policy is
-exported in (``distrl export``, ``output.path``). Everything but the config section is named as
+is evaluated (in the loop, too) and how ``distrl eval`` describes the result, the file formats
+its policy is exported in (``distrl export``, ``output.path``) and Ray mode's worker groups of
+its own (``WorkerGroup``). Everything but the config section is named as
 ``module:attribute`` and imported only when used, so reading a config imports no torch, and
 evaluation, export and the workers build a policy without importing any runner; the command
 line asks the registry, never the policy's type. A new algorithm is its files plus one
@@ -56,6 +57,40 @@ EPISODES_LINE = (
 
 
 @dataclass(frozen=True)
+class WorkerGroup:
+    """A group of Ray workers beside the learners, declared once: its config keys, its actor, what
+    a learner calls its share through, how it is shared out and how its metrics are named. The
+    generic groups (env, eval, data) are ``ray.groups.WORKER_GROUPS``; an algorithm declares its
+    own in its ``Algorithm`` entry (``worker_groups``)."""
+
+    name: str
+    """Its config keys (``workers.<name>``, ``workers.<name>_per_node``, ``workers.cpus_per_<name>``),
+    its actors' names and its messages say it: lowercase letters (actor names are split on ``-``)."""
+    about: str
+    """What its workers do: the description of ``workers.<name>``."""
+    actor: str
+    """``module:Class`` of the group's actor."""
+    calls: str
+    """``module:Class`` a learner calls its share of the group through, made as ``Class(this group,
+    actor handles, max_restarts, backoff_s)`` (``runners.base.RemoteWorkers.group``)."""
+    shared_out: bool
+    """Split over the learners (each needs one of its own); else all rank 0's."""
+    metric_prefix: str
+    """Its metrics' names begin with it (``failures_metric``)."""
+    replaces: str | None = None
+    """The generic group whose place it takes for its algorithm (GRPO's verifiers: ``env``): that
+    group's keys in a config are read as this one's, with one warning line naming the new keys."""
+    check: str | None = None
+    """``module:function`` of ``(RunConfig) -> None``: refuses in one line, before Ray starts, a
+    run the group's workers cannot serve."""
+
+    @property
+    def failures_metric(self) -> str:
+        """The metric counting failed calls to its workers over the whole run."""
+        return f"{self.metric_prefix}_worker_failures"
+
+
+@dataclass(frozen=True)
 class Algorithm:
     name: str
     config: type[AlgorithmSection]
@@ -88,10 +123,15 @@ class Algorithm:
     export_check: str = "distrl.io.export:check_can_export"
     """``module:function`` of ``(format, out, where) -> None``: refuses, in one line, what cannot
     be written to ``out`` (a missing extra, an unwritable place) before any work."""
-    ray_workers: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Ray mode's worker groups it fills with workers of its own: group (``env``, ``data``) ->
-    (``module:Class`` of the actor, ``module:Class`` the learner calls them through); the other
-    groups are ``ray.groups.WORKER_GROUPS``'."""
+    periodic_eval: str | None = None
+    """``module:function`` of ``(RunConfig, deployable policy, episodes, seed) -> {metric: a value
+    per episode}``: what the loop evaluates every ``eval.every`` updates of a run without eval
+    workers, logging each metric's mean over ``eval.episodes`` episodes split over the ranks
+    (GRPO's ``heldout/*``); None: such a run evaluates only for ``train.stop_return``."""
+    worker_groups: tuple[WorkerGroup, ...] = ()
+    """Ray mode's worker groups of its own, each in the place of the generic group it
+    ``replaces`` (``ray.groups.WORKER_GROUPS``), else after the generic ones: its runs' config
+    has their keys (``config.run.workers_config``) and its runner asks for them by name."""
     input_check: str = "distrl.envs:check_config_env"
     """``module:function`` of ``(RunConfig) -> None``: builds what it learns from once, so a bad
     env or task fails in one line before any process group or run dir."""
@@ -156,16 +196,31 @@ ALGORITHMS: dict[str, Algorithm] = {
             ),
             exports={"transformers": "distrl.models.transformers_export:export_transformers"},
             export_check="distrl.models.transformers_export:check_can_export_transformers",
-            ray_workers={
-                "env": (
-                    "distrl.ray.verifier_workers:VerifierWorker",
-                    "distrl.ray.verifier_workers:RayVerifierWorkers",
+            periodic_eval="distrl.eval.completions:held_out_metrics",
+            worker_groups=(
+                WorkerGroup(
+                    "verifier",
+                    "Verifier workers in all, shared out over the learners: each scores a part of its "
+                    "learner's completions with the task's reward functions (slow verifiers beside the "
+                    "learners); 0: learners score their own completions.",
+                    actor="distrl.ray.verifier_workers:VerifierWorker",
+                    calls="distrl.ray.verifier_workers:RayVerifierWorkers",
+                    shared_out=True,
+                    metric_prefix="verifier",
+                    replaces="env",
                 ),
-                "data": (
-                    "distrl.ray.prompt_workers:PromptWorker",
-                    "distrl.ray.prompt_workers:RayPromptWorkers",
+                WorkerGroup(
+                    "prompt",
+                    "Prompt workers in all, shared out over the learners: they serve each learner its "
+                    "share of every step's prompts (a large prompt set read beside the learners); 0: "
+                    "learners draw their own prompts.",
+                    actor="distrl.ray.prompt_workers:PromptWorker",
+                    calls="distrl.ray.prompt_workers:RayPromptWorkers",
+                    shared_out=True,
+                    metric_prefix="prompt",
+                    replaces="data",
                 ),
-            },
+            ),
             input_check="distrl.algos.grpo_check:check_task",
         ),
     )
@@ -238,6 +293,13 @@ def runner_class(cfg: RunConfig) -> type:
 def evaluator(cfg: RunConfig) -> Any:
     """The function that evaluates ``cfg``'s deployable policy (``Algorithm.evaluator``)."""
     return load(algorithm(cfg.algo.name).evaluator)
+
+
+def periodic_evaluator(cfg: RunConfig) -> Any | None:
+    """The function the loop evaluates ``cfg``'s policy with every ``eval.every`` updates when
+    no eval workers do (``Algorithm.periodic_eval``); None when its algorithm has none."""
+    reference = algorithm(cfg.algo.name).periodic_eval
+    return None if reference is None else load(reference)
 
 
 EXPORT_FORMATS = tuple(dict.fromkeys(fmt for known in ALGORITHMS.values() for fmt in known.exports))

@@ -20,7 +20,6 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
-    model_validator,
 )
 
 from distrl.algos.registry import ALGORITHMS, algorithm
@@ -28,6 +27,7 @@ from distrl.config.algorithm import AlgorithmSection
 from distrl.config.base import Section
 from distrl.config.grpo_vocabulary import translate_grpo_section
 from distrl.config.sections import (
+    GENERIC_WORKER_GROUPS,
     CheckpointConfig,
     ClusterConfig,
     CommConfig,
@@ -40,12 +40,18 @@ from distrl.config.sections import (
     OutputConfig,
     TrainConfig,
     WorkersConfig,
+    WorkersSection,
+    group_keys,
+    workers_section,
 )
 from distrl.errors import UserError
 
 AlgorithmConfig = SerializeAsAny[AlgorithmSection]
 """Any algorithm's section, its class chosen by ``name`` (``RunConfig._algorithm_section``) and
 written out whole."""
+WorkersOfAlgorithm = SerializeAsAny[WorkersSection]
+"""The ``workers:`` section of the run's algorithm's worker groups (``workers_config``), written
+out whole."""
 
 
 class RunConfig(Section):
@@ -66,29 +72,8 @@ class RunConfig(Section):
     log: LogConfig = Field(default_factory=LogConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    workers: WorkersConfig = Field(default_factory=WorkersConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _worker_totals(cls, data: Any) -> Any:
-        """``workers.<group>_per_node`` x ``cluster.num_nodes`` is the group's total."""
-        if not isinstance(data, dict) or not isinstance(data.get("workers"), dict):
-            return data
-        workers = dict(data["workers"])
-        cluster = data.get("cluster")
-        nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
-        for group in WorkersConfig.groups():
-            key = f"{group}_per_node"
-            per_node = workers.get(key)
-            if per_node is None:
-                continue
-            if group in workers:
-                raise UserError(f"workers.{group} and workers.{key} exclude each other: give one")
-            # Anything but whole numbers is left for the fields' own checks to name.
-            if isinstance(per_node, int) and isinstance(nodes, int):
-                workers[group] = per_node * nodes
-                del workers[key]
-        return {**data, "workers": workers}
+    # Validated by ``config_from_dict`` as the run's algorithm's (``workers_config``).
+    workers: WorkersOfAlgorithm = Field(default_factory=WorkersConfig)
 
     @field_validator("algo", mode="before")
     @classmethod
@@ -116,6 +101,44 @@ def algorithm_section(data: dict[str, Any]) -> AlgorithmSection:
     """``algo:`` validated as the section of the algorithm it names (ppo when unnamed)."""
     named = {**data, "name": data.get("name", "ppo")}
     return algorithm(str(named["name"])).config.model_validate(named)
+
+
+def workers_config(algorithm_name: str) -> type[WorkersSection]:
+    """The ``workers:`` section of ``algorithm_name``'s runs: the generic groups' keys, each
+    group the algorithm replaces by one of its own in its place, its other groups after them
+    (``Algorithm.worker_groups``)."""
+    own = algorithm(algorithm_name).worker_groups
+    instead = {group.replaces: group for group in own if group.replaces in GENERIC_WORKER_GROUPS}
+    groups = [
+        (instead[name].name, instead[name].about) if name in instead else (name, about)
+        for name, about in GENERIC_WORKER_GROUPS.items()
+    ]
+    groups += [(group.name, group.about) for group in own if group.replaces not in instead]
+    return workers_section(tuple(groups))
+
+
+def _algorithm_name(data: dict[str, Any]) -> str:
+    """The ``algo.name`` a config's raw mapping gives (ppo when unnamed)."""
+    algo = data.get("algo")
+    return str(algo.get("name", "ppo")) if isinstance(algo, dict) else "ppo"
+
+
+def _worker_totals(workers: dict[str, Any], groups: list[str], cluster: Any) -> dict[str, Any]:
+    """``workers:`` with each ``<group>_per_node`` x ``cluster.num_nodes`` as the group's total."""
+    workers = dict(workers)
+    nodes = cluster.get("num_nodes", 1) if isinstance(cluster, dict) else 1
+    for group in ["policy", *groups]:
+        key = group_keys(group)[1]
+        per_node = workers.get(key)
+        if per_node is None:
+            continue
+        if group in workers:
+            raise UserError(f"workers.{group} and workers.{key} exclude each other: give one")
+        # Anything but whole numbers is left for the fields' own checks to name.
+        if isinstance(per_node, int) and isinstance(nodes, int):
+            workers[group] = per_node * nodes
+            del workers[key]
+    return workers
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
@@ -163,21 +186,30 @@ MOVED_KEYS = {f"train.{key}": f"comm.{key}" for key in ("timeout_s", "network_in
 def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     """Validate a plain dict; every problem is a line of the ``UserError``, naming its key."""
     data = translate_grpo_section(_move_deprecated_keys(data, source), source)
-    algo = data.get("algo")
-    name = str(algo.get("name", "ppo")) if isinstance(algo, dict) else "ppo"
+    name = _algorithm_name(data)
     run_class = run_config_class(algorithm(name).config)
-    data = _without_defaults_of_other_algorithms(data, run_class)
+    data = _read_replaced_groups(_without_defaults_of_other_algorithms(data, run_class), name, source)
     problems = _unknown_keys(data, run_class, "", name)
     if problems:
         raise UserError("\n".join(problems))
     errors: list[Any] = []
-    algo = data.get("algo", {})
-    if isinstance(algo, dict):  # validated apart, so an algorithm from outside has its own class
+    workers, cluster = workers_config(name), data.get("cluster")
+    # Validated apart, as the sections of the run's algorithm (one from outside has its own).
+    apart = {
+        "algo": algorithm_section,
+        "workers": lambda given: workers.model_validate(
+            _worker_totals(given, workers.group_names(), cluster)
+        ),
+    }
+    for key, validate in apart.items():
+        given = data.get(key, {})
+        if not isinstance(given, dict):
+            continue
         try:
-            data = {**data, "algo": algorithm_section(algo)}
+            data = {**data, key: validate(given)}
         except ValidationError as exc:
-            errors += [{**err, "loc": ("algo", *err["loc"])} for err in exc.errors()]
-            data = {key: value for key, value in data.items() if key != "algo"}
+            errors += [{**err, "loc": (key, *err["loc"])} for err in exc.errors()]
+            data = {other: value for other, value in data.items() if other != key}
     try:
         cfg = run_class.model_validate(data)
     except ValidationError as exc:
@@ -276,7 +308,8 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _unknown_keys(data: Any, model: type[BaseModel], prefix: str, algorithm_name: str) -> list[str]:
-    """A line for every key the schema does not know, suggesting the closest valid one."""
+    """A line for every key the schema of ``algorithm_name``'s runs does not know, suggesting the
+    closest valid one."""
     if not isinstance(data, dict):
         return []
     fields = model.model_fields
@@ -291,13 +324,15 @@ def _unknown_keys(data: Any, model: type[BaseModel], prefix: str, algorithm_name
                     f"this one (algo.name={algorithm_name})"
                 )
                 continue
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-            problems.append(f"unknown config key {where}{hint} (allowed here: {', '.join(fields)})")
+            problems.append(
+                _foreign_group_key(model, str(key), algorithm_name) or _unknown_key(prefix, str(key), fields)
+            )
             continue
         annotation = fields[key].annotation
         if issubclass(model, RunConfig) and key == "algo":
-            annotation = algorithm(value.get("name", "ppo") if isinstance(value, dict) else "ppo").config
+            annotation = algorithm(algorithm_name).config
+        if issubclass(model, RunConfig) and key == "workers":
+            annotation = workers_config(algorithm_name)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             problems += _unknown_keys(value, annotation, f"{prefix}{key}.", algorithm_name)
     return problems
@@ -334,6 +369,63 @@ def _without_defaults_of_other_algorithms(data: dict[str, Any], run_class: type[
                 extra = set(section.model_fields) - set(shared.model_fields)
                 data[key] = {k: v for k, v in data[key].items() if not (k in extra and v == defaults[k])}
     return data
+
+
+def _unknown_key(prefix: str, key: str, fields: dict[str, Any]) -> str:
+    close = difflib.get_close_matches(key, list(fields), n=1)
+    hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+    return f"unknown config key {prefix}{key}{hint} (allowed here: {', '.join(fields)})"
+
+
+def _foreign_group_key(model: type[BaseModel], key: str, algorithm_name: str) -> str | None:
+    """The line for a key of a worker group that another algorithm has and this run's lacks;
+    None for any other key."""
+    if not issubclass(model, WorkersSection):
+        return None
+    owners = {
+        group: name
+        for name in ALGORITHMS
+        for group in workers_config(name).group_names()
+        if key in group_keys(group)
+    }
+    if not owners:
+        return None
+    group, owner = next(iter(owners.items()))
+    return (
+        f"workers.{key}: algo.name={algorithm_name} has no {group} workers (algo.name={owner} has); "
+        f"its worker groups beside the learners: {', '.join(model.group_names())}"
+    )
+
+
+def _read_replaced_groups(data: dict[str, Any], algorithm_name: str, source: str) -> dict[str, Any]:
+    """``data`` with the keys of a generic worker group that the algorithm replaces by one of its
+    own (GRPO's ``workers.env``: its verifiers) moved to that group's, each group said in one
+    warning line naming its new keys."""
+    workers = data.get("workers")
+    if not isinstance(workers, dict):
+        return data
+    workers = dict(workers)
+    for group in algorithm(algorithm_name).worker_groups:
+        if group.replaces is None:
+            continue
+        keys = zip(group_keys(group.replaces), group_keys(group.name), strict=True)
+        moved = {old: new for old, new in keys if old in workers}
+        for old, new in moved.items():
+            if new in workers:
+                raise UserError(
+                    f"{source}: workers.{old} and workers.{new} both size the {group.name} workers of "
+                    f"algo.name={algorithm_name}: give workers.{new} only"
+                )
+            workers[new] = workers.pop(old)
+        if moved:
+            olds, news = (", ".join(f"workers.{key}" for key in side) for side in (moved, moved.values()))
+            verb = "is" if len(moved) == 1 else "are"
+            print(
+                f"distrl: warning: {source}: {olds} for algo.name={algorithm_name} {verb} its {group.name} "
+                f"workers: use {news}",
+                file=sys.stderr,
+            )
+    return {**data, "workers": workers}
 
 
 def _move_deprecated_keys(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -10,7 +10,8 @@ config means the same training on any number of ranks; ``rollout_steps`` is per 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import functools
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     Field,
@@ -18,6 +19,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    create_model,
     model_validator,
 )
 
@@ -262,7 +264,8 @@ class EvalConfig(Section):
     every: PositiveInt = 5
     """With eval workers (``workers.eval``, Ray mode): updates between evaluations of the newest
     weights. An evaluation still running when the next is due leaves that one queued; a newer
-    one replaces it."""
+    one replaces it. Without them, an algorithm that evaluates in the loop (GRPO's ``heldout/*``
+    on held-out prompts) has the ranks evaluate every this many updates."""
 
 
 class ClusterConfig(Section):
@@ -295,10 +298,31 @@ class ClusterConfig(Section):
     Unix sockets)."""
 
 
-class WorkersConfig(Section):
-    """Ray mode's worker groups: the learners (``policy``, the seeds' "policy workers", which
-    train) and the env, eval and data workers beside them (``distrl.ray.groups``), each sized by
-    a total or a ``<group>_per_node`` count."""
+GENERIC_WORKER_GROUPS = {
+    "env": "Environment workers in all (online PPO and DQN), shared out over the learners: each "
+    "steps a part of its learner's envs with a CPU copy of the newest weights; 0: learners step "
+    "their own envs.",
+    "eval": "Evaluation workers in all: every ``eval.every`` updates the newest weights go to a free "
+    "one, which plays ``eval.episodes`` deterministic episodes while training goes on; rank 0 logs "
+    "the result (``eval/return_mean``) once it is in. 0: no evaluation workers.",
+    "data": "Data workers in all (offline DQN, ``data.path``), shared out over the learners: they "
+    "read, validate and shuffle each learner's part of the dataset and send it batches, so learners "
+    "read no file; 0: learners read their own part.",
+}
+"""The generic worker groups (``ray.groups.WORKER_GROUPS``), in bundle order: what their workers
+do (``workers.<group>``'s description)."""
+
+
+class WorkersSection(Section):
+    """Ray mode's workers: the learners (``policy``, the seeds' "policy workers", which train),
+    the retry rules, and the worker groups beside the learners that the run's algorithm has
+    (``distrl.ray.groups``), each sized by ``workers.<group>`` (in all) or
+    ``workers.<group>_per_node`` with ``workers.cpus_per_<group>`` per worker: the generic env,
+    eval and data workers, or in their place an algorithm's own (GRPO: verifier and prompt
+    workers), listed below for each algorithm."""
+
+    groups: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """Its worker groups beside the learners, in bundle order: (name, what their workers do)."""
 
     policy: PositiveInt = 1
     """Learner workers in all: the ranks of one torch.distributed group, each with its own envs
@@ -309,38 +333,64 @@ class WorkersConfig(Section):
     """CPUs Ray reserves for each learner."""
     gpus_per_policy: NonNegativeFloat = 0.0
     """GPUs Ray reserves for each learner (1: a GPU of its own, NCCL between learners)."""
-    env: NonNegativeInt = 0
-    """Environment workers in all (online PPO and DQN), shared out over the learners: each steps
-    a part of its learner's envs with a CPU copy of the newest weights; 0: learners step their
-    own envs."""
-    env_per_node: NonNegativeInt | None = None
-    """Instead of ``env``: env workers on each of ``cluster.num_nodes`` nodes."""
-    cpus_per_env: PositiveFloat = 1.0
-    """CPUs Ray reserves for each env worker (less than 1 lets several share a core)."""
-    eval: NonNegativeInt = 0
-    """Evaluation workers in all: every ``eval.every`` updates the newest weights go to a free one,
-    which plays ``eval.episodes`` deterministic episodes while training goes on; rank 0 logs the
-    result (``eval/return_mean``) once it is in. 0: no evaluation during training."""
-    eval_per_node: NonNegativeInt | None = None
-    """Instead of ``eval``: eval workers on each of ``cluster.num_nodes`` nodes."""
-    cpus_per_eval: PositiveFloat = 1.0
-    """CPUs Ray reserves for each eval worker."""
-    data: NonNegativeInt = 0
-    """Data workers in all (offline DQN, ``data.path``), shared out over the learners: they read,
-    validate and shuffle each learner's part of the dataset and send it batches, so learners read
-    no file; 0: learners read their own part."""
-    data_per_node: NonNegativeInt | None = None
-    """Instead of ``data``: data workers on each of ``cluster.num_nodes`` nodes."""
-    cpus_per_data: PositiveFloat = 1.0
-    """CPUs Ray reserves for each data worker."""
     max_restarts: NonNegativeInt = 3
-    """A failed env, eval or data worker is restarted and its work (a part of the rollout, an
-    evaluation, a chunk of batches) done again, this many times in a row at most; the learners'
-    group is rebuilt from the newest checkpoint after a learner dies this many times in all."""
+    """A failed worker beside the learners is restarted and its work (a part of the rollout, an
+    evaluation, a chunk of batches, a part of the completions) done again, this many times in a
+    row at most; the learners' group is rebuilt from the newest checkpoint after a learner dies
+    this many times in all."""
     retry_backoff_s: PositiveFloat = 0.5
     """Wait before the first retry; doubled on each further one."""
 
     @classmethod
-    def groups(cls) -> list[str]:
-        """The groups, learners first: each a ``<group>`` total and a ``<group>_per_node`` count."""
-        return [key.removesuffix("_per_node") for key in cls.model_fields if key.endswith("_per_node")]
+    def group_names(cls) -> list[str]:
+        """Its worker groups beside the learners, in bundle order."""
+        return [name for name, _ in cls.groups]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the groups its class was made from and its values: the class is made at run
+        time (``workers_section``), so a process it is sent to (a Ray learner) makes it again."""
+        return _rebuilt_workers, (self.groups, self.model_dump())
+
+
+def group_keys(group: str) -> tuple[str, str, str]:
+    """A worker group's keys in ``workers:``: its total, its count per node, its CPUs per worker."""
+    return group, f"{group}_per_node", f"cpus_per_{group}"
+
+
+@functools.cache
+def workers_section(groups: tuple[tuple[str, str], ...]) -> type[WorkersSection]:
+    """The ``workers:`` section with the keys of ``groups`` ((name, what their workers do), in
+    bundle order) beside the learners' (``config.run.workers_config`` picks the run's)."""
+    keys: dict[str, Any] = {}
+    for name, about in groups:
+        total, per_node, cpus = group_keys(name)
+        keys[total] = (NonNegativeInt, Field(0, description=about))
+        keys[per_node] = (
+            NonNegativeInt | None,
+            Field(
+                None,
+                description=f"Instead of ``{name}``: {name} workers on each of ``cluster.num_nodes`` nodes.",
+            ),
+        )
+        keys[cpus] = (
+            PositiveFloat,
+            Field(
+                1.0,
+                description=f"CPUs Ray reserves for each {name} worker (less than 1 lets several share "
+                "a core).",
+            ),
+        )
+    names = [name for name, _ in groups]
+    listed = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    doc = f"The keys of the {listed} workers beside the learners."
+    section = create_model(f"WorkersConfig[{','.join(names)}]", __base__=WorkersSection, __doc__=doc, **keys)
+    section.groups = groups
+    return section
+
+
+def _rebuilt_workers(groups: tuple[tuple[str, str], ...], values: dict[str, Any]) -> WorkersSection:
+    return workers_section(groups).model_validate(values)
+
+
+WorkersConfig = workers_section(tuple(GENERIC_WORKER_GROUPS.items()))
+"""The ``workers:`` section of an algorithm without worker groups of its own."""

@@ -50,6 +50,16 @@ def evaluate_completions(cfg: RunConfig, policy: SequencePolicy, episodes: int, 
     return score_held_out(cfg, policy, episodes, seed)[1]
 
 
+def held_out_metrics(
+    cfg: RunConfig, policy: SequencePolicy, episodes: int, seed: int
+) -> dict[str, list[float]]:
+    """The reward and the exact match of each of ``episodes`` held-out prompts from index ``seed``:
+    GRPO's ``heldout/*``, which the loop logs every ``eval.every`` updates of a run without eval
+    workers (the registry's ``periodic_eval``)."""
+    scores, exact = score_held_out(cfg, policy, episodes, seed)
+    return {"heldout/reward": scores.rewards, "heldout/exact_match": exact}
+
+
 def task_name(cfg: RunConfig) -> str:
     """Whose held-out prompts are completed (``distrl eval``'s ``env``): a prompts file, else the
     generated task."""

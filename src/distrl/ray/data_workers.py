@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream
 from distrl.errors import UserError
 from distrl.ope.dqn import LoggedSteps
 from distrl.ray.workers import RestartableWorkers, WorkerActor
+
+if TYPE_CHECKING:
+    from distrl.algos.registry import WorkerGroup
 
 DATA_CHUNK_BATCHES = 16
 """Batches a data worker sends per call."""
@@ -116,11 +119,10 @@ class RemoteDataset:
 class RayDataWorkers(RestartableWorkers):
     """A learner's data workers (``runners.logged.DataWorkers``)."""
 
-    group = "data"
     retried = "its chunk"
 
-    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(handles, max_restarts, backoff_s)
+    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        super().__init__(group, handles, max_restarts, backoff_s)
         self._open_args: tuple[str, str] = ("", "")
         self._start_args: list[tuple[Any, ...]] = []
         self.skipped_rows = [0] * len(handles)

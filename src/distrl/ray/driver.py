@@ -3,15 +3,17 @@ virtual cluster of placement groups.
 
 The driver starts a local Ray instance or joins one (``ray.cluster``), checks that the config's
 cluster and workers fit what Ray has, places the virtual cluster (one placement group per node,
-``ray.placement``), starts the env, eval and data workers there as named, restartable actors,
-and runs the learners (``ray.learners``) with its own validated config. The driver owns every
-actor (they share its fate) and exits with the first failing learner's code; when a learner dies
-the group is launched again from the newest checkpoint (at most ``workers.max_restarts`` times).
+``ray.placement``), starts the run's worker groups there as named, restartable actors (env, eval
+and data workers, or its algorithm's own: ``ray.groups``), and runs the learners
+(``ray.learners``) with its own validated config. The driver owns every actor (they share its
+fate) and exits with the first failing learner's code; when a learner dies the group is launched
+again from the newest checkpoint (at most ``workers.max_restarts`` times).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import secrets
 import sys
@@ -19,13 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from distrl.algos.registry import algorithm, load, runner_reference
+from distrl.algos.registry import WorkerGroup, load, runner_reference
 from distrl.config.run import RunConfig
-from distrl.config.sections import ClusterConfig, WorkersConfig
+from distrl.config.sections import ClusterConfig, WorkersSection
 from distrl.errors import UserError
 from distrl.launch.run_dir import RunDir
 from distrl.ray.cluster import clear_run_dir, import_ray, join, local_ray, worker_path
-from distrl.ray.groups import WORKER_GROUPS, worker_group
+from distrl.ray.groups import run_groups
 from distrl.ray.learners import LearnerGroup
 from distrl.ray.placement import (
     VirtualCluster,
@@ -69,7 +71,9 @@ def _run_job(
     nothing), ``started`` is said and, with ``clear``, the run dir's old run removed."""
     job = f"distrl-{secrets.token_hex(4)}"
     try:
-        check_fits(cfg.cluster, cfg.workers, [node["Resources"] for node in alive_nodes(ray)])
+        check_fits(
+            cfg.cluster, cfg.workers, run_groups(cfg), [node["Resources"] for node in alive_nodes(ray)]
+        )
         cluster = place(ray, cfg.cluster, cfg.workers, job)
         if started:
             print(started, file=sys.stderr, flush=True)
@@ -125,22 +129,14 @@ def check_workers(cfg: RunConfig) -> None:
             f"workers.gpus_per_policy={workers.gpus_per_policy:g}: learners sharing a GPU cannot form an "
             "NCCL group; give each whole GPUs (or 0 to train on the CPU)"
         )
-    if workers.data and "data" in algorithm(cfg.algo.name).ray_workers:  # the algorithm's own
-        _one_per_learner_at_least("data", workers.data, workers.policy)
-    elif workers.data:
-        _check_data_workers(cfg)
-    if workers.env:
-        if cfg.ml_framework != "torch" or cfg.data.path is not None:
-            raise UserError(
-                "workers.env: env workers collect for online PPO and DQN with ml_framework: torch; "
-                "set workers.env=0"
-            )
-        if cfg.train.straggler_threshold is not None:
-            raise UserError(
-                "train.straggler_threshold: env workers always collect whole rollouts; "
-                "unset it or set workers.env=0"
-            )
-        _one_per_learner_at_least("env", workers.env, workers.policy)
+    for name, group in run_groups(cfg).items():
+        count = getattr(workers, name)
+        if not count:
+            continue
+        if group.check is not None:
+            load(group.check)(cfg)
+        if group.shared_out:
+            _one_per_learner_at_least(name, count, workers.policy)
     if cfg.ml_framework == "jax":
         raise UserError(
             "ml_framework: jax across processes needs distrl's JAX launcher, not ray: "
@@ -148,17 +144,8 @@ def check_workers(cfg: RunConfig) -> None:
         )
 
 
-def _check_data_workers(cfg: RunConfig) -> None:
-    workers = cfg.workers
-    if cfg.data.path is None or cfg.ml_framework != "torch":
-        raise UserError(
-            "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
-        )
-    _one_per_learner_at_least("data", workers.data, workers.policy)
-
-
 def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
-    """Env and data workers are shared out over the learners: each needs one of its own."""
+    """A group shared out over the learners (env, data workers) gives each one of its own."""
     if count < learners:
         raise UserError(
             f"workers.{group}={count} is fewer than the {learners} learners (workers.policy): "
@@ -166,9 +153,17 @@ def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
         )
 
 
-def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[str, float]]) -> None:
+def check_fits(
+    cluster: ClusterConfig,
+    workers: WorkersSection,
+    groups: dict[str, WorkerGroup],
+    nodes: list[dict[str, float]],
+) -> None:
     """One line naming what does not fit and settings that would, before anything starts;
-    ``nodes``: each alive Ray node's resources."""
+    ``groups``: the run's worker groups (``ray.groups.run_groups``), ``nodes``: each alive Ray
+    node's resources."""
+    shared_out = {name for name, group in groups.items() if group.shared_out}
+    way_out = functools.partial(_way_out, workers, shared_out)
     bundles, slots = node_bundles(cluster.num_nodes, job_bundles(workers))
     nodes_need = [needs(mine) for mine in bundles]
     counts = [
@@ -193,13 +188,13 @@ def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[
             raise UserError(
                 f"{_job(workers)} need {need:g} {resource} in all: more than "
                 f"cluster.{resource.lower()}s_per_node x num_nodes = {limit * cluster.num_nodes:g}"
-                + _way_out(workers, resource, totals, limit * cluster.num_nodes, raise_limit)
+                + way_out(resource, totals, limit * cluster.num_nodes, raise_limit)
             )
         have = sum(node.get(resource, 0.0) for node in nodes)
         if need > have:
             raise UserError(
                 f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has {have:g}"
-                + _way_out(workers, resource, totals, have, LARGER_CLUSTER)
+                + way_out(resource, totals, have, LARGER_CLUSTER)
             )
         largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
         for index, node_need in enumerate(nodes_need):
@@ -211,13 +206,12 @@ def check_fits(cluster: ClusterConfig, workers: WorkersConfig, nodes: list[dict[
             if limit is not None and node_need[resource] > limit:
                 raise UserError(
                     f"{where}: more than cluster.{resource.lower()}s_per_node = {limit:g}"
-                    + _way_out(workers, resource, counts, limit, raise_limit)
+                    + way_out(resource, counts, limit, raise_limit)
                 )
             if node_need[resource] > largest:
                 raise UserError(
                     f"{where}: the largest Ray node has {largest:g}"
-                    + _way_out(
-                        workers,
+                    + way_out(
                         resource,
                         counts,
                         largest,
@@ -230,12 +224,18 @@ LARGER_CLUSTER = "join a larger Ray cluster with --ray-address"
 
 
 def _way_out(
-    workers: WorkersConfig, resource: str, counts: list[dict[str, int]], room: float, otherwise: str
+    workers: WorkersSection,
+    shared_out: set[str],
+    resource: str,
+    counts: list[dict[str, int]],
+    room: float,
+    otherwise: str,
 ) -> str:
     """The end of a refusal: settings with which the job's ``resource`` fits ``room`` on each of
-    ``counts`` (workers per group; one entry: the whole job), then ``otherwise``."""
+    ``counts`` (workers per group; one entry: the whole job), then ``otherwise``; ``shared_out``:
+    the groups of which each learner needs one of its own."""
     per_worker = {group: bundle.get(resource, 0.0) for group, (_, bundle) in job_bundles(workers).items()}
-    fixes = _fewer_workers(workers, per_worker, counts[0], room) if len(counts) == 1 else []
+    fixes = _fewer_workers(workers, shared_out, per_worker, counts[0], room) if len(counts) == 1 else []
     for group, share in per_worker.items():
         if not share or not any(count.get(group) for count in counts):
             continue
@@ -256,7 +256,11 @@ def _way_out(
 
 
 def _fewer_workers(
-    workers: WorkersConfig, per_worker: dict[str, float], count: dict[str, int], room: float
+    workers: WorkersSection,
+    shared_out: set[str],
+    per_worker: dict[str, float],
+    count: dict[str, int],
+    room: float,
 ) -> list[str]:
     """A smaller count of one group with which the job's need fits ``room``, group by group."""
     excess = sum(count[group] * share for group, share in per_worker.items()) - room
@@ -265,7 +269,7 @@ def _fewer_workers(
         if not share or not count[group]:
             continue
         keep = count[group] - math.ceil(excess / share - 1e-9)
-        if group in ("env", "data") and keep < workers.policy:
+        if group in shared_out and keep < workers.policy:
             keep = 0  # every learner needs one of its own, or none has any
         if keep >= (1 if group == "policy" else 0):
             fixes.append(f"workers.{group}={keep}")
@@ -277,7 +281,7 @@ def _at_least(resource: str, nodes_need: list[dict[str, float]]) -> str:
     return f"{math.ceil(largest) if resource == 'GPU' else largest:g}"
 
 
-def _job(workers: WorkersConfig) -> str:
+def _job(workers: WorkersSection) -> str:
     groups = [f"workers.{group}={count}" for group, (count, _) in worker_groups(workers).items() if count]
     return " and ".join([f"workers.policy={workers.policy}", *groups])
 
@@ -290,23 +294,25 @@ def _start_worker_groups(
     job: str,
     profile: tuple[int, Path],
 ) -> tuple[dict[str, list[list[str]]], dict[str, Any]]:
-    """The env, eval and data workers as named, restartable actors: their names by group and
-    learner (env and data workers shared out over the learners, eval workers all rank 0's), and
-    their handles, which the driver holds for the job's length (Ray ends an actor, named or not,
-    once no handle to it is left)."""
+    """The run's worker groups (``ray.groups.run_groups``) as named, restartable actors: their
+    names by group and learner (a group shared out over the learners, or all rank 0's, as eval
+    workers are), and their handles, which the driver holds for the job's length (Ray ends an
+    actor, named or not, once no handle to it is left)."""
     from distrl.sharding import even_split
 
     workers = cfg.workers
-    classes = _worker_classes(cfg.algo.name, workers)
+    groups = run_groups(cfg)
     names: dict[str, list[list[str]]] = {}
     handles = {}
     for name, (count, cpus) in worker_groups(workers).items():
         names[name] = [[] for _ in range(workers.policy)]
         if not count:
             continue
-        actor = remote_class(ray, classes[name])
+        # Imported only for a group the job has: their modules import torch, which a job of
+        # learners alone spares the driver.
+        actor = remote_class(ray, load(groups[name].actor))
         for rank in range(workers.policy):
-            shared_out = WORKER_GROUPS[name].shared_out
+            shared_out = groups[name].shared_out
             first, mine = even_split(count, rank, workers.policy) if shared_out else (0, count * (rank == 0))
             names[name][rank] = [f"{job}-{name}-{rank}-{i}" for i in range(mine)]
             for i, actor_name in enumerate(names[name][rank]):
@@ -319,14 +325,3 @@ def _start_worker_groups(
                 ).remote(profile[0], str(profile[1] / f"{actor_name}.json"))
                 handles[actor_name] = handle
     return names, handles
-
-
-def _worker_classes(algorithm_name: str, workers: WorkersConfig) -> dict[str, type]:
-    """The actor classes of the groups the job has (their modules import torch: a job of
-    learners alone spares the driver that). Imported in a thread during ``ray.init`` they took
-    the GIL from it and slowed it by as much as they saved."""
-    return {
-        group: load(worker_group(algorithm_name, group).actor)
-        for group, (count, _) in worker_groups(workers).items()
-        if count
-    }

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from distrl.algos.registry import algorithm, load
+from distrl.algos.registry import WorkerGroup, algorithm, load
 from distrl.allocator import keep_freed_memory
 from distrl.collect.rollout import EnvCollector
 from distrl.config.run import RunConfig
@@ -111,11 +111,10 @@ class EnvWorker(WorkerActor):
 class RayEnvWorkers(RestartableWorkers):
     """A learner's env workers (``collect.rollout.EnvWorkers``)."""
 
-    group = "env"
     retried = "its part"
 
-    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(handles, max_restarts, backoff_s)
+    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        super().__init__(group, handles, max_restarts, backoff_s)
         self._start_args: list[tuple[Any, ...]] = []
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
@@ -177,7 +176,7 @@ class RemoteCollection:
         return self.workers.call_all("collect", ray.put(ActingWeights(self.version, tensors)), *args)
 
     def counts(self) -> dict[str, float]:
-        return {"env_worker_failures": float(self.workers.failures)}
+        return self.workers.counts()
 
     def close(self) -> None:
         """The workers belong to the Ray job and end with it."""

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState
@@ -30,6 +30,9 @@ from distrl.ray.workers import (
     why_it_ended,
     worker_failures,
 )
+
+if TYPE_CHECKING:
+    from distrl.algos.registry import WorkerGroup
 
 
 class EvalWorker(WorkerActor):
@@ -69,7 +72,9 @@ class Evaluation:
 class RayEvalWorkers:
     """Rank 0's eval workers (``runners.base.EvalWorkers``)."""
 
-    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        self.group = group
+        """Its declaration: its name in messages, its metrics' names."""
         self.handles = handles
         self.max_restarts = max_restarts
         self.backoff_s = backoff_s
@@ -116,7 +121,7 @@ class RayEvalWorkers:
         return row
 
     def counts(self) -> dict[str, float]:
-        return {"eval_worker_failures": float(self.failures)}
+        return {self.group.failures_metric: float(self.failures)}
 
     def _check_comebacks(self, ray: Any) -> None:
         if not self.coming_back:
@@ -136,7 +141,8 @@ class RayEvalWorkers:
             self.failures += 1
             cause = why_it_ended(before) or "Ray's tables do not say why"
             print(
-                f"distrl: eval worker {index} was restarted by Ray between evaluations ({cause})",
+                f"distrl: {self.group.name} worker {index} was restarted by Ray between evaluations "
+                f"({cause})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -156,7 +162,7 @@ class RayEvalWorkers:
         evaluation.failures += 1
         if evaluation.failures > self.max_restarts:
             print(
-                f"distrl: eval worker {index} failed ({cause}); the evaluation of step "
+                f"distrl: {self.group.name} worker {index} failed ({cause}); the evaluation of step "
                 f"{evaluation.global_step} failed {evaluation.failures} times in a row "
                 f"(workers.max_restarts={self.max_restarts}) and is dropped; training goes on",
                 file=sys.stderr,
@@ -173,7 +179,7 @@ class RayEvalWorkers:
                 then += f" (step {queued.global_step}'s, older, gives way)"
             evaluation.not_before = time.monotonic() + delay
             self.queued = evaluation
-        report_failure("eval", index, cause, evaluation.failures, self.max_restarts, then)
+        report_failure(self.group.name, index, cause, evaluation.failures, self.max_restarts, then)
 
     def _dispatch(self) -> None:
         """The queued evaluation to a free worker that is up."""

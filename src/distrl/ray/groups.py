@@ -1,42 +1,80 @@
-"""Ray mode's worker groups beside the learners, declared once: each group's actor, what a
-learner calls its share through, and how the group is shared out over the learners. The
-driver starts them from here and each learner wraps its share from here; their sizes and CPUs
-are the config's ``workers.<group>`` and ``workers.cpus_per_<group>``."""
+"""Ray mode's generic worker groups beside the learners, declared once (``WorkerGroup``): env,
+eval and data workers. An algorithm declares groups of its own in its registry entry
+(``Algorithm.worker_groups``: GRPO's verifier and prompt workers); the run's groups are those its
+``workers:`` section sizes (``config.run.workers_config``), in bundle order. The driver starts
+them from here and each learner wraps its share from here; their sizes and CPUs are the config's
+``workers.<group>`` and ``workers.cpus_per_<group>``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from distrl.algos.registry import WorkerGroup, algorithm
+from distrl.config.sections import GENERIC_WORKER_GROUPS
+from distrl.errors import UserError
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
 
 
-@dataclass(frozen=True)
-class WorkerGroup:
-    actor: str
-    """``module:Class`` of the group's actor."""
-    calls: str
-    """``module:Class`` a learner calls its share of the group through (its ``RemoteWorkers`` field)."""
-    shared_out: bool
-    """Split over the learners (each steps or reads a part of its own); else all rank 0's."""
+def check_env_workers(cfg: RunConfig) -> None:
+    """Env workers collect whole rollouts online, for a torch learner."""
+    if cfg.ml_framework != "torch" or cfg.data.path is not None:
+        raise UserError(
+            "workers.env: env workers collect for online PPO and DQN with ml_framework: torch; "
+            "set workers.env=0"
+        )
+    if cfg.train.straggler_threshold is not None:
+        raise UserError(
+            "train.straggler_threshold: env workers always collect whole rollouts; "
+            "unset it or set workers.env=0"
+        )
+
+
+def check_data_workers(cfg: RunConfig) -> None:
+    """Data workers read a logged dataset for a torch learner."""
+    if cfg.data.path is None or cfg.ml_framework != "torch":
+        raise UserError(
+            "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
+        )
 
 
 WORKER_GROUPS: dict[str, WorkerGroup] = {
-    "env": WorkerGroup(
-        "distrl.ray.env_workers:EnvWorker", "distrl.ray.env_workers:RayEnvWorkers", shared_out=True
-    ),
-    "eval": WorkerGroup(
-        "distrl.ray.eval_workers:EvalWorker", "distrl.ray.eval_workers:RayEvalWorkers", shared_out=False
-    ),
-    "data": WorkerGroup(
-        "distrl.ray.data_workers:DataWorker", "distrl.ray.data_workers:RayDataWorkers", shared_out=True
-    ),
+    group.name: group
+    for group in (
+        WorkerGroup(
+            "env",
+            GENERIC_WORKER_GROUPS["env"],
+            actor="distrl.ray.env_workers:EnvWorker",
+            calls="distrl.ray.env_workers:RayEnvWorkers",
+            shared_out=True,
+            metric_prefix="env",
+            check="distrl.ray.groups:check_env_workers",
+        ),
+        WorkerGroup(
+            "eval",
+            GENERIC_WORKER_GROUPS["eval"],
+            actor="distrl.ray.eval_workers:EvalWorker",
+            calls="distrl.ray.eval_workers:RayEvalWorkers",
+            shared_out=False,
+            metric_prefix="eval",
+        ),
+        WorkerGroup(
+            "data",
+            GENERIC_WORKER_GROUPS["data"],
+            actor="distrl.ray.data_workers:DataWorker",
+            calls="distrl.ray.data_workers:RayDataWorkers",
+            shared_out=True,
+            metric_prefix="data",
+            check="distrl.ray.groups:check_data_workers",
+        ),
+    )
 }
 """By name, in bundle order (``ray.placement``)."""
 
 
-def worker_group(algorithm_name: str, group: str) -> WorkerGroup:
-    """``group`` as ``algorithm_name`` fills it: its own workers where the algorithm registers
-    some (``Algorithm.ray_workers``: GRPO's env workers score completions), else the default."""
-    from distrl.algos.registry import algorithm
-
-    default = WORKER_GROUPS[group]
-    own = algorithm(algorithm_name).ray_workers.get(group)
-    return default if own is None else WorkerGroup(*own, shared_out=default.shared_out)
+def run_groups(cfg: RunConfig) -> dict[str, WorkerGroup]:
+    """The run's worker groups beside the learners by name, in bundle order: those its
+    ``workers:`` section sizes, each as its algorithm declares it, else the generic one."""
+    own = {group.name: group for group in algorithm(cfg.algo.name).worker_groups}
+    return {name: own.get(name) or WORKER_GROUPS[name] for name in cfg.workers.group_names()}

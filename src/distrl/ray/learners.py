@@ -25,7 +25,7 @@ from distrl.config.run import RunConfig
 from distrl.errors import UserError
 from distrl.launch.run_dir import RunDir
 from distrl.launch.topology import Topology
-from distrl.ray.groups import worker_group
+from distrl.ray.groups import run_groups
 from distrl.ray.placement import VirtualCluster
 from distrl.ray.status import LearnerStatus, UsageLog, sample
 from distrl.ray.workers import ActorProcess, actor_process, failure_cause, record_error
@@ -52,7 +52,7 @@ class LearnerGroup:
     workers: list[dict[str, Any]]
     """Each learner's worker actors, by group (``ray.workers.workers_spec``)."""
     actors: dict[str, Any]
-    """Every env, eval and data worker by name (the driver holds them: Ray ends an actor, named
+    """Every worker beside the learners by name (the driver holds them: Ray ends an actor, named
     or not, once no handle to it is left)."""
     usage: UsageLog
     dry_run: bool = False
@@ -110,7 +110,7 @@ class Learner:
     """One learner: a rank of the learners' group, training in its own actor process."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        # The training stack's imports while the env, eval and data workers start: seconds, torch's
+        # The training stack's imports while the workers beside the learners start: seconds, torch's
         # the most (torch._dynamo: the first optimizer torch builds imports it).
         import torch._dynamo  # noqa: F401
 
@@ -148,29 +148,29 @@ class Learner:
         try:
             if dry_run:
                 return entry.dry_run(cfg, topology), "", ""
-            status, summary = entry.run_training(
-                cfg, topology, run_dir, remote_workers(cfg.algo.name, workers)
-            )
+            status, summary = entry.run_training(cfg, topology, run_dir, remote_workers(cfg, workers))
             return status, "", summary
         except REPORTED as exc:
             return exit_status(exc), str(exc), ""
 
 
-def remote_workers(algorithm_name: str, spec: dict[str, Any]) -> RemoteWorkers:
+def remote_workers(cfg: RunConfig, spec: dict[str, Any]) -> RemoteWorkers:
     """A learner's worker actors (``ray.workers.workers_spec``), each group wrapped in what its
-    runner or loop calls it through; and where the learner publishes its usage."""
+    runner or loop calls it through (``WorkerGroup.calls``); and where the learner publishes its
+    usage."""
     import ray
 
     from distrl.runners.base import RemoteWorkers
 
     namespace, retries = spec["namespace"], (spec["max_restarts"], spec["backoff_s"])
+    declared = run_groups(cfg)
     groups = {
-        group: load(worker_group(algorithm_name, group).calls)(
-            [ray.get_actor(name, namespace=namespace) for name in names], *retries
+        group: load(declared[group].calls)(
+            declared[group], [ray.get_actor(name, namespace=namespace) for name in names], *retries
         )
         for group, names in spec["groups"].items()
     }
-    return RemoteWorkers(**groups, status=LearnerStatus(namespace))
+    return RemoteWorkers(groups, status=LearnerStatus(namespace))
 
 
 def start_learners(ray: Any, cluster: VirtualCluster, cfg: RunConfig, namespace: str, name: str) -> list[Any]:

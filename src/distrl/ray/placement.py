@@ -1,8 +1,9 @@
 """Ray mode's virtual cluster: one placement group per node of ``cluster.num_nodes``.
 
-Each group holds one bundle per worker of that node, learners first and then the env, eval and
-data workers, each group's total split evenly over the nodes in order (``workers.<group>_per_node``
-on every node when given that way). A node's group is STRICT_PACK: its workers share one Ray node,
+Each group holds one bundle per worker of that node, learners first and then the run's worker
+groups beside them (env, eval and data workers, or its algorithm's own: ``ray.groups``), each
+group's total split evenly over the nodes in order (``workers.<group>_per_node`` on every node when
+given that way). A node's group is STRICT_PACK: its workers share one Ray node,
 its object store and memory. ``cluster.strategy: SPREAD`` puts every node's group on a Ray node
 of its own (each is placed in turn, kept off the Ray nodes the earlier ones took); ``PACK`` lets
 Ray put several on one Ray node where they fit. A group not placed within
@@ -16,9 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from distrl.config.sections import ClusterConfig, WorkersConfig
+from distrl.config.sections import ClusterConfig, WorkersSection, group_keys
 from distrl.errors import UserError
-from distrl.ray.groups import WORKER_GROUPS
 from distrl.sharding import even_split
 
 NODE_ID_LABEL = "ray.io/node-id"
@@ -30,7 +30,7 @@ class VirtualCluster:
     groups: list[Any]
     """Each node's placement group (None for a node with no workers)."""
     slots: dict[str, list[tuple[int, int]]]
-    """Per worker group (``policy``, ``env``, ``eval``, ``data``), each worker's (node, bundle)."""
+    """Per worker group (``policy``, then the run's groups beside it), each worker's (node, bundle)."""
 
     def scheduling(self, group: str, index: int) -> Any:
         """Where worker ``index`` of ``group`` runs: its bundle of its node's placement group."""
@@ -40,14 +40,15 @@ class VirtualCluster:
         return PlacementGroupSchedulingStrategy(self.groups[node], placement_group_bundle_index=bundle)
 
 
-def worker_groups(workers: WorkersConfig) -> dict[str, tuple[int, float]]:
+def worker_groups(workers: WorkersSection) -> dict[str, tuple[int, float]]:
     """The worker groups beside the learners: (workers, CPUs per worker), in bundle order."""
+    keys = {group: group_keys(group) for group in workers.group_names()}
     return {
-        group: (getattr(workers, group), getattr(workers, f"cpus_per_{group}")) for group in WORKER_GROUPS
+        group: (getattr(workers, total), getattr(workers, cpus)) for group, (total, _, cpus) in keys.items()
     }
 
 
-def job_bundles(workers: WorkersConfig) -> dict[str, tuple[int, dict[str, float]]]:
+def job_bundles(workers: WorkersSection) -> dict[str, tuple[int, dict[str, float]]]:
     """Per worker group, learners first: (workers in all, one worker's bundle)."""
     learner = {"CPU": workers.cpus_per_policy}
     if workers.gpus_per_policy:
@@ -73,7 +74,7 @@ def node_bundles(
     return bundles, slots
 
 
-def place(ray: Any, cluster: ClusterConfig, workers: WorkersConfig, job: str) -> VirtualCluster:
+def place(ray: Any, cluster: ClusterConfig, workers: WorkersSection, job: str) -> VirtualCluster:
     """The job's placement groups, placed one after the other. SPREAD places greedily: on
     uneven Ray nodes an early node may take a Ray node a later, larger one needed."""
     from ray.exceptions import GetTimeoutError

@@ -1,10 +1,11 @@
-"""Ray mode's prompt workers (GRPO's data workers): actors that serve a learner its prompts, so
+"""Ray mode's prompt workers (GRPO's ``workers.prompt``): actors that serve a learner its prompts, so
 that reading and preparing a large prompt set happens beside the learners.
 
 Prompts are keyed by their global index (``tasks.prompts``): a learner asks its workers for its
 own share of each step's indices, so the workers' output is seeded, sharded by learner, and
 resumes where the run's step says, with no cursor of their own to lose. A worker that dies is
-restarted by Ray, set up again and asked for the same prompts again.
+restarted by Ray, set up again and asked for the same prompts again (``prompt_worker_failures``
+counts the failures).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ class PromptWorker(WorkerActor):
 class RayPromptWorkers(StartedWorkers):
     """A learner's prompt workers, serving as ``tasks.prompts.PromptSource`` does."""
 
-    group = "data"
     retried = "serving its prompts"
 
     def start(self, task: TaskConfig, seed: int) -> RayPromptWorkers:
@@ -49,6 +49,3 @@ class RayPromptWorkers(StartedWorkers):
     def examples(self, indices: Sequence[int], progress: float = 1.0) -> list[Example]:
         served = self.call_each("examples", [(indices[part], progress) for part in self.parts(len(indices))])
         return [example for part in served for example in part]
-
-    def counts(self) -> dict[str, float]:
-        return {"data_worker_failures": float(self.failures)}

@@ -1,9 +1,9 @@
-"""What Ray mode's workers are doing: each learner's, env, eval and data worker's CPU, memory,
-GPU memory and work done, read live by ``distrl status``; the driver samples the env, eval and
-data workers' into the run dir's ``workers.jsonl`` (the learners' own are in the run's metrics,
-``usage/rank<r>/*``).
+"""What Ray mode's workers are doing: each learner's and each worker's beside them (env, eval,
+data workers, an algorithm's own) CPU, memory, GPU memory and work done, read live by ``distrl
+status``; the driver samples the workers' beside the learners into the run dir's ``workers.jsonl``
+(the learners' own are in the run's metrics, ``usage/rank<r>/*``).
 
-Every env, eval and data worker answers ``usage()`` in a concurrency group of its own, so it
+Every worker beside the learners answers ``usage()`` in a concurrency group of its own, so it
 answers while it steps envs, reads or evaluates. A learner trains on its actor's main thread and
 cannot answer calls: it publishes its usage once per update (at most once a second) in Ray's
 key-value store instead. That store, the actor states and the restart counts all live in Ray's

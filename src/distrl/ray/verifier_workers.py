@@ -1,11 +1,11 @@
-"""Ray mode's verifier workers (GRPO's env workers): actors that score a learner's completions
+"""Ray mode's verifier workers (GRPO's ``workers.verifier``): actors that score a learner's completions
 with the task's reward functions, so that slow verifiers (a sandbox, a checker) run beside the
 learners instead of inside them.
 
 A learner splits each step's completions over its verifiers and waits for all parts. A verifier
 that dies is restarted by Ray; the learner logs the cause, waits with exponential backoff, loads
 the reward functions into it again and has it score the same part again, whole: no reward is
-lost or counted twice (``env_worker_failures`` counts the failures). A reward function that
+lost or counted twice (``verifier_worker_failures`` counts the failures). A reward function that
 raises or returns a non-number is bad input: its one line stops the run, as without Ray.
 """
 
@@ -42,7 +42,6 @@ class VerifierWorker(WorkerActor):
 class RayVerifierWorkers(StartedWorkers):
     """A learner's verifier workers, scoring as ``tasks.verifiers.RewardFunctions`` does."""
 
-    group = "env"
     retried = "scoring its part"
 
     def start(self, task: TaskConfig) -> RayVerifierWorkers:
@@ -53,6 +52,3 @@ class RayVerifierWorkers(StartedWorkers):
         """Each verifier scores a consecutive part; the parts' scores joined in order."""
         args = [(examples[part], completions[part], ended[part]) for part in self.parts(len(examples))]
         return Scores.joined(self.call_each("score", args))
-
-    def counts(self) -> dict[str, float]:
-        return {"env_worker_failures": float(self.failures)}

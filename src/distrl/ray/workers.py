@@ -18,10 +18,13 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distrl.errors import UserError
 from distrl.sharding import even_split
+
+if TYPE_CHECKING:
+    from distrl.algos.registry import WorkerGroup
 
 REBUILD_WAIT_S = 60.0
 """How long a failed worker may take to come back (Ray restarts it) before it counts as failed again."""
@@ -187,12 +190,12 @@ class RestartableWorkers(ABC):
     the worker set up again (``set_up``) and the call made again: the same work, whole, so none
     is lost or done twice. More than ``max_restarts`` failures in a row stop the run with one line."""
 
-    group: str
-    """The group's name in messages (``env``, ``data``)."""
     retried: str
     """What a retry does again, in messages."""
 
-    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        self.group = group
+        """Its declaration: its name in messages, its metrics' names."""
         self.handles = handles
         self.max_restarts = max_restarts
         self.backoff_s = backoff_s
@@ -242,13 +245,17 @@ class RestartableWorkers(ABC):
                 cause = failure_cause(exc, self.processes.pop(index, None))
                 if failures > self.max_restarts:
                     raise UserError(
-                        f"{self.group} worker {index} failed {failures} times in a row "
+                        f"{self.group.name} worker {index} failed {failures} times in a row "
                         f"(workers.max_restarts={self.max_restarts}); last cause: {cause}"
                     ) from None
                 delay = retry_delay(self.backoff_s, failures)
                 then = f"retrying {self.retried} in {delay:g} s"
-                report_failure(self.group, index, cause, failures, self.max_restarts, then)
+                report_failure(self.group.name, index, cause, failures, self.max_restarts, then)
                 time.sleep(delay)
+
+    def counts(self) -> dict[str, float]:
+        """The workers' failures since the launch started (``IterationResult.counted``)."""
+        return {self.group.failures_metric: float(self.failures)}
 
     def _rebuild(self, index: int) -> None:
         """``set_up`` once Ray has restarted the worker (calls fail while it restarts, for up to
@@ -274,8 +281,8 @@ class StartedWorkers(RestartableWorkers):
     prompt source): a restarted one is started again with the same arguments, and each call's
     items are cut into consecutive parts, one per worker."""
 
-    def __init__(self, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(handles, max_restarts, backoff_s)
+    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+        super().__init__(group, handles, max_restarts, backoff_s)
         self.start_args: tuple[Any, ...] = ()
 
     def start_all(self, *args: Any) -> None:
@@ -319,7 +326,7 @@ class WorkRate:
 
 
 class WorkerActor:
-    """What every env, eval and data worker actor class has: ``usage()`` (``distrl status``,
+    """What every worker actor class beside the learners has: ``usage()`` (``distrl status``,
     the driver's ``workers.jsonl``), a count of the work it has done, and ``--profile``'s
     trace of its calls. (Learners are plain actors: ``usage()`` in a concurrency group of its own
     would move their training off the main thread, where signal handlers cannot be installed;

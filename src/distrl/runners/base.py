@@ -53,16 +53,34 @@ class StatusBoard(Protocol):
 
 @dataclass
 class RemoteWorkers:
-    """A rank's worker processes, by job; None: the rank does that job itself (or not at all)."""
+    """A rank's worker processes, by the group the launcher gave it (Ray mode's ``ray.groups``:
+    env, eval and data workers, or its algorithm's own); a group it lacks: the rank does that job
+    itself (or not at all)."""
 
-    env: EnvWorkers | None = None
-    """Step this rank's envs for it."""
-    eval: EvalWorkers | None = None
-    """Evaluate the newest weights asynchronously (rank 0's)."""
-    data: DataWorkers | None = None
-    """Read this rank's part of a logged dataset."""
+    groups: dict[str, Any] = field(default_factory=dict)
+    """What the rank calls each group's workers through (``WorkerGroup.calls``), by group name."""
     status: StatusBoard | None = None
     """Where the rank's own usage goes for the launcher's live status (Ray mode's learners)."""
+
+    def group(self, name: str) -> Any | None:
+        """This rank's workers of group ``name`` (an algorithm's own: GRPO's ``verifier``); None
+        when it has none."""
+        return self.groups.get(name)
+
+    @property
+    def env(self) -> EnvWorkers | None:
+        """Step this rank's envs for it."""
+        return self.group("env")
+
+    @property
+    def eval(self) -> EvalWorkers | None:
+        """Evaluate the newest weights asynchronously (rank 0's)."""
+        return self.group("eval")
+
+    @property
+    def data(self) -> DataWorkers | None:
+        """Read this rank's part of a logged dataset."""
+        return self.group("data")
 
 
 @dataclass

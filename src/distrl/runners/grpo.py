@@ -6,9 +6,10 @@ own normaliser, so after each update all ranks hold identical parameters.
 ``iteration()`` reads as the algorithm: prompts -> generate (with the sampling policy's
 log-probabilities) -> score -> group advantages -> log-probabilities of the reference policy
 (with a KL penalty) and, in low precision, of the policy again -> update; the shared loop logs,
-checks stop rules and checkpoints around it. Everything random is keyed on the step and the
-prompt's global index (prompts, sampling noise, minibatches), so 1 and N ranks train alike and a
-resumed run continues as an unbroken one would.
+scores held-out prompts (``Algorithm.periodic_eval``), checks stop rules and checkpoints around
+it. Everything random is keyed on the step and the prompt's global index (prompts, sampling
+noise, minibatches), so 1 and N ranks train alike and a resumed run continues as an unbroken one
+would.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from torch import nn
 
 from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages
 from distrl.errors import UserError
-from distrl.eval.completions import score_held_out
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.generate import Completions, Sampling, generate, left_padded
 from distrl.models.sequence_policy import SequencePolicy, sequence_model, sequence_tokenizer
@@ -63,18 +63,17 @@ class GRPORunner(Runner):
         self.completions_per_step = self.drawn_prompts * self.group_size
         self.tokenizer = sequence_tokenizer(cfg)
         # In Ray mode prompt workers serve the prompts and verifier workers score the completions.
-        workers = ctx.workers
+        prompt_workers: RayPromptWorkers | None = ctx.workers.group("prompt")
+        verifiers: RayVerifierWorkers | None = ctx.workers.group("verifier")
         self.prompts: PromptSource | RayPromptWorkers = (
-            workers.data.start(cfg.task, cfg.train.seed)
-            if workers.data is not None
+            prompt_workers.start(cfg.task, cfg.train.seed)
+            if prompt_workers is not None
             else PromptSource(cfg.task, cfg.train.seed, held_out_side=False)
         )
         self.reward_functions: RewardFunctions | RayVerifierWorkers = (
-            workers.env.start(cfg.task) if workers.env is not None else RewardFunctions(cfg.task)
+            verifiers.start(cfg.task) if verifiers is not None else RewardFunctions(cfg.task)
         )
-        self.remote = [group for group in (workers.data, workers.env) if group is not None]
-        self.evaluates_itself = workers.eval is None
-        """Without eval workers the ranks score held-out prompts themselves every ``eval.every``."""
+        self.remote = [group for group in (prompt_workers, verifiers) if group is not None]
         self.policy = sequence_model(cfg, self.tokenizer).to(device)
         self.policy.activation_checkpointing = cfg.train.activation_checkpointing
         comm.broadcast_parameters_(self.policy)
@@ -147,7 +146,6 @@ class GRPORunner(Runner):
             "generated_tokens_per_s": float(lengths.sum()) / generate_s,
             "trained_tokens_per_s": float(lengths.sum()) * cfg.algo.update_epochs / update_s,
             **{f"reward/{name}": float(np.mean(v)) if v else 0.0 for name, v in scores.by_function.items()},
-            **self.evaluate_held_out(step),
         }
         return IterationResult(
             env_steps=self.completions_per_step,
@@ -233,21 +231,6 @@ class GRPORunner(Runner):
                 epoch_plan.append(self.local_rows(torch.searchsorted(mine, local)).to(self.device))
             plan.append(epoch_plan)
         return plan
-
-    def evaluate_held_out(self, step: int) -> dict[str, float]:
-        """Every ``eval.every`` updates: greedy completions of ``eval.episodes`` held-out prompts,
-        split over the ranks (``heldout/*``, means over all of them)."""
-        if not self.evaluates_itself or (step + 1) % self.cfg.eval.every:
-            return {}
-        episodes = self.cfg.eval.episodes
-        first, count = even_split(episodes, self.comm.rank, self.comm.world_size)
-        with self.clock("eval"):
-            scores, exact = score_held_out(
-                self.cfg, self.deployable_policy(), count, self.cfg.eval.seed + first
-            )
-            totals = self.comm.sum_scalars([sum(scores.rewards), sum(exact)])
-        # The loop averages over ranks: each rank reports the global mean already.
-        return {"heldout/reward": totals[0] / episodes, "heldout/exact_match": totals[1] / episodes}
 
     def train_state(self) -> TrainState:
         vocab, context = self.tokenizer.vocab_size, self.cfg.model.transformer.context

@@ -59,9 +59,8 @@ class DataWorkers(Protocol):
     def cpe_steps(self, max_rows: int) -> LoggedSteps:
         """``ope.dqn.cpe_steps`` of the dataset."""
 
-    @property
-    def failures(self) -> int:
-        """Calls to a worker that failed (and were retried) since the start."""
+    def counts(self) -> dict[str, float]:
+        """The workers' failures since the launch started (``IterationResult.counted``)."""
 
 
 class LoggedDataRunner(Runner):
@@ -200,9 +199,7 @@ class LoggedDataRunner(Runner):
         skipped = totals.pop("skipped_steps", 0.0)
         estimates = self.evaluate_offline()
         global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
-        counted = {}
-        if self.data_workers is not None:
-            counted["data_worker_failures"] = float(self.data_workers.failures)
+        counted = {} if self.data_workers is None else self.data_workers.counts()
         return IterationResult(
             env_steps=int(global_samples),
             local_steps=samples,

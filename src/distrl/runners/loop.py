@@ -1,7 +1,8 @@
 """The one training loop every algorithm and launcher shares.
 
-Each pass: the runner's iteration -> the metrics row (one sum over ranks) -> the stop check ->
-log -> the ranks' agreement (preemption, checkpoint due: one small sum) -> checkpoint. The loop
+Each pass: the runner's iteration -> the metrics row (one sum over ranks) -> evaluation (every
+``eval.every`` updates, by eval workers or by the ranks themselves) and the stop check -> log ->
+the ranks' agreement (preemption, checkpoint due: one small sum) -> checkpoint. The loop
 also owns resume (counters, every rank's RNG and state), the bad-update stop and the progress
 bar; it knows ranks only through the communicator and runners only through ``Runner``.
 """
@@ -13,13 +14,14 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
-from distrl.algos.registry import evaluator, export, output_format
+from distrl.algos.registry import evaluator, export, output_format, periodic_evaluator
 from distrl.config.run import describe_changes
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
@@ -97,6 +99,9 @@ class TrainingLoop:
         """This rank's env steps (logged rows) in this launch, for the launcher's live status."""
         self.eval_workers = ctx.workers.eval if ctx.comm.is_main else None
         """Rank 0's evaluation workers: the newest weights evaluated while training goes on."""
+        self.evaluate_in_process: Callable[..., dict[str, list[float]]] | None = None
+        """The algorithm's periodic evaluation, which the ranks run themselves in a job without
+        eval workers (``Algorithm.periodic_eval``; set when ``run()`` starts)."""
         self.checkpoint_writer: ckpt.BackgroundWriter | None = None
         """Rank 0's checkpoint writer, open while ``run()`` runs."""
         self._last_checkpoint = (0, time.monotonic())
@@ -124,6 +129,7 @@ class TrainingLoop:
         profile = self.run_dir / "profile" / f"rank{self.comm.rank}.json"
         profiler = UpdateProfiler(self.cfg.log.profile_updates, profile)
         self.runner.start(fresh=self.global_step == 0)
+        self.evaluate_in_process = self._in_process_evaluation()
         self.clock.take()  # start-up is no update's time
         start_time, start_step = time.perf_counter(), self.global_step
         self._last_row_time = start_time
@@ -145,6 +151,7 @@ class TrainingLoop:
                     time_s=time.perf_counter() - start_time,
                 )
                 with self.clock("eval"):
+                    self._evaluate_periodically(row)
                     solved = self._reached_stop_return(row)
                     self._evaluate_asynchronously(row)
                 with self.clock("log"):
@@ -270,13 +277,31 @@ class TrainingLoop:
         # Seeds kept apart from eval.seed's so the final `distrl eval` is not the stop test.
         seed = self.cfg.eval.seed + STOP_CHECK_SEED_OFFSET
         episodes = self.cfg.eval.episodes
-        total = self._evaluate_split(episodes, seed)
+        total = self._evaluate_split(self._returns, episodes, seed)["return"]
         row["stop_check_return"] = total / episodes
         confirm = self.cfg.train.stop_confirm_episodes
         if row["stop_check_return"] >= target and confirm:
-            total += self._evaluate_split(confirm, seed + episodes)
+            total += self._evaluate_split(self._returns, confirm, seed + episodes)["return"]
             row["stop_check_return"] = total / (episodes + confirm)
         return row["stop_check_return"] >= target
+
+    def _in_process_evaluation(self) -> Callable[..., dict[str, list[float]]] | None:
+        """The algorithm's periodic evaluation when the ranks run it themselves: the job has no
+        eval workers (only rank 0 is given them: one sum tells every rank)."""
+        evaluate = periodic_evaluator(self.cfg)
+        if evaluate is None or self.comm.sum_scalars([float(self.eval_workers is not None)])[0]:
+            return None
+        return evaluate
+
+    def _evaluate_periodically(self, row: dict[str, Any]) -> None:
+        """Every ``eval.every`` updates of a job without eval workers, the ranks evaluate the
+        policy as its algorithm declares (``Algorithm.periodic_eval``: GRPO's held-out prompts),
+        ``eval.episodes`` split over them, and log each metric's mean over all of them."""
+        if self.evaluate_in_process is None or self.update_index % self.cfg.eval.every:
+            return
+        episodes = self.cfg.eval.episodes
+        totals = self._evaluate_split(self.evaluate_in_process, episodes, self.cfg.eval.seed)
+        row.update({metric: total / episodes for metric, total in totals.items()})
 
     def _evaluate_asynchronously(self, row: dict[str, Any]) -> None:
         """Rank 0 hands every ``eval.every``-th update's weights to its eval workers and logs
@@ -297,12 +322,19 @@ class TrainingLoop:
         self.event_counts.update(totals)
         return totals
 
-    def _evaluate_split(self, episodes: int, seed: int) -> float:
-        """Sum of the returns of ``episodes`` deterministic episodes (episode i seeded ``seed + i``),
-        each rank running its share; every rank gets the same sum."""
+    def _evaluate_split(
+        self, evaluate: Callable[..., dict[str, list[float]]], episodes: int, seed: int
+    ) -> dict[str, float]:
+        """Each metric of ``evaluate`` (a value per episode) summed over ``episodes`` deterministic
+        episodes (episode i seeded ``seed + i``), each rank running its share; every rank gets the
+        same sums."""
         first, count = even_split(episodes, self.comm.rank, self.comm.world_size)
-        returns = evaluator(self.cfg)(self.cfg, self.runner.deployable_policy(), count, seed + first)
-        return self.comm.sum_scalars([sum(returns)])[0]
+        values = evaluate(self.cfg, self.runner.deployable_policy(), count, seed + first)
+        return dict(zip(values, self.comm.sum_scalars([sum(v) for v in values.values()]), strict=True))
+
+    def _returns(self, *args: Any) -> dict[str, list[float]]:
+        """The returns of the algorithm's evaluator (``Algorithm.evaluator``), as ``return``."""
+        return {"return": evaluator(self.cfg)(*args)}
 
     def _make_logger(self) -> MetricsLogger:
         main = self.comm.is_main
