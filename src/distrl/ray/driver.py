@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from distrl.algos.registry import WorkerGroup, load, runner_reference
+from distrl.algos.registry import JAX, JAX_NATIVE_ENVS, WorkerGroup, learns_from, load, runner_reference
 from distrl.config.run import RunConfig
 from distrl.config.sections import ClusterConfig, WorkersSection
 from distrl.errors import UserError
@@ -137,7 +137,7 @@ def check_workers(cfg: RunConfig) -> None:
             load(group.check)(cfg)
         if group.shared_out:
             _one_per_learner_at_least(name, count, workers.policy)
-    if cfg.ml_framework == "jax":
+    if learns_from(cfg) in (JAX, JAX_NATIVE_ENVS):
         raise UserError(
             "ml_framework: jax across processes needs distrl's JAX launcher, not ray: "
             "python -m distrl.launch.jax --nproc_per_node=N -m distrl.train ... --ml-framework jax"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distrl.algos.registry import WorkerGroup, algorithm
+from distrl.algos.registry import ENVS, LOGGED_DATA, WorkerGroup, algorithm, learns_from
 from distrl.config.sections import GENERIC_WORKER_GROUPS
 from distrl.errors import UserError
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def check_env_workers(cfg: RunConfig) -> None:
     """Env workers collect whole rollouts online, for a torch learner."""
-    if cfg.ml_framework != "torch" or cfg.data.path is not None:
+    if learns_from(cfg) != ENVS:
         raise UserError(
             "workers.env: env workers collect for online PPO and DQN with ml_framework: torch; "
             "set workers.env=0"
@@ -33,7 +33,7 @@ def check_env_workers(cfg: RunConfig) -> None:
 
 def check_data_workers(cfg: RunConfig) -> None:
     """Data workers read a logged dataset for a torch learner."""
-    if cfg.data.path is None or cfg.ml_framework != "torch":
+    if learns_from(cfg) != LOGGED_DATA:
         raise UserError(
             "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
         )
