@@ -17,7 +17,8 @@ class RolloutBatch:
 
     obs: torch.Tensor
     actions: torch.Tensor
-    log_probs: torch.Tensor
+    behaviour_log_probs: torch.Tensor
+    """Of the actions under the policy that took them (PPO's ratio divides by them)."""
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
@@ -88,7 +89,8 @@ class RolloutSegment:
     obs: torch.Tensor
     """As the policy saw them (normalised feature vectors; images as the env gave them)."""
     actions: torch.Tensor
-    log_probs: torch.Tensor
+    behaviour_log_probs: torch.Tensor
+    """Of each action under the policy that sampled it."""
     values: torch.Tensor
     rewards: torch.Tensor
     """Scaled, with truncations bootstrapped: what GAE reads."""
@@ -125,7 +127,7 @@ class RolloutSegment:
         advantages, returns = compute_gae(
             self.rewards, self.values, self.dones, self.last_values, gamma, gae_lambda
         )
-        steps = (self.obs, self.actions, self.log_probs, self.values, advantages, returns)
+        steps = (self.obs, self.actions, self.behaviour_log_probs, self.values, advantages, returns)
         if self.memory_states.shape[-1] == 0:
             return RolloutBatch(*(t.flatten(0, 1) for t in steps))
         memory = (self.memory_states, self.dones)
@@ -177,7 +179,7 @@ class RolloutStorage:
         obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros((*shape, *action_shape), dtype=action_dtype, device=device)
-        self.log_probs = torch.zeros(shape, device=device)
+        self.behaviour_log_probs = torch.zeros(shape, device=device)
         self.values = torch.zeros(shape, device=device)
         self.rewards = torch.zeros(shape, device=device)
         self.dones = torch.zeros(shape, device=device)
@@ -198,7 +200,7 @@ class RolloutStorage:
         self,
         obs: torch.Tensor,
         actions: torch.Tensor,
-        log_probs: torch.Tensor,
+        behaviour_log_probs: torch.Tensor,
         values: torch.Tensor,
         rewards: torch.Tensor,
         dones: torch.Tensor,
@@ -210,7 +212,7 @@ class RolloutStorage:
         self.obs[t] = obs
         self.memory_states[t] = memory_states
         self.actions[t] = actions
-        self.log_probs[t] = log_probs
+        self.behaviour_log_probs[t] = behaviour_log_probs
         self.values[t] = values
         self.rewards[t] = rewards
         self.dones[t] = dones
@@ -225,7 +227,7 @@ class RolloutStorage:
         return RolloutSegment(
             obs=self.obs[:n],
             actions=self.actions[:n],
-            log_probs=self.log_probs[:n],
+            behaviour_log_probs=self.behaviour_log_probs[:n],
             values=self.values[:n],
             rewards=self.rewards[:n],
             dones=self.dones[:n],
