@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from distrl.collect.base import CollectRequest
 from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, exploration_noise
 from distrl.config.run import load_config
 from distrl.envs import make_vec_env
@@ -35,7 +36,8 @@ def collect(parts: list[slice], epsilon: float, times: int = 2) -> list[Transiti
     made = collectors(parts)
     for collector in made:
         collector.reset()
-    return [TransitionSegment.join([c.collect(epsilon) for c in made], CPU) for _ in range(times)]
+    request = CollectRequest(policy_version=0, exploration=epsilon)
+    return [TransitionSegment.join([c.collect(request) for c in made], CPU) for _ in range(times)]
 
 
 def test_envs_split_over_collectors_give_the_same_transitions() -> None:
@@ -54,7 +56,7 @@ def test_epsilon_one_explores_uniformly_and_zero_acts_greedily() -> None:
     assert 0.4 < share < 0.6  # 200 uniform picks of CartPole's two actions
     made = collectors([slice(0, 5)])
     made[0].reset()
-    greedy = made[0].collect(0.0)
+    greedy = made[0].collect(CollectRequest(policy_version=0))
     with torch.no_grad():
         expected = made[0].policy.q_network(greedy.obs).argmax(dim=-1)
     assert torch.equal(greedy.actions, expected)

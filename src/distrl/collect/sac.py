@@ -1,7 +1,7 @@
 """SAC's acting while it collects: uniformly random actions until ``learning_starts``, then actions
 sampled from the squashed Gaussian actor. Both come from one standard normal draw per env, step
 and action dimension (``ActionNoise``), so splitting a rank's envs over env workers changes no
-env's action."""
+env's action. Its collector (``Algorithm.collector``) is ``squashed_gaussian_collector``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.collect.base import CollectorInputs
 from distrl.collect.rollout import ActionNoise
 from distrl.collect.transitions import TransitionCollector
-from distrl.envs import VecEnv
 from distrl.models.sac import ActionScale, SquashedGaussianActor
 
 if TYPE_CHECKING:
@@ -42,13 +42,16 @@ class SquashedGaussianExploration(nn.Module):
         return self.scale.to_env(unit)
 
 
-def env_worker_collector(
-    cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
-) -> tuple[dict[str, nn.Module], TransitionCollector]:
-    """SAC on an env worker: a CPU actor (each segment's weights are loaded into it) and a
-    collector of ``env`` acting with it, drawing ``part``'s rows of the learner's noise."""
-    cpu = torch.device("cpu")
-    actor = SquashedGaussianActor(env.observation_space, env.action_space, cfg.model)
-    noise = sac_noise(noise_seed, noise_rows, actor.action_dim, part, cpu)
-    exploring = SquashedGaussianExploration(actor, env.action_space)
-    return {"actor": actor}, TransitionCollector(cfg, env, exploring, noise, cpu)
+def squashed_gaussian_collector(inputs: CollectorInputs) -> TransitionCollector:
+    """SAC's collector (``Algorithm.collector``), acting with the ``actor`` of ``inputs.modules``."""
+    actor = inputs.modules["actor"]
+    noise = sac_noise(inputs.noise_seed, inputs.noise_rows, actor.action_dim, inputs.part, inputs.device)
+    exploring = SquashedGaussianExploration(actor, inputs.env.action_space)
+    return TransitionCollector(inputs.cfg, inputs.env, exploring, noise, inputs.device, inputs.clock)
+
+
+def actor_copies(
+    cfg: RunConfig, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> dict[str, nn.Module]:
+    """What SAC acts with, freshly built (``Algorithm.acting``)."""
+    return {"actor": SquashedGaussianActor(observation_space, action_space, cfg.model).to(device)}

@@ -1,7 +1,7 @@
 """Replay-based algorithms' collection (DQN, SAC): steps of envs with an exploring policy, into
 segments of transitions. A rank collects from its own envs with one; in Ray mode each env worker
 runs one over its part of a rank's envs and the rank joins their segments before they go into its
-replay buffer.
+replay buffer. Both build DQN's with ``epsilon_greedy_collector`` (its ``Algorithm.collector``).
 
 Exploration draws its numbers per env and step from ``ActionNoise`` (for DQN two uniform ones:
 whether to explore, which action), drawn for all of a rank's envs and cut to the collector's
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+import gymnasium as gym
 import torch
 from torch import nn
 
-from distrl.collect.rollout import ActionNoise, EnvCollector
+from distrl.collect.base import CollectorInputs, CollectRequest, EnvCollector
+from distrl.collect.rollout import ActionNoise
 from distrl.envs import VecEnv
 from distrl.models.policies import make_q_network
 from distrl.storage.transitions import TransitionSegment
@@ -72,13 +74,10 @@ class TransitionCollector(EnvCollector):
         self.policy = policy
         self.noise = noise
 
-    def segment(self, exploration: float) -> TransitionSegment:
-        return self.collect(exploration)
-
     @torch.no_grad()
-    def collect(self, exploration: float) -> TransitionSegment:
-        """``rollout_steps`` steps of every env, exploring as ``exploration`` says."""
-        obs = self.obs
+    def collect(self, request: CollectRequest) -> TransitionSegment:
+        """``rollout_steps`` steps of every env, exploring as ``request.exploration`` says."""
+        obs, exploration = self.obs, request.exploration
         steps = []
         for _ in range(self.rollout_steps):
             with self.clock("inference"):
@@ -96,16 +95,21 @@ class TransitionCollector(EnvCollector):
             obs = next_obs
         self.obs = obs
         columns = (torch.stack(column) for column in zip(*steps, strict=True))
-        return TransitionSegment(*columns, restarted=self.take_restarted())
+        return TransitionSegment(
+            *columns, restarted=self.take_restarted(), policy_version=request.policy_version
+        )
 
 
-def env_worker_collector(
-    cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
-) -> tuple[dict[str, torch.nn.Module], TransitionCollector]:
-    """DQN on an env worker: a CPU Q-network (each segment's weights are loaded into it) and an
-    epsilon-greedy collector of ``env`` acting with it, drawing ``part``'s rows of the learner's
-    exploration noise."""
-    cpu = torch.device("cpu")
-    q_network = make_q_network(cfg, env.observation_space, env.action_space, cpu)
-    exploration = exploration_noise(noise_seed, noise_rows, part, cpu)
-    return {"q_network": q_network}, TransitionCollector(cfg, env, EpsilonGreedy(q_network), exploration, cpu)
+def epsilon_greedy_collector(inputs: CollectorInputs) -> TransitionCollector:
+    """DQN's collector (``Algorithm.collector``): epsilon-greedy in the ``q_network`` of
+    ``inputs.modules``."""
+    noise = exploration_noise(inputs.noise_seed, inputs.noise_rows, inputs.part, inputs.device)
+    exploring = EpsilonGreedy(inputs.modules["q_network"])
+    return TransitionCollector(inputs.cfg, inputs.env, exploring, noise, inputs.device, inputs.clock)
+
+
+def q_network_copies(
+    cfg: RunConfig, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> dict[str, nn.Module]:
+    """What DQN acts with, freshly built (``Algorithm.acting``)."""
+    return {"q_network": make_q_network(cfg, observation_space, action_space, device)}

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from distrl.algos.registry import algorithm
+from distrl.algos.registry import Algorithm, algorithm
 from distrl.config.algorithm import AlgorithmSection
 from distrl.config.base import Section
 from distrl.config.grpo_vocabulary import translate_grpo_section
@@ -60,6 +60,13 @@ class RunConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """What ``algo.name`` declares (``algos.registry``), looked up as ``algo`` was: how code
+        the registry names (a collector, a runner) reads its algorithm's other declarations
+        without importing the registry, which names it."""
+        return algorithm(self.algo.name)
 
     @model_validator(mode="before")
     @classmethod

@@ -6,7 +6,7 @@ from dataclasses import Field, dataclass, fields, replace
 
 import torch
 
-from distrl.storage.segments import join_along_envs
+from distrl.storage.segments import join_along_envs, joined_version
 
 
 @dataclass
@@ -90,7 +90,7 @@ class RolloutSegment:
     """As the policy saw them (normalised feature vectors; images as the env gave them)."""
     actions: torch.Tensor
     behaviour_log_probs: torch.Tensor
-    """Of each action under the policy that sampled it."""
+    """Of each action under the policy that sampled it (the one of ``policy_version``)."""
     values: torch.Tensor
     rewards: torch.Tensor
     """Scaled, with truncations bootstrapped: what GAE reads."""
@@ -115,6 +115,8 @@ class RolloutSegment:
     first rollout; an env worker rebuilt after a failure)."""
     nonfinite_final_obs: bool
     """A final observation (bootstrapping a truncation) was not finite."""
+    policy_version: int
+    """The learner's updates whose weights acted (``storage.segments``)."""
 
     @property
     def steps(self) -> int:
@@ -140,13 +142,14 @@ class RolloutSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
         # Integer frames are one tensor in each part (``raw_obs`` is ``obs``): one copy joined.
         shared = all(p.raw_obs is p.obs for p in parts)
-        skipped = {"nonfinite_final_obs", "raw_obs"} if shared else {"nonfinite_final_obs"}
+        skipped = {"nonfinite_final_obs", "policy_version", *(["raw_obs"] if shared else [])}
         joined = join_along_envs(
             parts, [f.name for f in fields(cls) if f.name not in skipped], PER_ENV, device
         )
         if shared:
             joined["raw_obs"] = joined["obs"]
-        return cls(**joined, nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts))
+        nonfinite = any(p.nonfinite_final_obs for p in parts)
+        return cls(**joined, nonfinite_final_obs=nonfinite, policy_version=joined_version(parts))
 
 
 def step_major_chunks(t: torch.Tensor, length: int) -> torch.Tensor:
@@ -219,9 +222,14 @@ class RolloutStorage:
         self.step += 1
 
     def segment(
-        self, last_values: torch.Tensor, restarted: torch.Tensor, nonfinite_final_obs: bool
+        self,
+        last_values: torch.Tensor,
+        restarted: torch.Tensor,
+        nonfinite_final_obs: bool,
+        policy_version: int,
     ) -> RolloutSegment:
-        """The steps added so far (views, valid until the next rollout); resets the write position."""
+        """The steps added so far (views, valid until the next rollout), acted with the weights of
+        ``policy_version``; resets the write position."""
         n, self.step = self.step, 0
         assert n > 0, "rollout is empty"
         return RolloutSegment(
@@ -239,4 +247,5 @@ class RolloutStorage:
             last_values=last_values,
             restarted=restarted,
             nonfinite_final_obs=nonfinite_final_obs,
+            policy_version=policy_version,
         )
