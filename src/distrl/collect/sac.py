@@ -27,19 +27,26 @@ def sac_noise(seed: list[int], rows: int, action_dim: int, part: slice, device: 
 
 class SquashedGaussianExploration(nn.Module):
     """Env actions from ``actor``: sampled (``exploration`` 0), or uniform in the bounds
-    (``exploration`` 1: before ``learning_starts``, SB3's random warm-up)."""
+    (``exploration`` 1: before ``learning_starts``, SB3's random warm-up). Their log-probabilities
+    are densities over the actor's ``[-1, 1]`` actions, as SAC's loss reads them (the env's
+    differ by the bounds' constant log-Jacobian, which cancels in any ratio): the squashed
+    Gaussian's, or the uniform's, -log 2 per action dimension."""
 
     def __init__(self, actor: SquashedGaussianActor, action_space: gym.spaces.Box) -> None:
         super().__init__()
         self.actor = actor
         self.scale = ActionScale(action_space).to(next(actor.parameters()).device)
+        self.uniform_log_prob = -actor.action_dim * math.log(2.0)
 
-    def forward(self, obs: torch.Tensor, noise: torch.Tensor, exploration: float) -> torch.Tensor:
+    def forward(
+        self, obs: torch.Tensor, noise: torch.Tensor, exploration: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if exploration >= 1.0:
             unit = torch.special.erf(noise / math.sqrt(2.0))  # 2 Phi(z) - 1: uniform in (-1, 1)
+            log_probs = unit.new_full(unit.shape[:-1], self.uniform_log_prob)
         else:
-            unit = self.actor.sample(obs, noise)[0]
-        return self.scale.to_env(unit)
+            unit, log_probs = self.actor.sample(obs, noise)
+        return self.scale.to_env(unit), log_probs
 
 
 def squashed_gaussian_collector(inputs: CollectorInputs) -> TransitionCollector:

@@ -33,25 +33,35 @@ def exploration_noise(seed: list[int], rows: int, part: slice, device: torch.dev
 
 
 class ExploringPolicy(Protocol):
-    def __call__(self, obs: torch.Tensor, noise: torch.Tensor, exploration: float) -> torch.Tensor:
+    def __call__(
+        self, obs: torch.Tensor, noise: torch.Tensor, exploration: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The env actions for ``obs``, from this step's ``noise`` rows and the algorithm's
-        exploration setting (DQN's epsilon; SAC's share of uniformly random actions)."""
+        exploration setting (DQN's epsilon; SAC's share of uniformly random actions), and their
+        log-probabilities under that exploring (behaviour) policy."""
         ...
 
 
 class EpsilonGreedy(nn.Module):
     """DQN's acting: the greedy action of ``q_network`` (a value per Discrete action), or with
-    probability ``exploration`` (epsilon) a uniformly random one."""
+    probability ``exploration`` (epsilon) a uniformly random one, which may be the greedy one
+    too. So an action's probability is (1 - epsilon) [it is greedy] + epsilon / actions: the
+    greedy one's 1 - epsilon + epsilon / actions, any other's epsilon / actions (summing to 1)."""
 
     def __init__(self, q_network: nn.Module) -> None:
         super().__init__()
         self.q_network = q_network
 
-    def forward(self, obs: torch.Tensor, uniform: torch.Tensor, exploration: float) -> torch.Tensor:
+    def forward(
+        self, obs: torch.Tensor, uniform: torch.Tensor, exploration: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         num_actions = self.q_network.num_actions
         greedy = self.q_network(obs).argmax(dim=-1)
         random_actions = (uniform[:, 1] * num_actions).long().clamp_(max=num_actions - 1)
-        return torch.where(uniform[:, 0] < exploration, random_actions, greedy)
+        actions = torch.where(uniform[:, 0] < exploration, random_actions, greedy)
+        # log 0 (epsilon 0) only where no action was taken: never selected.
+        chance = exploration / num_actions
+        return actions, torch.where(actions == greedy, 1.0 - exploration + chance, chance).log()
 
 
 class TransitionCollector(EnvCollector):
@@ -81,7 +91,7 @@ class TransitionCollector(EnvCollector):
         steps = []
         for _ in range(self.rollout_steps):
             with self.clock("inference"):
-                actions = self.policy(obs, self.noise.draw(), exploration)
+                actions, log_probs = self.policy(obs, self.noise.draw(), exploration)
             with self.clock("env"):
                 result = self.env.step(actions.to(self.env.device))
             next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result[:5])
@@ -89,9 +99,8 @@ class TransitionCollector(EnvCollector):
             if result.life_lost is not None:  # the agent's episode ends; the game goes on
                 terminated = terminated | result.life_lost.to(self.device)
             learnt = torch.sign(reward) if self.clip_rewards else reward
-            steps.append(
-                (obs, actions, learnt, final_obs, terminated, terminated | truncated, reward, game_over)
-            )
+            ended = terminated | truncated
+            steps.append((obs, actions, log_probs, learnt, final_obs, terminated, ended, reward, game_over))
             obs = next_obs
         self.obs = obs
         columns = (torch.stack(column) for column in zip(*steps, strict=True))

@@ -14,6 +14,10 @@ from distrl.storage.segments import join_along_envs, joined_version
 class TransitionSegment:
     obs: torch.Tensor
     actions: torch.Tensor
+    behaviour_log_probs: torch.Tensor
+    """``[steps, envs]``: the log-probability of each action under the policy that took it,
+    exploration included (DQN's epsilon-greedy; SAC's squashed Gaussian over its ``[-1, 1]``
+    actions, or the uniform warm-up): what importance weights divide by."""
     rewards: torch.Tensor
     """What the agent learns from (their sign with ``normalize.clip_rewards``)."""
     next_obs: torch.Tensor
