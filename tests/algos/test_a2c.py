@@ -34,7 +34,7 @@ def rollouts() -> list[RolloutBatch]:
         RolloutBatch(
             obs=torch.randn(TOTAL, 4, generator=gen),
             actions=torch.randint(3, (TOTAL,), generator=gen),
-            log_probs=torch.zeros(TOTAL),
+            behaviour_log_probs=torch.zeros(TOTAL),
             values=torch.zeros(TOTAL),
             advantages=torch.randn(TOTAL, generator=gen),
             returns=torch.randn(TOTAL, generator=gen),

@@ -77,6 +77,8 @@ ALGORITHM = Algorithm(
     ReinforceConfig,
     deployable_policy="distrl.models.policies:ppo_policy",
     runners={ENVS: "myalgos.reinforce:ReinforceRunner"},
+    collector="distrl.collect.rollout:actor_critic_collector",  # PPO's collection
+    acting="distrl.collect.rollout:actor_critic_copies",
 )
 '''
 

@@ -53,7 +53,7 @@ def test_every_algorithm_names_modules_that_exist() -> None:
 
     for algorithm in ALGORITHMS.values():
         references = [
-            algorithm.deployable_policy, algorithm.env_worker, *algorithm.runners.values(),
+            algorithm.deployable_policy, algorithm.collector, algorithm.acting, *algorithm.runners.values(),
             algorithm.evaluator, algorithm.evaluated_on, algorithm.input_check,
             *algorithm.exports.values(), algorithm.export_check,
         ]  # fmt: skip

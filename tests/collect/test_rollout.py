@@ -8,6 +8,7 @@ from dataclasses import fields
 import pytest
 import torch
 
+from distrl.collect.base import CollectRequest
 from distrl.collect.rollout import ActionNoise, RolloutCollector
 from distrl.config.run import load_config
 from distrl.envs import make_vec_env
@@ -37,7 +38,7 @@ def test_compiled_acting_collects_the_eager_rollout(env_id: str) -> None:
         collector.reset()
         assert (collector.act != acting.act) == compiled  # compiled only when asked
         torch._dynamo.utils.counters.clear()
-        segments[compiled] = collector.rollout()
+        segments[compiled] = collector.collect(CollectRequest(policy_version=0))
         assert not torch._dynamo.utils.counters["graph_break"]  # acting is one graph
     eager, fused = segments[False], segments[True]
     assert eager.dones[9].all() and eager.dones[19].all()

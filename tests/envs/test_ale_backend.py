@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from distrl.collect.base import CollectRequest
 from distrl.collect.rollout import ActionNoise, RolloutCollector
 from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, exploration_noise
 from distrl.config.run import load_config
@@ -56,7 +57,7 @@ def test_a_lost_life_ends_the_agents_episode_not_the_game() -> None:
     noise = ActionNoise.for_policy(policy, [5], 4, slice(None), CPU)
     collector = RolloutCollector(cfg, env, policy, None, None, noise, CPU)
     collector.reset()
-    segment = collector.rollout()
+    segment = collector.collect(CollectRequest(policy_version=0))
     dones, ends = segment.dones.bool(), segment.episode_ends
     assert (ends <= dones).all()  # a game's end is a learning end too
     assert (dones & ~ends).sum() >= 4  # lives lost mid-game: at least one per env in 256 steps
@@ -77,7 +78,7 @@ def test_dqn_ends_the_agents_episode_on_a_lost_life_and_learns_clipped_rewards()
     noise = exploration_noise([5], 4, slice(None), CPU)
     collector = TransitionCollector(cfg, env, EpsilonGreedy(q_network), noise, CPU)
     collector.reset()
-    segment = collector.collect(exploration=1.0)
+    segment = collector.collect(CollectRequest(policy_version=0, exploration=1.0))
     assert (segment.episode_ends <= segment.ended).all()  # a game's end is a learning end too
     assert (segment.terminated & ~segment.episode_ends).sum() >= 4  # lives lost mid-game
     assert torch.equal(segment.rewards, torch.sign(segment.env_rewards))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from distrl.collect.base import CollectRequest
 from distrl.collect.rollout import ActionNoise, RolloutCollector
 from distrl.config.run import load_config
 from distrl.config.sections import ModelConfig
@@ -57,7 +58,7 @@ def test_a_rollout_keeps_uint8_frames_once() -> None:
         cfg, env, policy, None, None, ActionNoise.for_policy(policy, [1], 4, slice(None), CPU), CPU
     )
     collector.reset()
-    segment = collector.rollout()
+    segment = collector.collect(CollectRequest(policy_version=0))
     assert segment.obs.dtype == torch.uint8 and segment.obs.shape == (8, 4, 3, 36, 36)
     assert segment.raw_obs.data_ptr() == segment.obs.data_ptr()  # no second copy
     assert collector.storage.obs.nbytes == 8 * 4 * 3 * 36 * 36  # one byte a pixel

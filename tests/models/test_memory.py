@@ -46,7 +46,7 @@ def test_the_update_replays_the_states_acting_had_so_the_first_ratio_is_one(memo
         mb = batch.chunks(chunks)
         with torch.no_grad():
             log_probs, _, values = runner.policy.action_stats(mb.obs, mb.actions, mb.start_states(), mb.dones)
-        torch.testing.assert_close(log_probs, mb.log_probs, rtol=0, atol=1e-6)
+        torch.testing.assert_close(log_probs, mb.behaviour_log_probs, rtol=0, atol=1e-6)
         torch.testing.assert_close(values, mb.values, rtol=0, atol=1e-6)
     # Replayed without the resets, the same chunks give other values (the fresh actor's
     # probabilities are near uniform): the check can fail.

@@ -52,6 +52,35 @@ def test_truncation_bootstraps_with_the_value_of_the_final_observation(memory: s
     assert list(runner.episodes.returns) == [3.0, 3.0, 3.0, 3.0]
 
 
+REPLAY = ["algo.gradient_steps=2", "algo.batch_size=16"]
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides", "updates"),
+    [
+        ("cartpole_ppo.yaml", ["algo.minibatch_size=32"], 3),
+        # The first iteration collects 32 steps, short of learning_starts: no update.
+        ("cartpole_dqn.yaml", ["algo.rollout_steps=8", "algo.learning_starts=64", *REPLAY], 2),
+        ("pendulum_sac.yaml", ["algo.rollout_steps=8", "algo.learning_starts=0", *REPLAY], 3),
+    ],
+    ids=["ppo", "dqn", "sac"],
+)
+def test_a_segment_collected_after_n_updates_carries_version_n(
+    config: str, overrides: list[str], updates: int, tmp_path
+) -> None:
+    """A rank's own envs act with the live weights: their segments carry the learner's update
+    count (tests/ray/test_env_workers.py: env workers' carry the version they were sent)."""
+    cfg = load_config(REPO / "configs" / config, ["env.num_envs=4", "log.tensorboard=false", *overrides])
+    runner = build_training(cfg, TorchComm(), torch.device("cpu"), tmp_path).runner
+    runner.start(fresh=True)
+    step = 0
+    for _ in range(3):
+        step += runner.iteration(step).env_steps
+    segment = runner.collect() if config == "cartpole_ppo.yaml" else runner.collect(runner.exploration(step))
+    assert runner.policy_version == segment.policy_version == updates
+    runner.close()
+
+
 def test_advantages_normalised_from_summed_moments_match_the_two_pass_statistics() -> None:
     adv = torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 30 + 50
     normalized = normalize_advantages(adv, *advantage_sums(adv))

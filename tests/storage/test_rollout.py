@@ -40,7 +40,7 @@ def test_a_rollout_cut_short_yields_only_its_steps_bootstrapped_from_where_it_st
             torch.zeros(2),
             torch.zeros(2, 0),
         )
-    batch = storage.segment(torch.full((2,), 2.0), torch.zeros(2, dtype=torch.bool), False).batch(
+    batch = storage.segment(torch.full((2,), 2.0), torch.zeros(2, dtype=torch.bool), False, 0).batch(
         gamma=0.5, gae_lambda=1.0
     )
     assert len(batch) == 6 and batch.obs[:, 0].tolist() == [0, 0, 1, 1, 2, 2]

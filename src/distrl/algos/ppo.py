@@ -118,7 +118,7 @@ class PPO:
             mb.obs, mb.actions, mb.start_states(), mb.dones
         )
         entropy = entropy.mean()
-        log_ratio = new_log_probs - mb.log_probs
+        log_ratio = new_log_probs - mb.behaviour_log_probs
         ratio = log_ratio.exp()
 
         surrogate = mb.advantages * ratio

@@ -1,7 +1,8 @@
 """The algorithm registry: what an algorithm is, by ``algo.name``.
 
 An algorithm is its config section, its runners (how it trains, by what it learns from), how
-its deployable policy is built from a checkpoint, what an env worker acts with, how its policy
+its deployable policy is built from a checkpoint, how it collects from envs and what it acts
+with there (one builder for a rank's own envs and an env worker's part of them), how its policy
 is evaluated (in the loop, too) and how ``distrl eval`` describes the result, the file formats
 its policy is exported in (``distrl export``, ``output.path``) and Ray mode's worker groups of
 its own (``WorkerGroup``). Everything but the config section is named as
@@ -101,9 +102,15 @@ class Algorithm:
     runners: dict[str, str] = field(default_factory=dict)
     """``module:Class`` of its ``Runner``, by what it learns from (``ENVS``, ``LOGGED_DATA``,
     ``JAX``, ``JAX_NATIVE_ENVS``)."""
-    env_worker: str | None = None
-    """``module:function`` of ``(RunConfig, VecEnv, noise_seed, noise_rows, part) -> (acting
-    modules by checkpoint name, collector)``: what a Ray env worker acts and collects with."""
+    collector: str | None = None
+    """``module:function`` of ``(collect.base.CollectorInputs) -> collect.base.Collector``: the
+    one builder of its collector, over a rank's own envs (its runner's, acting with the live
+    modules) and over a Ray env worker's part of them (acting with the worker's copies) alike;
+    None: it collects from no envs."""
+    acting: str | None = None
+    """``module:function`` of ``(RunConfig, observation space, action space, device) -> modules
+    by checkpoint name``: fresh copies of what its collector acts with, which a Ray env worker
+    builds and loads each policy version's weights into."""
     memory_runners: tuple[str, ...] = ()
     """The keys of ``runners`` that train policies with memory (``model.memory``)."""
     evaluator: str = "distrl.eval.episodes:evaluate"
@@ -149,7 +156,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                 JAX: "distrl.runners.jax_on_policy:JaxOnPolicyRunner",
                 JAX_NATIVE_ENVS: "distrl.runners.jax_compiled:JaxCompiledRunner",
             },
-            env_worker="distrl.collect.rollout:env_worker_collector",
+            collector="distrl.collect.rollout:actor_critic_collector",
+            acting="distrl.collect.rollout:actor_critic_copies",
             memory_runners=(ENVS,),
         ),
         Algorithm(
@@ -160,7 +168,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                 ENVS: "distrl.runners.off_policy:OffPolicyRunner",
                 LOGGED_DATA: "distrl.runners.offline:OfflineRunner",
             },
-            env_worker="distrl.collect.transitions:env_worker_collector",
+            collector="distrl.collect.transitions:epsilon_greedy_collector",
+            acting="distrl.collect.transitions:q_network_copies",
             evaluator="distrl.eval.episodes:evaluate_q_policy",
         ),
         Algorithm(
@@ -168,7 +177,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             A2CConfig,
             deployable_policy="distrl.models.policies:ppo_policy",
             runners={ENVS: "distrl.runners.a2c:A2CRunner"},
-            env_worker="distrl.collect.rollout:env_worker_collector",
+            collector="distrl.collect.rollout:actor_critic_collector",
+            acting="distrl.collect.rollout:actor_critic_copies",
             memory_runners=(ENVS,),
         ),
         Algorithm(
@@ -176,7 +186,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             SACConfig,
             deployable_policy="distrl.models.sac:sac_policy",
             runners={ENVS: "distrl.runners.sac:SACRunner"},
-            env_worker="distrl.collect.sac:env_worker_collector",
+            collector="distrl.collect.sac:squashed_gaussian_collector",
+            acting="distrl.collect.sac:actor_copies",
         ),
         Algorithm(
             "iql",

@@ -1,6 +1,7 @@
-"""PPO's collection: step envs with the current policy for one rollout and record what the
-update needs. A rank collects from its own envs with one; in Ray mode each env worker runs one
-over its part of a rank's envs and the rank joins their segments.
+"""PPO's and A2C's collection: step envs with the current policy for one rollout and record what
+the update needs. A rank collects from its own envs with one; in Ray mode each env worker runs one
+over its part of a rank's envs and the rank joins their segments. Both build it with
+``actor_critic_collector`` (the algorithms' ``Algorithm.collector``).
 
 Actions are sampled from ``ActionNoise``, drawn for all of a rank's envs and cut to the
 collector's part, so splitting a rank's envs over workers changes no env's action.
@@ -8,14 +9,14 @@ collector's part, so splitting a rank's envs over workers changes no env's actio
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from distrl.collect.base import CollectorInputs, CollectRequest, EnvCollector
 from distrl.compile import compiled_if
 from distrl.envs import VecEnv
 from distrl.envs.base import obs_tensor_dtype
@@ -24,7 +25,6 @@ from distrl.models.memory import reset_ended
 from distrl.models.normalizer import RunningMeanStd
 from distrl.models.policies import acting_modules, ppo_actor_critic, ppo_normalizers
 from distrl.storage.rollout import RolloutSegment, RolloutStorage
-from distrl.storage.transitions import TransitionSegment
 from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
@@ -64,94 +64,6 @@ class ActionNoise:
     ) -> ActionNoise:
         """What PPO's sampled actions need: normal noise for Box actions, uniform for Discrete."""
         return cls(policy.noise_shape(rows), policy.continuous, seed, part, device)
-
-
-class Collection(Protocol):
-    """Where a rank's rollouts come from: its own envs (``RolloutCollector``) or env workers."""
-
-    def reset(self) -> torch.Tensor:
-        """Reset every env; their first observations, as the envs gave them."""
-        ...
-
-    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
-        """One rollout of all the rank's envs, on the rank's device, up to ``rollout_steps`` steps
-        (fewer once ``should_stop(steps so far)``, where the collection can be cut)."""
-        ...
-
-    def counts(self) -> dict[str, float]:
-        """Events of this rank's collection since the launch started (``IterationResult.counted``)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class TransitionSource(Protocol):
-    """Where a replay-based rank's transitions come from: its own envs (``TransitionCollector``)
-    or env workers."""
-
-    def reset(self) -> torch.Tensor: ...
-
-    def collect(self, exploration: float) -> TransitionSegment:
-        """``rollout_steps`` steps of all the rank's envs, on the rank's device, exploring as
-        ``exploration`` says (DQN's epsilon)."""
-        ...
-
-    def counts(self) -> dict[str, float]: ...
-
-    def close(self) -> None: ...
-
-
-class EnvWorkers(Protocol):
-    """Processes that step a rank's envs for it (Ray mode's environment workers), whatever the
-    algorithm: each acts with a copy of what the rank acts with and hands back segments."""
-
-    def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
-        """Build the envs (global seeds ``seeds``, shared out over the workers) and each worker's
-        acting copy for ``cfg``'s algorithm; their (observation space, action space)."""
-        ...
-
-    def acting(self, modules: dict[str, torch.nn.Module], device: torch.device) -> RemoteCollection:
-        """Segments from the workers, acting with the current state of ``modules`` (by their
-        checkpoint names), joined on ``device``."""
-        ...
-
-
-class RemoteCollection(Collection, TransitionSource, Protocol):
-    """A rank's env workers as its collection: rollouts (PPO) or transitions (DQN), whichever
-    the workers' collectors make."""
-
-
-class EnvCollector:
-    """What a collector over a rank's own envs (or a worker's part of them) keeps between
-    segments: the observation the next one starts from and the envs reset since the last one."""
-
-    def __init__(self, env: VecEnv, device: torch.device, clock: PhaseClock | None) -> None:
-        self.env = env
-        self.device = device
-        self.clock = clock or PhaseClock()
-        """Where stepping and acting are timed (the training loop's clock; an env worker's own)."""
-        self.obs: torch.Tensor | None = None
-        self.restarted = torch.zeros(env.num_envs, dtype=torch.bool, device=device)
-
-    def reset(self) -> torch.Tensor:
-        self.obs = self.env.reset().to(self.device)
-        self.restarted.fill_(True)
-        return self.obs
-
-    def take_restarted(self) -> torch.Tensor:
-        """The envs reset since the last segment (cleared: the next segment continues them)."""
-        restarted, self.restarted = self.restarted, torch.zeros_like(self.restarted)
-        return restarted
-
-    def segment(self, *args: Any) -> RolloutSegment | TransitionSegment:
-        """One segment of the algorithm's kind (what an env worker hands back)."""
-        raise NotImplementedError
-
-    def counts(self) -> dict[str, float]:
-        return {}
-
-    def close(self) -> None:
-        self.env.close()
 
 
 class RolloutCollector(EnvCollector):
@@ -194,16 +106,14 @@ class RolloutCollector(EnvCollector):
         self.discounted_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
         self.action_bounds = _action_bounds(env.action_space, device)
 
-    def segment(self) -> RolloutSegment:
-        return self.rollout()
-
     def reset(self) -> torch.Tensor:
         self.memory_state.zero_()
         return super().reset()
 
-    def rollout(self, should_stop: Callable[[int], bool] = lambda steps: False) -> RolloutSegment:
+    def collect(self, request: CollectRequest) -> RolloutSegment:
         gamma = self.cfg.algo.gamma
         store = self.storage
+        should_stop = request.should_stop
         obs, state = self.obs, self.memory_state
         nonfinite_final_obs = False
         for t in range(self.cfg.algo.rollout_steps):
@@ -238,7 +148,9 @@ class RolloutCollector(EnvCollector):
         self.obs, self.memory_state = obs, state
         with torch.no_grad(), self.clock("inference"):
             last_values = self.policy.value(self.normalize_obs(finite(obs)), state)
-        return store.segment(last_values, self.take_restarted(), bool(nonfinite_final_obs))
+        return store.segment(
+            last_values, self.take_restarted(), bool(nonfinite_final_obs), request.policy_version
+        )
 
     def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_rms is None:
@@ -271,16 +183,20 @@ def _action_bounds(space: gym.spaces.Space, device: torch.device) -> tuple[torch
     )
 
 
-def env_worker_collector(
-    cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
-) -> tuple[dict[str, nn.Module], RolloutCollector]:
-    """PPO on an env worker: a CPU copy of what acts, by checkpoint name (each rollout's weights
-    are loaded into it), and a collector of ``env`` acting with it. ``part``: the worker's envs
-    among its learner's ``noise_rows``, so it draws the same action noise those envs would get
-    in one process."""
-    cpu = torch.device("cpu")
-    policy = ppo_actor_critic(cfg, env.observation_space, env.action_space, cpu)
-    obs_rms, return_rms = ppo_normalizers(cfg, env.observation_space, env.action_space)
-    noise = ActionNoise.for_policy(policy, noise_seed, noise_rows, part, cpu)
-    collector = RolloutCollector(cfg, env, policy, obs_rms, return_rms, noise, cpu)
-    return acting_modules(policy, obs_rms, return_rms), collector
+def actor_critic_collector(inputs: CollectorInputs) -> RolloutCollector:
+    """PPO's and A2C's collector (``Algorithm.collector``), acting with the ``policy`` of
+    ``inputs.modules`` and its normalisers where in use."""
+    policy = inputs.modules["policy"]
+    noise = ActionNoise.for_policy(policy, inputs.noise_seed, inputs.noise_rows, inputs.part, inputs.device)
+    obs_rms, return_rms = inputs.modules.get("obs_rms"), inputs.modules.get("return_rms")
+    return RolloutCollector(
+        inputs.cfg, inputs.env, policy, obs_rms, return_rms, noise, inputs.device, inputs.clock
+    )
+
+
+def actor_critic_copies(
+    cfg: RunConfig, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> dict[str, nn.Module]:
+    """What PPO and A2C act with, freshly built (``Algorithm.acting``)."""
+    policy = ppo_actor_critic(cfg, observation_space, action_space, device)
+    return acting_modules(policy, *ppo_normalizers(cfg, observation_space, action_space, device))

@@ -1,7 +1,7 @@
 """Replay-based algorithms' collection (DQN, SAC): steps of envs with an exploring policy, into
 segments of transitions. A rank collects from its own envs with one; in Ray mode each env worker
 runs one over its part of a rank's envs and the rank joins their segments before they go into its
-replay buffer.
+replay buffer. Both build DQN's with ``epsilon_greedy_collector`` (its ``Algorithm.collector``).
 
 Exploration draws its numbers per env and step from ``ActionNoise`` (for DQN two uniform ones:
 whether to explore, which action), drawn for all of a rank's envs and cut to the collector's
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+import gymnasium as gym
 import torch
 from torch import nn
 
-from distrl.collect.rollout import ActionNoise, EnvCollector
+from distrl.collect.base import CollectorInputs, CollectRequest, EnvCollector
+from distrl.collect.rollout import ActionNoise
 from distrl.envs import VecEnv
 from distrl.models.policies import make_q_network
 from distrl.storage.transitions import TransitionSegment
@@ -31,25 +33,35 @@ def exploration_noise(seed: list[int], rows: int, part: slice, device: torch.dev
 
 
 class ExploringPolicy(Protocol):
-    def __call__(self, obs: torch.Tensor, noise: torch.Tensor, exploration: float) -> torch.Tensor:
+    def __call__(
+        self, obs: torch.Tensor, noise: torch.Tensor, exploration: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The env actions for ``obs``, from this step's ``noise`` rows and the algorithm's
-        exploration setting (DQN's epsilon; SAC's share of uniformly random actions)."""
+        exploration setting (DQN's epsilon; SAC's share of uniformly random actions), and their
+        log-probabilities under that exploring (behaviour) policy."""
         ...
 
 
 class EpsilonGreedy(nn.Module):
     """DQN's acting: the greedy action of ``q_network`` (a value per Discrete action), or with
-    probability ``exploration`` (epsilon) a uniformly random one."""
+    probability ``exploration`` (epsilon) a uniformly random one, which may be the greedy one
+    too. So an action's probability is (1 - epsilon) [it is greedy] + epsilon / actions: the
+    greedy one's 1 - epsilon + epsilon / actions, any other's epsilon / actions (summing to 1)."""
 
     def __init__(self, q_network: nn.Module) -> None:
         super().__init__()
         self.q_network = q_network
 
-    def forward(self, obs: torch.Tensor, uniform: torch.Tensor, exploration: float) -> torch.Tensor:
+    def forward(
+        self, obs: torch.Tensor, uniform: torch.Tensor, exploration: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         num_actions = self.q_network.num_actions
         greedy = self.q_network(obs).argmax(dim=-1)
         random_actions = (uniform[:, 1] * num_actions).long().clamp_(max=num_actions - 1)
-        return torch.where(uniform[:, 0] < exploration, random_actions, greedy)
+        actions = torch.where(uniform[:, 0] < exploration, random_actions, greedy)
+        # log 0 (epsilon 0) only where no action was taken: never selected.
+        chance = exploration / num_actions
+        return actions, torch.where(actions == greedy, 1.0 - exploration + chance, chance).log()
 
 
 class TransitionCollector(EnvCollector):
@@ -72,17 +84,14 @@ class TransitionCollector(EnvCollector):
         self.policy = policy
         self.noise = noise
 
-    def segment(self, exploration: float) -> TransitionSegment:
-        return self.collect(exploration)
-
     @torch.no_grad()
-    def collect(self, exploration: float) -> TransitionSegment:
-        """``rollout_steps`` steps of every env, exploring as ``exploration`` says."""
-        obs = self.obs
+    def collect(self, request: CollectRequest) -> TransitionSegment:
+        """``rollout_steps`` steps of every env, exploring as ``request.exploration`` says."""
+        obs, exploration = self.obs, request.exploration
         steps = []
         for _ in range(self.rollout_steps):
             with self.clock("inference"):
-                actions = self.policy(obs, self.noise.draw(), exploration)
+                actions, log_probs = self.policy(obs, self.noise.draw(), exploration)
             with self.clock("env"):
                 result = self.env.step(actions.to(self.env.device))
             next_obs, reward, terminated, truncated, final_obs = (x.to(self.device) for x in result[:5])
@@ -90,22 +99,26 @@ class TransitionCollector(EnvCollector):
             if result.life_lost is not None:  # the agent's episode ends; the game goes on
                 terminated = terminated | result.life_lost.to(self.device)
             learnt = torch.sign(reward) if self.clip_rewards else reward
-            steps.append(
-                (obs, actions, learnt, final_obs, terminated, terminated | truncated, reward, game_over)
-            )
+            ended = terminated | truncated
+            steps.append((obs, actions, log_probs, learnt, final_obs, terminated, ended, reward, game_over))
             obs = next_obs
         self.obs = obs
         columns = (torch.stack(column) for column in zip(*steps, strict=True))
-        return TransitionSegment(*columns, restarted=self.take_restarted())
+        return TransitionSegment(
+            *columns, restarted=self.take_restarted(), policy_version=request.policy_version
+        )
 
 
-def env_worker_collector(
-    cfg: RunConfig, env: VecEnv, noise_seed: list[int], noise_rows: int, part: slice
-) -> tuple[dict[str, torch.nn.Module], TransitionCollector]:
-    """DQN on an env worker: a CPU Q-network (each segment's weights are loaded into it) and an
-    epsilon-greedy collector of ``env`` acting with it, drawing ``part``'s rows of the learner's
-    exploration noise."""
-    cpu = torch.device("cpu")
-    q_network = make_q_network(cfg, env.observation_space, env.action_space, cpu)
-    exploration = exploration_noise(noise_seed, noise_rows, part, cpu)
-    return {"q_network": q_network}, TransitionCollector(cfg, env, EpsilonGreedy(q_network), exploration, cpu)
+def epsilon_greedy_collector(inputs: CollectorInputs) -> TransitionCollector:
+    """DQN's collector (``Algorithm.collector``): epsilon-greedy in the ``q_network`` of
+    ``inputs.modules``."""
+    noise = exploration_noise(inputs.noise_seed, inputs.noise_rows, inputs.part, inputs.device)
+    exploring = EpsilonGreedy(inputs.modules["q_network"])
+    return TransitionCollector(inputs.cfg, inputs.env, exploring, noise, inputs.device, inputs.clock)
+
+
+def q_network_copies(
+    cfg: RunConfig, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> dict[str, nn.Module]:
+    """What DQN acts with, freshly built (``Algorithm.acting``)."""
+    return {"q_network": make_q_network(cfg, observation_space, action_space, device)}

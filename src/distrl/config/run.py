@@ -22,7 +22,7 @@ from pydantic import (
     field_validator,
 )
 
-from distrl.algos.registry import ALGORITHMS, algorithm
+from distrl.algos.registry import ALGORITHMS, Algorithm, algorithm
 from distrl.config.algorithm import AlgorithmSection
 from distrl.config.base import Section
 from distrl.config.grpo_vocabulary import translate_grpo_section
@@ -74,6 +74,13 @@ class RunConfig(Section):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     # Validated by ``config_from_dict`` as the run's algorithm's (``workers_config``).
     workers: WorkersOfAlgorithm = Field(default_factory=WorkersConfig)
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """What ``algo.name`` declares (``algos.registry``), looked up as ``algo`` was: how code
+        the registry names (a collector, a runner) reads its algorithm's other declarations
+        without importing the registry, which names it."""
+        return algorithm(self.algo.name)
 
     @field_validator("algo", mode="before")
     @classmethod

@@ -51,12 +51,13 @@ def uses_obs_normalization(
 
 
 def ppo_normalizers(
-    cfg: RunConfig, observation_space: gym.spaces.Space, action_space: gym.spaces.Space
+    cfg: RunConfig, observation_space: gym.spaces.Space, action_space: gym.spaces.Space, device: torch.device
 ) -> tuple[RunningMeanStd | None, RunningMeanStd | None]:
-    """The observation statistics and the reward scale the config asks for (None: not used)."""
+    """The observation statistics and the reward scale the config asks for, on ``device`` (None:
+    not used)."""
     normalize = uses_obs_normalization(cfg, observation_space, action_space)
-    obs_rms = _obs_normalizer(observation_space) if normalize else None
-    return obs_rms, RunningMeanStd(()) if cfg.normalize.rewards else None
+    obs_rms = _obs_normalizer(observation_space).to(device) if normalize else None
+    return obs_rms, RunningMeanStd(()).to(device) if cfg.normalize.rewards else None
 
 
 def _obs_normalizer(observation_space: gym.spaces.Box) -> RunningMeanStd:

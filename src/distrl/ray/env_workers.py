@@ -1,9 +1,10 @@
 """Ray mode's environment workers: actors that each step a part of one learner's envs.
 
-A worker holds a CPU copy of what acts (PPO's policy and normalisers, DQN's Q-network),
-refreshed once per rollout from one object in Ray's object store (never per step), runs the same
-collector a rank runs over its own envs (``RolloutCollector``, ``TransitionCollector``), and
-returns its segment; the learner joins its workers' segments along the env axis. Actions come
+A worker holds a CPU copy of what acts (PPO's policy and normalisers, DQN's Q-network; its
+algorithm's ``Algorithm.acting``), refreshed from one object in Ray's object store when the
+learner's policy version changes (never per step), runs the collector a rank builds over its own
+envs (``collect.base.build_collector``), and returns its segment, tagged with the version of the
+weights it acted with; the learner joins its workers' segments along the env axis. Actions come
 from the rank's ``ActionNoise`` cut to the worker's envs, so one learner with N env workers
 collects exactly what one process with the same envs collects (with ``train.compile``, to the
 last bits of compiled acting: ~1e-5).
@@ -18,31 +19,37 @@ or counted twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from distrl.algos.registry import WorkerGroup, algorithm, load
+from distrl.algos.registry import WorkerGroup
 from distrl.allocator import keep_freed_memory
-from distrl.collect.rollout import EnvCollector
+from distrl.collect.base import (
+    Collector,
+    CollectorInputs,
+    CollectRequest,
+    acting_copies,
+    build_collector,
+    never,
+)
 from distrl.config.run import RunConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
 from distrl.ray.workers import RestartableWorkers, WorkerActor
 from distrl.sharding import even_split
-from distrl.storage.rollout import RolloutSegment
-from distrl.storage.transitions import TransitionSegment
+from distrl.storage.segments import Segment
 
 
 @dataclass(frozen=True)
 class ActingWeights:
     """What an env worker acts with for a segment: tensors by module name (the algorithm's acting
-    modules, as in its checkpoints), and their version (the learner's collections so far in this
-    launch). A worker loads a version once, however often a part is retried with it."""
+    modules, as in its checkpoints), and their version (the learner's updates so far in this
+    launch, ``CollectRequest.policy_version``). A worker loads a version once, however often it
+    collects with it or a part is retried with it."""
 
     version: int
     tensors: dict[str, dict[str, torch.Tensor]]
@@ -50,14 +57,14 @@ class ActingWeights:
 
 class EnvWorker(WorkerActor):
     """The actor: a part of one learner's envs, stepped with a CPU copy of what acts for it
-    (whatever the algorithm registers as its ``env_worker``)."""
+    (whatever the algorithm registers as its ``acting`` and ``collector``)."""
 
     work_unit = "env steps"
 
     def __init__(self, profile_calls: int = 0, profile_path: str = "") -> None:
         super().__init__(profile_calls, profile_path)
         keep_freed_memory()  # once per actor process: a rebuild after a failure needs it no more
-        self.collector: EnvCollector | None = None
+        self.collector: Collector[Segment] | None = None
         self.modules: dict[str, torch.nn.Module] = {}
         """What each segment's weights are loaded into, by name."""
         self.version = -1
@@ -72,44 +79,47 @@ class EnvWorker(WorkerActor):
         first: int,
         generation: int = 0,
     ) -> tuple[gym.Space, gym.Space]:
-        """Build the envs and the acting copy for ``cfg``'s algorithm; ``generation`` > 0 (a
-        rebuild after a failure) derives fresh env seeds and noise from the given ones."""
+        """Build the envs, the acting copy and the collector for ``cfg``'s algorithm (as a rank
+        builds its own); ``generation`` > 0 (a rebuild after a failure) derives fresh env seeds
+        and noise from the given ones."""
         if self.collector is not None:  # rebuilt after a failure: the old envs go first
             self.collector.close()
         if generation:
             seeds = [int(np.random.SeedSequence([s, generation]).generate_state(1)[0]) for s in seeds]
             noise_seed = [*noise_seed, generation]
         torch.set_num_threads(1)
-        env = make_vec_env(cfg.env, seeds, torch.device("cpu"))
+        cpu = torch.device("cpu")
+        env = make_vec_env(cfg.env, seeds, cpu)
+        self.modules = acting_copies(cfg, env.observation_space, env.action_space, cpu)
         part = slice(first, first + len(seeds))
-        build = load(algorithm(cfg.algo.name).env_worker)
-        self.modules, self.collector = build(cfg, env, noise_seed, noise_rows, part)
+        self.collector = build_collector(
+            CollectorInputs(cfg, env, self.modules, noise_seed, noise_rows, part, cpu)
+        )
         self.version = -1
         return env.observation_space, env.action_space
 
     def reset(self) -> torch.Tensor:
         return self._live_collector().reset()
 
-    def collect(self, weights: ActingWeights, *args: Any) -> RolloutSegment | TransitionSegment:
-        """One segment of the worker's envs acting with ``weights`` (``args``: what the
-        algorithm's collector takes, e.g. DQN's epsilon)."""
+    def collect(self, weights: ActingWeights, request: CollectRequest) -> Segment:
+        """One segment of the worker's envs acting with ``weights``, tagged with their version."""
         collector = self._live_collector()
         if weights.version != self.version:
             for name, module in self.modules.items():
                 module.load_state_dict(weights.tensors[name])
             self.version = weights.version
-        segment = collector.segment(*args)
+        segment = collector.collect(replace(request, policy_version=self.version))
         self.did(segment.steps * segment.obs.shape[1])
         return segment
 
-    def _live_collector(self) -> EnvCollector:
+    def _live_collector(self) -> Collector[Segment]:
         if self.collector is None:  # Ray restarted this actor between two of the learner's calls
             raise RuntimeError("restarted by Ray (killed or out of memory), it lost its envs")
         return self.collector
 
 
 class RayEnvWorkers(RestartableWorkers):
-    """A learner's env workers (``collect.rollout.EnvWorkers``)."""
+    """A learner's env workers (``collect.base.EnvWorkers``)."""
 
     retried = "its part"
 
@@ -143,8 +153,8 @@ class RayEnvWorkers(RestartableWorkers):
 
 
 class RemoteCollection:
-    """A learner's env workers acting with the current state of ``modules`` (by name): its
-    collection (``collect.rollout.RemoteCollection``), rollouts or transitions alike."""
+    """A learner's env workers acting with the state of ``modules`` (by name) at each request's
+    version: its collector (``collect.base.Collector``), rollouts or transitions alike."""
 
     def __init__(
         self, workers: RayEnvWorkers, modules: dict[str, torch.nn.Module], device: torch.device
@@ -152,28 +162,20 @@ class RemoteCollection:
         self.workers = workers
         self.modules = modules
         self.device = device
-        self.version = 0
-        """Versions of the weights put so far."""
 
     def reset(self) -> torch.Tensor:
         return torch.cat(self.workers.call_all("reset")).to(self.device)
 
-    def rollout(self, should_stop: Callable[[int], bool]) -> RolloutSegment:
-        """Every worker collects its part in full (``should_stop``, the straggler cut-off, is
-        not applied to remote envs)."""
-        return RolloutSegment.join(self._segments(), self.device)
-
-    def collect(self, exploration: float) -> TransitionSegment:
-        return TransitionSegment.join(self._segments(exploration), self.device)
-
-    def _segments(self, *args: Any) -> list[Any]:
-        """Every worker's segment, acting with the modules' tensors put in Ray's object store
-        once for all of them."""
+    def collect(self, request: CollectRequest) -> Segment:
+        """Every worker's part, joined: each acts with the modules' tensors, put in Ray's object
+        store once for all of them as version ``request.policy_version``, and collects its part
+        in full (``request.should_stop``, the straggler cut-off, is not applied to remote envs)."""
         import ray
 
-        self.version += 1
         tensors = {name: _cpu_state(module) for name, module in self.modules.items()}
-        return self.workers.call_all("collect", ray.put(ActingWeights(self.version, tensors)), *args)
+        weights = ray.put(ActingWeights(request.policy_version, tensors))
+        parts = self.workers.call_all("collect", weights, replace(request, should_stop=never))
+        return type(parts[0]).join(parts, self.device)
 
     def counts(self) -> dict[str, float]:
         return self.workers.counts()

@@ -15,7 +15,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from distrl.collect.rollout import EnvWorkers, noise_seed
+from distrl.collect.base import Collector, CollectorInputs, EnvWorkers, build_collector
+from distrl.collect.rollout import noise_seed
 from distrl.comm import Comm
 from distrl.envs import VecEnv, make_vec_env
 from distrl.io.train_state import SavedState, TrainState
@@ -234,3 +235,16 @@ def start_rank_envs(ctx: RunContext) -> RankEnvs:
         return RankEnvs(shard, noise, None, *spaces)
     env = make_vec_env(cfg.env, seeds, ctx.device)
     return RankEnvs(shard, noise, env, env.observation_space, env.action_space)
+
+
+def rank_collector(ctx: RunContext, rank_envs: RankEnvs, modules: dict[str, nn.Module]) -> Collector[Any]:
+    """Where the rank's segments come from, acting with ``modules`` (its live acting modules, by
+    checkpoint name): its algorithm's collector over its own envs, or its env workers acting with
+    copies of them."""
+    if rank_envs.env is None:
+        return ctx.workers.env.acting(modules, ctx.device)
+    count = rank_envs.shard.count
+    inputs = CollectorInputs(
+        ctx.cfg, rank_envs.env, modules, rank_envs.noise_seed, count, slice(None), ctx.device, ctx.clock
+    )
+    return build_collector(inputs)

@@ -11,8 +11,6 @@ import torch
 from torch import nn
 
 from distrl.algos.dqn import DQN
-from distrl.collect.rollout import TransitionSource
-from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, exploration_noise
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.policies import greedy_policy, make_q_network
@@ -66,7 +64,7 @@ class OffPolicyRunner(ReplayRunner, QLearningRunner):
     exploration_metric = "epsilon"
 
     def __init__(self, ctx: RunContext) -> None:
-        cfg, device = ctx.cfg, ctx.device
+        cfg = ctx.cfg
         rank_envs = start_rank_envs(ctx)
         if not isinstance(rank_envs.action_space, gym.spaces.Discrete):
             raise UserError(
@@ -75,15 +73,7 @@ class OffPolicyRunner(ReplayRunner, QLearningRunner):
             )
         QLearningRunner.__init__(self, ctx, rank_envs.observation_space, rank_envs.action_space)
         self.n_step = cfg.algo.n_step
-        collection: TransitionSource
-        if rank_envs.env is not None:
-            exploration = exploration_noise(rank_envs.noise_seed, rank_envs.shard.count, slice(None), device)
-            collection = TransitionCollector(
-                cfg, rank_envs.env, EpsilonGreedy(self.q_network), exploration, device, ctx.clock
-            )
-        else:
-            collection = ctx.workers.env.acting({"q_network": self.q_network}, device)
-        self.start_replay(ctx, rank_envs, collection, torch.int64)
+        self.start_replay(ctx, rank_envs, {"q_network": self.q_network}, torch.int64)
 
     def exploration(self, global_step: int) -> float:
         """Epsilon: linear from ``exploration_initial_eps`` to ``exploration_final_eps`` over the

@@ -17,13 +17,21 @@ import torch
 from torch import nn
 
 from distrl.algos.ppo import PPO, OnPolicyUpdate
-from distrl.collect.rollout import ActionNoise, Collection, RolloutCollector, finite
+from distrl.collect.base import Collector, CollectRequest
+from distrl.collect.rollout import finite
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.actor_critic import deployable_actor
 from distrl.models.normalizer import batch_moments
 from distrl.models.policies import acting_modules, ppo_actor_critic, ppo_normalizers
-from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate, start_rank_envs
+from distrl.runners.base import (
+    IterationResult,
+    RunContext,
+    Runner,
+    rank_collector,
+    scheduled_learning_rate,
+    start_rank_envs,
+)
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
 from distrl.sharding import EnvShard
@@ -98,9 +106,8 @@ class OnPolicyRunner(Runner):
                 f"{cfg.model.memory}: a cut rollout would split the update's chunks; unset one of them"
             )
         comm.broadcast_parameters_(self.policy)
-        self.obs_rms, self.return_rms = (
-            rms.to(device) if rms is not None else None
-            for rms in ppo_normalizers(cfg, self.observation_space, self.action_space)
+        self.obs_rms, self.return_rms = ppo_normalizers(
+            cfg, self.observation_space, self.action_space, device
         )
         self.algo = self.update_rule(
             self.policy,
@@ -110,17 +117,10 @@ class OnPolicyRunner(Runner):
             clock=ctx.clock,
             compile_loss=cfg.train.compile,
         )
-        self.collection: Collection
-        if rank_envs.env is not None:
-            noise = ActionNoise.for_policy(
-                self.policy, rank_envs.noise_seed, self.num_envs, slice(None), device
-            )
-            self.collection = RolloutCollector(
-                cfg, rank_envs.env, self.policy, self.obs_rms, self.return_rms, noise, device, ctx.clock
-            )
-        else:
-            modules = acting_modules(self.policy, self.obs_rms, self.return_rms)
-            self.collection = ctx.workers.env.acting(modules, device)
+        acting = acting_modules(self.policy, self.obs_rms, self.return_rms)
+        self.collection: Collector[RolloutSegment] = rank_collector(ctx, rank_envs, acting)
+        self.policy_version = 0
+        """Updates in this launch: the version of the weights the next rollout acts with."""
         self.episodes = EpisodeTracker(self.num_envs, cfg.train.return_window, device)
         self.stragglers = StragglerCutoff(
             comm,
@@ -145,6 +145,7 @@ class OnPolicyRunner(Runner):
         local_steps = rollout.steps * self.num_envs
         collect_s = time.perf_counter() - start
         losses, collected = self.update(rollout)
+        self.policy_version += 1
         skipped = losses.pop("skipped_minibatches")
         return IterationResult(
             env_steps=collected,
@@ -183,7 +184,8 @@ class OnPolicyRunner(Runner):
         its finished episodes counted."""
         self.rollouts += 1
         self.stragglers.begin(self.rollouts)
-        rollout = self.collection.rollout(self.stragglers.should_stop)
+        request = CollectRequest(self.policy_version, should_stop=self.stragglers.should_stop)
+        rollout = self.collection.collect(request)
         self.stragglers.finish()
         self.episodes.add_rollout(rollout.env_rewards, rollout.episode_ends, rollout.restarted)
         return rollout

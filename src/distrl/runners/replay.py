@@ -16,13 +16,21 @@ from typing import TYPE_CHECKING, Protocol
 import gymnasium as gym
 import torch
 
-from distrl.collect.rollout import TransitionSource
+from distrl.collect.base import Collector, CollectRequest
 from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
-from distrl.runners.base import IterationResult, RankEnvs, RunContext, Runner, scheduled_learning_rate
+from distrl.runners.base import (
+    IterationResult,
+    RankEnvs,
+    RunContext,
+    Runner,
+    rank_collector,
+    scheduled_learning_rate,
+)
 from distrl.runners.episodes import EpisodeTracker
 from distrl.sharding import even_split
 from distrl.storage.replay import ReplayBuffer, TransitionBatch
+from distrl.storage.transitions import TransitionSegment
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -58,15 +66,21 @@ class ReplayRunner(Runner):
     """Rewards summed per sampled transition before bootstrapping."""
 
     def start_replay(
-        self, ctx: RunContext, rank_envs: RankEnvs, collection: TransitionSource, action_dtype: torch.dtype
+        self,
+        ctx: RunContext,
+        rank_envs: RankEnvs,
+        acting: dict[str, torch.nn.Module],
+        action_dtype: torch.dtype,
     ) -> None:
         """The rank's replay buffer (``algo.buffer_size`` over all ranks: the same history per
-        env), fed by ``collection``."""
+        env), fed by its collector acting with ``acting`` (the live modules, by checkpoint name)."""
         cfg = ctx.cfg
         self.cfg = cfg
         self.clock = ctx.clock
         self.envs = rank_envs.shard
-        self.collection = collection
+        self.collection: Collector[TransitionSegment] = rank_collector(ctx, rank_envs, acting)
+        self.policy_version = 0
+        """Updates in this launch: the version of the weights the next segment acts with."""
         space: gym.spaces.Space = rank_envs.observation_space
         self.replay = ReplayBuffer(
             cfg.algo.history_per_env(self.envs.global_count),
@@ -99,6 +113,7 @@ class ReplayRunner(Runner):
         stats: dict[str, float] = {}
         if global_step + self.steps_per_iteration >= self.cfg.algo.learning_starts:
             stats = self.learn()
+            self.policy_version += 1
         skipped = stats.pop("skipped_steps", 0.0)
         return IterationResult(
             env_steps=self.steps_per_iteration,
@@ -117,11 +132,12 @@ class ReplayRunner(Runner):
         self.collection.close()
 
     # ----------------------------------------------------------------------------- collect, learn
-    def collect(self, exploration: float) -> None:
-        """``rollout_steps`` exploring steps of every env into the replay buffer."""
-        segment = self.collection.collect(exploration)
+    def collect(self, exploration: float) -> TransitionSegment:
+        """``rollout_steps`` exploring steps of every env, added to the replay buffer."""
+        segment = self.collection.collect(CollectRequest(self.policy_version, exploration=exploration))
         self.episodes.add_rollout(segment.env_rewards, segment.episode_ends, segment.restarted)
         self.replay.add_segment(segment)
+        return segment
 
     def learn(self) -> dict[str, float]:
         """``gradient_steps`` steps, each on this rank's share of a global batch; mean statistics."""

@@ -10,9 +10,6 @@ import torch
 from torch import nn
 
 from distrl.algos.sac import SAC
-from distrl.collect.rollout import TransitionSource
-from distrl.collect.sac import SquashedGaussianExploration, sac_noise
-from distrl.collect.transitions import TransitionCollector
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.encoders import has_images
@@ -48,16 +45,7 @@ class SACRunner(CountsGradientSteps, ReplayRunner):
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
         scale = ActionScale(action_space).to(device)
         self.algo = SAC(self.actor, self.critic, scale, cfg.algo, gradient_sync=sync, clock=ctx.clock)
-        collection: TransitionSource
-        if rank_envs.env is not None:
-            noise = sac_noise(
-                rank_envs.noise_seed, rank_envs.shard.count, self.actor.action_dim, slice(None), device
-            )
-            exploring = SquashedGaussianExploration(self.actor, action_space)
-            collection = TransitionCollector(cfg, rank_envs.env, exploring, noise, device, ctx.clock)
-        else:
-            collection = ctx.workers.env.acting({"actor": self.actor}, device)
-        self.start_replay(ctx, rank_envs, collection, torch.float32)
+        self.start_replay(ctx, rank_envs, {"actor": self.actor}, torch.float32)
 
     def exploration(self, global_step: int) -> float:
         """1 (uniformly random actions) until ``learning_starts`` global env steps, then 0."""

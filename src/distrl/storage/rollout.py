@@ -6,7 +6,7 @@ from dataclasses import Field, dataclass, fields, replace
 
 import torch
 
-from distrl.storage.segments import join_along_envs
+from distrl.storage.segments import join_along_envs, joined_version
 
 
 @dataclass
@@ -17,7 +17,8 @@ class RolloutBatch:
 
     obs: torch.Tensor
     actions: torch.Tensor
-    log_probs: torch.Tensor
+    behaviour_log_probs: torch.Tensor
+    """Of the actions under the policy that took them (PPO's ratio divides by them)."""
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
@@ -88,7 +89,8 @@ class RolloutSegment:
     obs: torch.Tensor
     """As the policy saw them (normalised feature vectors; images as the env gave them)."""
     actions: torch.Tensor
-    log_probs: torch.Tensor
+    behaviour_log_probs: torch.Tensor
+    """Of each action under the policy that sampled it (the one of ``policy_version``)."""
     values: torch.Tensor
     rewards: torch.Tensor
     """Scaled, with truncations bootstrapped: what GAE reads."""
@@ -113,6 +115,8 @@ class RolloutSegment:
     first rollout; an env worker rebuilt after a failure)."""
     nonfinite_final_obs: bool
     """A final observation (bootstrapping a truncation) was not finite."""
+    policy_version: int
+    """The learner's updates whose weights acted (``storage.segments``)."""
 
     @property
     def steps(self) -> int:
@@ -125,7 +129,7 @@ class RolloutSegment:
         advantages, returns = compute_gae(
             self.rewards, self.values, self.dones, self.last_values, gamma, gae_lambda
         )
-        steps = (self.obs, self.actions, self.log_probs, self.values, advantages, returns)
+        steps = (self.obs, self.actions, self.behaviour_log_probs, self.values, advantages, returns)
         if self.memory_states.shape[-1] == 0:
             return RolloutBatch(*(t.flatten(0, 1) for t in steps))
         memory = (self.memory_states, self.dones)
@@ -138,13 +142,14 @@ class RolloutSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
         # Integer frames are one tensor in each part (``raw_obs`` is ``obs``): one copy joined.
         shared = all(p.raw_obs is p.obs for p in parts)
-        skipped = {"nonfinite_final_obs", "raw_obs"} if shared else {"nonfinite_final_obs"}
+        skipped = {"nonfinite_final_obs", "policy_version", *(["raw_obs"] if shared else [])}
         joined = join_along_envs(
             parts, [f.name for f in fields(cls) if f.name not in skipped], PER_ENV, device
         )
         if shared:
             joined["raw_obs"] = joined["obs"]
-        return cls(**joined, nonfinite_final_obs=any(p.nonfinite_final_obs for p in parts))
+        nonfinite = any(p.nonfinite_final_obs for p in parts)
+        return cls(**joined, nonfinite_final_obs=nonfinite, policy_version=joined_version(parts))
 
 
 def step_major_chunks(t: torch.Tensor, length: int) -> torch.Tensor:
@@ -177,7 +182,7 @@ class RolloutStorage:
         obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.obs = torch.zeros((*shape, *obs_shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros((*shape, *action_shape), dtype=action_dtype, device=device)
-        self.log_probs = torch.zeros(shape, device=device)
+        self.behaviour_log_probs = torch.zeros(shape, device=device)
         self.values = torch.zeros(shape, device=device)
         self.rewards = torch.zeros(shape, device=device)
         self.dones = torch.zeros(shape, device=device)
@@ -198,7 +203,7 @@ class RolloutStorage:
         self,
         obs: torch.Tensor,
         actions: torch.Tensor,
-        log_probs: torch.Tensor,
+        behaviour_log_probs: torch.Tensor,
         values: torch.Tensor,
         rewards: torch.Tensor,
         dones: torch.Tensor,
@@ -210,22 +215,27 @@ class RolloutStorage:
         self.obs[t] = obs
         self.memory_states[t] = memory_states
         self.actions[t] = actions
-        self.log_probs[t] = log_probs
+        self.behaviour_log_probs[t] = behaviour_log_probs
         self.values[t] = values
         self.rewards[t] = rewards
         self.dones[t] = dones
         self.step += 1
 
     def segment(
-        self, last_values: torch.Tensor, restarted: torch.Tensor, nonfinite_final_obs: bool
+        self,
+        last_values: torch.Tensor,
+        restarted: torch.Tensor,
+        nonfinite_final_obs: bool,
+        policy_version: int,
     ) -> RolloutSegment:
-        """The steps added so far (views, valid until the next rollout); resets the write position."""
+        """The steps added so far (views, valid until the next rollout), acted with the weights of
+        ``policy_version``; resets the write position."""
         n, self.step = self.step, 0
         assert n > 0, "rollout is empty"
         return RolloutSegment(
             obs=self.obs[:n],
             actions=self.actions[:n],
-            log_probs=self.log_probs[:n],
+            behaviour_log_probs=self.behaviour_log_probs[:n],
             values=self.values[:n],
             rewards=self.rewards[:n],
             dones=self.dones[:n],
@@ -237,4 +247,5 @@ class RolloutStorage:
             last_values=last_values,
             restarted=restarted,
             nonfinite_final_obs=nonfinite_final_obs,
+            policy_version=policy_version,
         )

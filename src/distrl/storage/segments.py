@@ -1,12 +1,34 @@
 """What collectors hand a rank, ``[steps, envs, ...]`` per field: the parts of its env workers
-(the same steps over consecutive envs) are joined along the env axis."""
+(the same steps over consecutive envs) are joined along the env axis.
+
+Every segment carries the version of the policy it was acted with (``policy_version``: the
+learner's updates whose weights acted) and its behaviour log-probabilities, so a learner can tell
+a sample's age (its own version minus the segment's) and correct for acting with older weights.
+The version is one per segment, not per step: a collector takes weights only between segments
+(a rank's own envs act with the live modules, which change only in the update after collecting;
+an env worker loads the weights it was sent before stepping), so no segment straddles an update."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, Protocol, Self
 
 import torch
+
+
+class Segment(Protocol):
+    """What a collector hands back (``RolloutSegment``, ``TransitionSegment``)."""
+
+    obs: torch.Tensor
+    policy_version: int
+
+    @property
+    def steps(self) -> int: ...
+
+    @classmethod
+    def join(cls, parts: list[Self], device: torch.device) -> Self:
+        """Segments of the same steps over consecutive envs as one, on ``device``."""
+        ...
 
 
 def join_along_envs(
@@ -18,3 +40,12 @@ def join_along_envs(
         name: torch.cat([getattr(part, name) for part in parts], dim=0 if name in per_env else 1).to(device)
         for name in names
     }
+
+
+def joined_version(parts: list[Any]) -> int:
+    """The version the joined ``parts`` acted with: one, as a segment has one (every part was
+    sent the weights of the same update)."""
+    versions = {part.policy_version for part in parts}
+    if len(versions) != 1:
+        raise ValueError(f"parts acted with policy versions {sorted(versions)}; a joined segment has one")
+    return versions.pop()

@@ -7,13 +7,17 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from distrl.storage.segments import join_along_envs
+from distrl.storage.segments import join_along_envs, joined_version
 
 
 @dataclass
 class TransitionSegment:
     obs: torch.Tensor
     actions: torch.Tensor
+    behaviour_log_probs: torch.Tensor
+    """``[steps, envs]``: the log-probability of each action under the policy that took it,
+    exploration included (DQN's epsilon-greedy; SAC's squashed Gaussian over its ``[-1, 1]``
+    actions, or the uniform warm-up): what importance weights divide by."""
     rewards: torch.Tensor
     """What the agent learns from (their sign with ``normalize.clip_rewards``)."""
     next_obs: torch.Tensor
@@ -29,6 +33,8 @@ class TransitionSegment:
     restarted: torch.Tensor
     """``[envs]`` bool: the env was reset before this segment, cutting its running episode (the
     first segment; an env worker rebuilt after a failure)."""
+    policy_version: int
+    """The learner's updates whose weights acted (``storage.segments``)."""
 
     @property
     def steps(self) -> int:
@@ -37,4 +43,7 @@ class TransitionSegment:
     @classmethod
     def join(cls, parts: list[TransitionSegment], device: torch.device) -> TransitionSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
-        return cls(**join_along_envs(parts, [f.name for f in fields(cls)], ("restarted",), device))
+        names = [f.name for f in fields(cls) if f.name != "policy_version"]
+        return cls(
+            **join_along_envs(parts, names, ("restarted",), device), policy_version=joined_version(parts)
+        )
