@@ -25,6 +25,8 @@ class PreemptionFlag:
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
+        self._previous: dict[signal.Signals, object] = {}
+        """The handlers ``install`` replaced, for ``restore``."""
 
     @property
     def raised(self) -> bool:
@@ -34,7 +36,14 @@ class PreemptionFlag:
         if threading.current_thread() is not threading.main_thread():
             return  # a Ray actor's task thread: Ray owns the process's signals
         for sig in _SIGNALS:
-            signal.signal(sig, self._handle)
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        """Put back the handlers ``install`` replaced: a process that trains in-process (a test,
+        a notebook) stops on SIGTERM again once training is over."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        self._previous.clear()
 
     def _handle(self, signum: int, frame: object) -> None:
         self.signal_name = signal.Signals(signum).name

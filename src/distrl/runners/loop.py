@@ -64,6 +64,8 @@ class PreemptionSignal(Protocol):
 
     def install(self) -> None: ...
 
+    def restore(self) -> None: ...
+
 
 class TrainingLoop:
     def __init__(
@@ -175,6 +177,7 @@ class TrainingLoop:
             if output is not None and self.comm.is_main:
                 self._write_output(output)
         finally:
+            self.preemption.restore()
             profiler.close()
             if self.checkpoint_writer is not None:
                 self.checkpoint_writer.close()
