@@ -212,12 +212,11 @@ def d3rlpy_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
         "algo.n_step": algo.n_step != 1,
         "algo.loss": algo.loss != "huber",
         "algo.tau": algo.tau != 1.0,
-        "algo.cql_alpha": algo.cql_alpha > 0,
         "algo.anneal_lr": algo.anneal_lr,
     }
     if any(unmatched.values()):
         names = ", ".join(name for name, differs in unmatched.items() if differs)
-        sys.exit(f"{CONFIG}: {names} not mapped to d3rlpy; this benchmark compares plain double DQN")
+        sys.exit(f"{CONFIG}: {names} not mapped to d3rlpy; this benchmark compares (double) DQN or CQL")
     return {
         "batch_size": algo.batch_size,
         "learning_rate": algo.learning_rate,
@@ -226,6 +225,7 @@ def d3rlpy_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
         "max_grad_norm": algo.max_grad_norm,
         "adam_eps": algo.adam_eps,
         "double_q": algo.double_q,
+        "cql_alpha": algo.cql_alpha,
         "hidden_sizes": cfg.model.hidden_sizes,
         "activation": cfg.model.activation,
         "seed": cfg.train.seed,
@@ -251,6 +251,7 @@ def run_d3rlpy(setup: Setup, data: Path, rows: int, ranks: int) -> Run:
     script = [
         str(D3RLPY_SCRIPT), "--data", str(data), "--out", str(out), "--steps", str(setup.steps),
         "--warmup-steps", str(setup.warmup_steps), "--hyper", json.dumps(setup.d3rlpy_hyper),
+        "--algo", "cql" if setup.d3rlpy_hyper["cql_alpha"] > 0 else "dqn",
     ]  # fmt: skip
     wall_s = timed([*launcher(str(setup.d3rlpy_python), ranks), str(PEAK_RSS), str(rss_dir), *script])
     result = json.loads(out.read_text())

@@ -28,6 +28,9 @@ class FlatGradients:
         first = params[0]
         if any(p.dtype != first.dtype or p.device != first.device for p in params):
             raise ValueError("flat gradients need all parameters on one device with one dtype")
+        self.trained = [p for p in params if p.requires_grad]
+        """Backward passes compute these gradients only: a loss that reaches another network's
+        parameters (SAC's actor loss goes through the critics) spends nothing on theirs."""
         numel = sum(p.numel() for p in params)
         # One slot past the gradients carries the sample weight through the same sum.
         self.bucket = torch.zeros(numel + 1, dtype=first.dtype, device=first.device)
@@ -65,7 +68,7 @@ class FlatGradients:
         self.zero_()
         if loss is not None:
             with self.clock("backward"):
-                loss.backward()
+                loss.backward(inputs=self.trained)
         if sync is not None:
             self.average_(sync, weight)  # the communicator times the sum itself
         return self._clip_and_step(optimizer, max_grad_norm)
@@ -85,7 +88,7 @@ class FlatGradients:
         self.zero_()
         for loss, weight in losses:
             with self.clock("backward"):
-                (loss * weight).backward()
+                (loss * weight).backward(inputs=self.trained)
             self.bucket[-1] += weight
         if sync is not None:
             sync(self.bucket)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # annotations only
     from distrl.io.train_state import SavedState
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-"""The policy's log-std is clamped to these (d3rlpy's bounds for IQL)."""
+"""The policy's log-std lies between these (d3rlpy's bounds for IQL)."""
 
 
 class ValueNetwork(nn.Module):
@@ -37,13 +37,15 @@ class ValueNetwork(nn.Module):
 
 
 class TanhMeanGaussianActor(nn.Module):
-    """N(tanh(mu(s)), exp(log_std)): the mean inside [-1, 1], the spread the same for every state."""
+    """N(tanh(mu(s)), exp(log_std)): the mean inside [-1, 1], the spread the same for every state.
+    The log-std is a parameter mapped into its bounds through a sigmoid (d3rlpy's form: it starts
+    midway, at -1.5, and keeps a gradient at its bounds, where a clamp would stop learning)."""
 
     def __init__(self, observation_space: gym.spaces.Box, action_dim: int, cfg: ModelConfig) -> None:
         super().__init__()
         self.encoder, features = observation_encoder(observation_space, cfg)
         self.mu = mlp(features, cfg.hidden_sizes, action_dim, cfg.activation, out_gain=None)
-        self.log_std = nn.Parameter(torch.zeros(action_dim))
+        self.log_std_logit = nn.Parameter(torch.zeros(action_dim))
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.mu(encode(self.encoder, obs, None)))
@@ -51,7 +53,8 @@ class TanhMeanGaussianActor(nn.Module):
     def log_prob(self, obs: torch.Tensor, unit_actions: torch.Tensor) -> torch.Tensor:
         """log pi(a | s) of actions in [-1, 1]."""
         mean = self.deterministic(obs)
-        log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
+        log_std = LOG_STD_MIN + torch.sigmoid(self.log_std_logit) * (LOG_STD_MAX - LOG_STD_MIN)
+        log_std = log_std.expand_as(mean)
         return gaussian_log_prob(mean, log_std, unit_actions)
 
 
