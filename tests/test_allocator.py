@@ -48,6 +48,7 @@ def _run(mode: str) -> dict[str, float]:
 
 
 @glibc_only
+@pytest.mark.slow
 def test_ppo_updates_reuse_freed_buffers_without_page_faults_or_growth() -> None:
     # By default glibc unmaps (or trims) an update's large freed buffers, and the next minibatch
     # faults their pages in again: tens of thousands of faults per update.

@@ -39,12 +39,14 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_train_bad_input(case: str, tmp_path: Path) -> None:
     args, fragments = CASES[case]
     assert_user_error(distrl("train", "--run-dir", str(tmp_path / "run"), *args), *fragments)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_unknown_config_key_suggests_the_right_one(typo_config: Path, tmp_path: Path) -> None:
     result = distrl("train", "--config", str(typo_config), "--run-dir", str(tmp_path))
     assert_user_error(result, "unknown config key algo.learning_rte", "did you mean algo.learning_rate?")
@@ -66,6 +68,7 @@ def test_every_config_problem_is_a_line_of_its_own(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_resume_without_checkpoint(tmp_path: Path) -> None:
     result = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--resume")
     assert_user_error(result, "--resume: no checkpoint in")
@@ -75,6 +78,7 @@ def test_eval_without_checkpoint(tmp_path: Path) -> None:
     assert_user_error(distrl("eval", "--checkpoint", str(tmp_path)), "no checkpoint found")
 
 
+@pytest.mark.slow
 def test_train_eval_and_refuse_to_clobber(tmp_path: Path) -> None:
     """A short run writes the run dir; a second launch into it must say --resume/--overwrite."""
     run = tmp_path / "run"

@@ -39,6 +39,7 @@ def shortened(command: str) -> list[str]:
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
+@pytest.mark.slow
 def test_every_shown_command_runs(page: str, ray_head: str, tmp_path: Path) -> None:
     shown = commands(REPO / page)
     assert len(shown) >= PAGES[page]

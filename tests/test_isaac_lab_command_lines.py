@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.distributed import free_port
@@ -34,6 +35,7 @@ def _trained(run_dir: Path, ranks: int) -> dict:
     return cfg
 
 
+@pytest.mark.slow
 def test_one_node_line(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = run_python(
@@ -46,6 +48,7 @@ def test_one_node_line(tmp_path: Path) -> None:
     assert cfg["env"]["num_envs_per_rank"] == 4 and cfg["env"]["num_envs"] is None
 
 
+@pytest.mark.slow
 def test_multi_node_line(tmp_path: Path) -> None:
     run, port = tmp_path / "run", free_port()
     nodes = [
@@ -79,6 +82,7 @@ def test_multi_node_line(tmp_path: Path) -> None:
     _trained(run, ranks=2)
 
 
+@pytest.mark.slow
 def test_jax_launcher_line(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = run_python(

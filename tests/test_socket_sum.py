@@ -38,6 +38,7 @@ def _large_sum_worker(comm: TorchComm, out: Path) -> None:
 # 2 ranks on the 2-core test machine busy-poll while they wait (comm.sync_spin_ms unset: every
 # rank has a core); 4 ranks sleep in select: both ways of waiting are covered.
 @pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.slow
 def test_large_sum_is_correct_and_bit_identical(tmp_path: Path, world_size: int) -> None:
     run_ranks(_large_sum_worker, world_size, tmp_path)
     expected = sum(
@@ -60,6 +61,7 @@ def _peer_leaves_worker(comm: TorchComm, out: Path) -> None:
     (out / "elapsed").write_text(str(time.monotonic() - start))
 
 
+@pytest.mark.slow
 def test_closed_peer_fails_the_sum_at_once(tmp_path: Path) -> None:
     run_ranks(_peer_leaves_worker, 2, tmp_path)
     # Far below the 60 s timeout the ranks were given: the closed connection is seen directly.
@@ -74,6 +76,7 @@ def _mismatch_worker(comm: TorchComm, out: Path) -> None:
     (out / f"rank{comm.rank}").write_text(str(info.value))
 
 
+@pytest.mark.slow
 def test_ranks_that_disagree_on_a_sum_fail_at_once_naming_both(tmp_path: Path) -> None:
     start = time.monotonic()
     run_ranks(_mismatch_worker, 2, tmp_path)
@@ -103,6 +106,7 @@ def _many_descriptors_worker(comm: TorchComm, out: Path) -> None:
             f.close()
 
 
+@pytest.mark.slow
 def test_sums_work_with_over_a_thousand_open_descriptors(tmp_path: Path) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 2048:

@@ -47,6 +47,7 @@ def test_a_phase_the_algorithm_did_not_declare_is_a_bug() -> None:
         pass
 
 
+@pytest.mark.slow
 def test_phases_cover_an_update_and_match_the_wall_clock(tmp_path: Path) -> None:
     result = distrl("train", *TRAIN, "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -64,6 +65,7 @@ def test_phases_cover_an_update_and_match_the_wall_clock(tmp_path: Path) -> None
     assert covered > 0.5
 
 
+@pytest.mark.slow
 def test_two_ranks_split_the_sync_and_name_the_slowest_rank(tmp_path: Path) -> None:
     result = torchrun_train(2, *TRAIN, "--run-dir", str(tmp_path), "comm.time_sync_wait=true")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -45,6 +45,7 @@ def test_the_table_covers_every_documented_case() -> None:
 
 
 @pytest.mark.parametrize(("problem", "args", "message"), table_rows(), ids=[r[0] for r in table_rows()])
+@pytest.mark.slow
 def test_troubleshooting_row(workdir: Path, problem: str, args: str, message: str) -> None:
     before = sorted(p.relative_to(workdir) for p in (workdir / "runs").rglob("*"))
     result = distrl(*shlex.split(args), cwd=workdir)

@@ -56,6 +56,7 @@ def _rank_updates(comm: TorchComm, split: int, out: Path) -> None:
 
 
 @pytest.mark.parametrize("split", [TOTAL // 2, 8], ids=["equal-parts", "unequal-parts"])
+@pytest.mark.slow
 def test_two_ranks_with_parts_of_the_rollout_match_one_rank(tmp_path: Path, split: int) -> None:
     single = make_a2c()
     before = flat(single)

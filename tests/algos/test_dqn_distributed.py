@@ -66,6 +66,7 @@ def _rank_steps(comm: TorchComm, split: int, cql_alpha: float, out: Path) -> Non
     "split", [TOTAL // 2, 13, 0], ids=["equal-parts", "unequal-parts", "rank-0-without-samples"]
 )
 @pytest.mark.parametrize("cql_alpha", [0.0, 1.0], ids=["dqn", "cql"])
+@pytest.mark.slow
 def test_two_ranks_with_parts_of_each_batch_match_one_rank(
     tmp_path: Path, split: int, cql_alpha: float
 ) -> None:

@@ -147,6 +147,7 @@ def plugins(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_an_algorithm_from_outside_distrl_trains_checkpoints_and_evaluates(tmp_path: Path) -> None:
     env = plugins(tmp_path)
     run_dir = tmp_path / "run"
@@ -164,6 +165,7 @@ def test_an_algorithm_from_outside_distrl_trains_checkpoints_and_evaluates(tmp_p
     assert json.loads(report.stdout)["episodes"] == 10
 
 
+@pytest.mark.slow
 def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_exports(tmp_path: Path) -> None:
     env = plugins(tmp_path)
     run_dir, final = tmp_path / "run", tmp_path / "final.pt"

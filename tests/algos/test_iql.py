@@ -47,6 +47,7 @@ def _rank_steps(comm: TorchComm, split: int, out: Path) -> None:
 
 
 @pytest.mark.parametrize("split", [TOTAL // 2, 7, TOTAL], ids=["equal-parts", "unequal-parts", "one-empty"])
+@pytest.mark.slow
 def test_two_ranks_with_parts_of_each_batch_match_one_rank(tmp_path: Path, split: int) -> None:
     single = make_iql()
     before = flat(single)
@@ -75,6 +76,7 @@ def one_state_batch(actions: torch.Tensor) -> TransitionBatch:
 
 
 @pytest.mark.parametrize("expectile", [0.7, 0.9])
+@pytest.mark.slow
 def test_the_value_fits_the_expectile_of_the_target_q(
     expectile: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:

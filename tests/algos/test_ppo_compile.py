@@ -12,6 +12,7 @@ from tests.algos.test_ppo_distributed import CFG, MINIBATCHES, TOTAL, flat_param
 
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["categorical", "gaussian"])
+@pytest.mark.slow
 def test_compiled_update_matches_the_eager_update(continuous: bool) -> None:
     eager_policy = make_policy(continuous)
     compiled_policy = copy.deepcopy(eager_policy)

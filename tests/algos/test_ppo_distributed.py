@@ -136,6 +136,7 @@ def _rank_update(comm: TorchComm, kind: str, split: int, out: Path) -> None:
     ],
     ids=lambda v: {TOTAL // 2: "equal-parts", 61: "unequal-parts", 15: "unequal-chunks"}.get(v, v),
 )
+@pytest.mark.slow
 def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
     tmp_path: Path, kind: str, split: int, cpu_sum: str
 ) -> None:

@@ -25,6 +25,7 @@ def _params(path: Path) -> dict[str, torch.Tensor]:
     return ckpt.tensors_from_bytes(path.read_bytes())
 
 
+@pytest.mark.slow
 def test_two_processes_take_the_one_process_step_on_the_whole_batch(tmp_path: Path) -> None:
     _run(tmp_path / "one", 1)
     _run(tmp_path / "two", 2)

@@ -75,6 +75,7 @@ def _rank_steps(comm: TorchComm, split: int, out: Path) -> None:
 
 
 @pytest.mark.parametrize("split", [TOTAL // 2, 7], ids=["equal-parts", "unequal-parts"])
+@pytest.mark.slow
 def test_two_ranks_with_parts_of_each_batch_match_one_rank(tmp_path: Path, split: int) -> None:
     single = make_sac()
     before = flat(single)

@@ -18,6 +18,7 @@ CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"], ids=["categorical", "gaussian"])
+@pytest.mark.slow
 def test_compiled_acting_collects_the_eager_rollout(env_id: str) -> None:
     # Episodes cut at 10 steps: the rollout also bootstraps truncations from final observations.
     overrides = [

@@ -93,6 +93,7 @@ def _sum_worker(comm: TorchComm, out: Path) -> None:
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.slow
 def test_allreduce_sum_is_correct_and_bit_identical(tmp_path: Path, world_size: int) -> None:
     run_ranks(_sum_worker, world_size, tmp_path)
     expected = sum(

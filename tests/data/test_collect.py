@@ -20,6 +20,7 @@ def collect(out: Path, *args: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_random_dataset_is_reproducible_with_exact_propensities(tmp_path: Path) -> None:
     collect(tmp_path / "a", "--rows-per-file", "300", "--seed", "7")
     collect(tmp_path / "b", "--rows-per-file", "300", "--seed", "7")
@@ -45,6 +46,7 @@ def test_random_dataset_is_reproducible_with_exact_propensities(tmp_path: Path) 
             assert row["possible_next_actions"] == [not row["terminal"]] * 2
 
 
+@pytest.mark.slow
 def test_epsilon_greedy_logs_the_probability_of_each_logged_action(tmp_path: Path) -> None:
     run = tmp_path / "run"
     trained = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(run), "--total-steps", "2048",
@@ -75,6 +77,7 @@ def test_bad_collect_input_is_one_line(tmp_path: Path, args: list[str], message:
     assert message in result.stderr
 
 
+@pytest.mark.slow
 def test_collect_refuses_a_dataset_dir_that_is_not_empty(tmp_path: Path) -> None:
     collect(tmp_path / "a")
     before = sorted(p.name for p in (tmp_path / "a").iterdir())
@@ -84,6 +87,7 @@ def test_collect_refuses_a_dataset_dir_that_is_not_empty(tmp_path: Path) -> None
     assert json.dumps(before)
 
 
+@pytest.mark.slow
 def test_continuous_actions_are_logged_as_vectors_with_the_envs_bounds(tmp_path: Path) -> None:
     run = tmp_path / "sac-run"
     trained = distrl("train", "--config", str(PENDULUM_SAC), "--run-dir", str(run), "--total-steps", "300",

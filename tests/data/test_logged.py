@@ -35,6 +35,7 @@ def all_row_ids(data: LoggedDataset) -> list[tuple]:
 @pytest.mark.parametrize(
     ("world_size", "unit"), [(2, "file"), (3, "file"), (5, "row group"), (8, "row group")]
 )
+@pytest.mark.slow
 def test_every_row_exactly_once_per_epoch_over_all_ranks(dataset: Path, world_size: int, unit: str) -> None:
     data = LoggedDataset(dataset)
     units = data.units(world_size)
@@ -162,6 +163,7 @@ def test_a_missing_column_is_named(dataset: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("layout", ["copy", "split"])
+@pytest.mark.slow
 def test_every_row_once_per_epoch_under_both_layouts(dataset: Path, tmp_path: Path, layout: str) -> None:
     """4 ranks on 2 nodes. ``copy``: every node holds the whole dataset and all 4 ranks divide it;
     ``split``: node 1 holds a dataset of its own and each node's 2 ranks divide their node's."""

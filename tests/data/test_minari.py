@@ -108,6 +108,7 @@ def test_a_non_finite_reward_is_reported_with_episode_and_step(cartpole: Path, t
     )
 
 
+@pytest.mark.slow
 def test_distrl_train_on_a_minari_dataset_writes_a_checkpoint(cartpole: Path, tmp_path: Path) -> None:
     assert isinstance(open_dataset(cartpole / "data"), MinariLoggedDataset)  # its data/ works too
     result = distrl(
@@ -119,6 +120,7 @@ def test_distrl_train_on_a_minari_dataset_writes_a_checkpoint(cartpole: Path, tm
     assert ckpt.resolve_checkpoint(tmp_path / "run").is_dir()
 
 
+@pytest.mark.slow
 def test_continuous_actions_train_iql_and_are_one_line_for_dqn(tmp_path: Path) -> None:
     pendulum = write_minari_dataset(
         tmp_path, gym.make("Pendulum-v1", max_episode_steps=10), "pendulum/random-v0", 3

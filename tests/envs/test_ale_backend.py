@@ -48,6 +48,7 @@ def test_frames_are_uint8_stacks_and_seeds_differ() -> None:
     env.close()
 
 
+@pytest.mark.slow
 def test_a_lost_life_ends_the_agents_episode_not_the_game() -> None:
     """Random Breakout: lost lives end learning episodes (dones); whole games are the statistics'
     episodes (episode_ends), each of several lives; the reward is the raw score, clipped for training."""
@@ -65,6 +66,7 @@ def test_a_lost_life_ends_the_agents_episode_not_the_game() -> None:
     env.close()
 
 
+@pytest.mark.slow
 def test_dqn_ends_the_agents_episode_on_a_lost_life_and_learns_clipped_rewards() -> None:
     """DQN under episodic life (CleanRL's Atari DQN): a lost life terminates the stored transition
     (no bootstrap); whole games are the statistics' episodes; rewards are stored as their sign."""
@@ -86,6 +88,7 @@ def test_dqn_ends_the_agents_episode_on_a_lost_life_and_learns_clipped_rewards()
 
 
 @pytest.mark.parametrize("config", [PONG, PONG_LSTM], ids=["frame-stack", "lstm"])
+@pytest.mark.slow
 def test_the_shipped_pong_configs_train(tmp_path: Path, config: Path) -> None:
     result = distrl(
         "train", "--config", str(config), "--run-dir", str(tmp_path), "--total-steps", "2048",
@@ -97,6 +100,7 @@ def test_the_shipped_pong_configs_train(tmp_path: Path, config: Path) -> None:
     assert all(row["skipped_minibatches"] == 0 for row in rows)
 
 
+@pytest.mark.slow
 def test_atari_options_distrl_sets_itself_are_one_line(tmp_path: Path) -> None:
     result = distrl(
         "train", "--config", str(PONG), "--run-dir", str(tmp_path), "env.kwargs.reward_clipping=true"

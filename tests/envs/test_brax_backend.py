@@ -30,6 +30,7 @@ def _pendulum(seeds: list[int], **cfg: object):
     return make_vec_env(EnvConfig(id=PENDULUM, backend="brax", **cfg), seeds)
 
 
+@pytest.mark.slow
 def test_time_limit_truncates_and_resets_on_the_same_step() -> None:
     vec = _pendulum([0, 1, 2], max_episode_steps=4)
     assert vec.observation_space == gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -48,6 +49,7 @@ def test_time_limit_truncates_and_resets_on_the_same_step() -> None:
             assert torch.equal(result.obs, result.final_obs)
 
 
+@pytest.mark.slow
 def test_a_fallen_pendulum_terminates_and_restarts_upright() -> None:
     vec = _pendulum([3, 4])
     vec.reset()
@@ -60,6 +62,7 @@ def test_a_fallen_pendulum_terminates_and_restarts_upright() -> None:
     assert result.obs.abs().max() <= INIT_NOISE
 
 
+@pytest.mark.slow
 def test_env_i_is_seeded_from_seeds_i() -> None:
     first = _pendulum([5, 6, 5]).reset()
     assert torch.equal(first[0], first[2]) and not torch.equal(first[0], first[1])
@@ -79,6 +82,7 @@ def test_bad_env_is_a_user_error(env_id: str, kwargs: dict[str, object], message
         make_vec_env(EnvConfig(id=env_id, backend="brax", kwargs=kwargs), [0])
 
 
+@pytest.mark.slow
 def test_compiled_ppo_trains_on_brax_and_its_checkpoint_evaluates(tmp_path: Path) -> None:
     run = [
         "--ml-framework", "jax", "env.backend=brax", f"env.id={PENDULUM}", "env.num_envs=16",

@@ -86,6 +86,7 @@ def test_keys_that_cannot_be_packed_are_one_line(tmp_path: Path, overrides: list
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_dict_policy_trains_evaluates_exports_and_normalises_vectors_only(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = distrl(
@@ -128,6 +129,7 @@ def test_a_dict_policy_trains_evaluates_exports_and_normalises_vectors_only(tmp_
     assert resumed.returncode == 0, resumed.stderr
 
 
+@pytest.mark.slow
 def test_images_in_a_dict_go_through_the_cnn(tmp_path: Path) -> None:
     result = distrl(
         "train", *CUE, "env.kwargs={image: true}", "env.obs_keys=[frame,noise,flags]",

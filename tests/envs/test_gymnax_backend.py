@@ -58,6 +58,7 @@ def _gymnasium_cartpole(state: np.ndarray) -> gym.Env:
     return env
 
 
+@pytest.mark.slow
 def test_cartpole_matches_gymnasium_through_termination() -> None:
     vec = _gymnax("CartPole-v1", range(NUM_ENVS))
     env, params = vec.env, vec.env_params
@@ -133,6 +134,7 @@ def test_env_i_is_seeded_from_seeds_i() -> None:
     assert torch.equal(batch, _trajectory([5, 6, 5], actions))
 
 
+@pytest.mark.slow
 def test_a_jitted_scan_of_step_envs_matches_the_vec_env() -> None:
     seeds, num_steps = [3, 4, 5, 6], 80
     vec = _gymnax("CartPole-v1", seeds, max_episode_steps=15)
@@ -163,6 +165,7 @@ def test_a_jitted_scan_of_step_envs_matches_the_vec_env() -> None:
     assert np.asarray(compiled[2]).any() and np.asarray(compiled[3]).any()  # both kinds of ends
 
 
+@pytest.mark.slow
 def test_ppo_trains_on_the_gymnax_backend(tmp_path: Path) -> None:
     overrides = [
         "env.backend=gymnax",

@@ -73,6 +73,7 @@ def _sync(gym_env: gym.Env, torch_env: TorchVecEnv, i: int) -> None:
     ],
     ids=["cartpole", "cartpole-limit-20", "acrobot", "pendulum"],
 )
+@pytest.mark.slow
 def test_matches_gymnasium_across_auto_resets(
     task: Task, max_episode_steps: int | None, num_steps: int, ends_seen: set[str]
 ) -> None:

@@ -59,6 +59,7 @@ def test_env_imports_register_third_party_ids_before_the_env_is_made() -> None:
         make_vec_env(cfg.model_copy(update={"imports": ["no_such_env_package"]}), [0])
 
 
+@pytest.mark.slow
 def test_env_imports_through_the_command_line(tmp_path: Path) -> None:
     result = distrl(
         "train", "--env", "DistrlToy/Counting-v0", "--run-dir", str(tmp_path), "--total-steps", "256",

@@ -27,6 +27,7 @@ SHORT = ["--total-steps", "1024", "train.stop_return=null", "log.tensorboard=fal
     ],
     ids=["ppo-discrete", "ppo-continuous", "dqn"],
 )
+@pytest.mark.slow
 def test_policy_is_rebuilt_without_an_env(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: Path, overrides: list[str], algorithm: str
 ) -> None:
@@ -50,6 +51,7 @@ def test_policy_is_rebuilt_without_an_env(
         assert set(actions.tolist()) <= set(range(state["action_space"]["n"]))
 
 
+@pytest.mark.slow
 def test_dqn_trains_evaluates_and_resumes_from_the_command_line(tmp_path: Path) -> None:
     common = ["train", "--config", str(CARTPOLE_DQN), "--run-dir", str(tmp_path), "train.stop_return=null"]
     common += ["algo.learning_starts=256", "algo.gradient_steps=8", "checkpoint.interval_steps=512"]

@@ -83,6 +83,7 @@ def assert_file_acts_like_checkpoint(file: Path, run_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+@pytest.mark.slow
 def test_exported_file_acts_like_distrl(trained: Path, tmp_path: Path, fmt: str) -> None:
     out = tmp_path / f"policy.{'pt' if fmt == 'torchscript' else 'onnx'}"
     result = distrl("export", "--checkpoint", str(trained), "--format", fmt, "--out", str(out))
@@ -90,6 +91,7 @@ def test_exported_file_acts_like_distrl(trained: Path, tmp_path: Path, fmt: str)
     assert_file_acts_like_checkpoint(out, trained)
 
 
+@pytest.mark.slow
 def test_export_to_an_unwritable_place_is_one_line(trained: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

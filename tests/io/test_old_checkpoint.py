@@ -7,11 +7,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import CARTPOLE, REPO, distrl
 
 OLD_RUN = REPO / "tests" / "data" / "run_f5f5ee0"
 
 
+@pytest.mark.slow
 def test_a_checkpoint_from_before_the_relayout_evaluates_and_resumes(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(OLD_RUN, run)

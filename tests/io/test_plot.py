@@ -34,6 +34,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return [root / name for name in settings]
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png_with_the_curves(runs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "figures" / "curves.png"
     result = distrl("plot", *map(str, runs), "--out", str(out))
@@ -45,6 +46,7 @@ def test_plot_writes_a_png_with_the_curves(runs: list[Path], tmp_path: Path) -> 
     assert 0.005 < drawn.mean() < 0.5
 
 
+@pytest.mark.slow
 def test_seeds_of_one_config_and_rank_count_are_grouped_into_a_band(runs: list[Path]) -> None:
     curves = [read_curve(run, "episode_return_mean", "global_step") for run in runs]
     groups = group_by_config(curves)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from distrl.io import checkpoint as ckpt
 from distrl.launch.file_rendezvous import worker_argv
 from tests.helpers import CARTPOLE, clean_env
@@ -18,6 +20,7 @@ def test_worker_argv_drops_only_launcher_flags() -> None:
     assert worker_argv(argv) == ["--config", "c.yaml", "algo.gamma=0.9"]
 
 
+@pytest.mark.slow
 def test_two_nodes_meet_through_a_file_and_only_node_0_saves(tmp_path: Path) -> None:
     rendezvous = tmp_path / "shared" / "rendezvous"
     rendezvous.parent.mkdir()

@@ -136,6 +136,7 @@ def torchrun(run_dir: Path, *rendezvous: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_torchrun_static_master_across_bare_hosts(hosts: Hosts, tmp_path: Path) -> None:
     static = [f"--master_addr={ADDRESSES[0]}", "--master_port=29500"]
     procs = [
@@ -159,6 +160,7 @@ def c10d(index: int, cluster_names: bool) -> list[str]:
 
 
 @pytest.mark.parametrize("cluster_names", [True, False], ids=["cluster-hosts", "bare-hosts"])
+@pytest.mark.slow
 def test_torchrun_c10d_rendezvous_across_hosts(hosts: Hosts, tmp_path: Path, cluster_names: bool) -> None:
     procs = [
         hosts.start(i, torchrun(tmp_path / f"host{i}", *c10d(i, cluster_names)), cluster_names)
@@ -173,6 +175,7 @@ def test_torchrun_c10d_rendezvous_across_hosts(hosts: Hosts, tmp_path: Path, clu
     assert_trained_and_saved_on_host0(tmp_path)
 
 
+@pytest.mark.slow
 def test_srun_variables_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None:
     procs = []
     for i in range(2):
@@ -191,6 +194,7 @@ def test_srun_variables_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> No
     assert_trained_and_saved_on_host0(tmp_path)
 
 
+@pytest.mark.slow
 def test_file_rendezvous_across_bare_hosts(hosts: Hosts, tmp_path: Path) -> None:
     shared = tmp_path / "shared"  # both hosts see this directory: the "network filesystem"
     shared.mkdir()
@@ -205,6 +209,7 @@ def test_file_rendezvous_across_bare_hosts(hosts: Hosts, tmp_path: Path) -> None
     assert_trained_and_saved_on_host0(tmp_path)
 
 
+@pytest.mark.slow
 def test_host_cut_off_mid_run_fails_the_other_host_within_the_timeout(hosts: Hosts, tmp_path: Path) -> None:
     timeout_s = 15
     static = [f"--master_addr={ADDRESSES[0]}", "--master_port=29500"]
@@ -243,6 +248,7 @@ def jax_launcher(run_dir: Path, node_rank: int) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_jax_launcher_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None:
     """Cluster hosts only. JAX's CPU collectives (gloo) take their address from the hostname:
     jax's make_cpu_client calls make_gloo_tcp_collectives with no hostname and no interface, and
@@ -304,6 +310,7 @@ def sampled_nodes(run_dir: Path, group: str) -> set[str]:
     return {sample["node"] for sample in samples if sample["worker"].split("-")[2] == group}
 
 
+@pytest.mark.slow
 def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Hosts, tmp_path: Path) -> None:
     """The job's two nodes (``cluster.strategy`` SPREAD: one Ray node each) hold the learner with
     2 env workers and the third env worker, so each host steps envs."""
@@ -318,6 +325,7 @@ def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Ho
     assert sampled_nodes(run_dir, "env") == set(ADDRESSES)  # env workers on both hosts
 
 
+@pytest.mark.slow
 def test_ray_mode_reads_each_hosts_own_part_under_split_layout(hosts: Hosts, tmp_path: Path) -> None:
     """``data.layout=split``: host 0 holds 1500 logged rows at ``data.path``, host 1 another 1000
     at the same path (its Ray node runs in a mount namespace of its own with its part mounted

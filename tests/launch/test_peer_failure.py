@@ -39,6 +39,7 @@ def start_slurm_style_ranks(run_dir: Path) -> list[subprocess.Popen]:
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["dies", "hangs"])
+@pytest.mark.slow
 def test_survivor_fails_clearly_within_the_timeout(tmp_path: Path, fault: signal.Signals) -> None:
     survivor, victim = start_slurm_style_ranks(tmp_path)
     metrics = tmp_path / "metrics.jsonl"

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from distrl.io import checkpoint as ckpt
 from tests.distributed import free_port
 from tests.helpers import CARTPOLE, clean_env
 
 
+@pytest.mark.slow
 def test_two_srun_style_tasks_train_in_sync(tmp_path: Path) -> None:
     port = free_port()
     procs = []

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import gymnasium as gym
+import pytest
 import torch
 
 from distrl.config.sections import ModelConfig
@@ -41,6 +42,7 @@ def test_each_dimension_is_its_own_categorical() -> None:
     assert torch.equal(most_likely, torch.stack([first.argmax(-1), second.argmax(-1)], -1))
 
 
+@pytest.mark.slow
 def test_multi_discrete_actions_are_learnt_evaluated_and_exported(tmp_path: Path) -> None:
     """Chance earns about 13 per episode; reading the targets earns 32."""
     run = tmp_path / "run"
@@ -56,6 +58,7 @@ def test_multi_discrete_actions_are_learnt_evaluated_and_exported(tmp_path: Path
     assert torch.jit.load(str(out))(obs).tolist() == [[0, 0]]
 
 
+@pytest.mark.slow
 def test_dqn_refuses_multi_discrete_actions_in_one_line(tmp_path: Path) -> None:
     result = distrl("train", "--env", "tests.envs.toy:DialsEnv", "algo.name=dqn", "--run-dir", str(tmp_path))
     assert result.returncode == 2 and "dqn needs Discrete actions" in result.stderr, result.stderr

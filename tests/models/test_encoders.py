@@ -64,6 +64,7 @@ def test_a_rollout_keeps_uint8_frames_once() -> None:
     assert collector.storage.obs.nbytes == 8 * 4 * 3 * 36 * 36  # one byte a pixel
 
 
+@pytest.mark.slow
 def test_pixels_train_on_one_and_two_ranks(tmp_path: Path) -> None:
     """The brightness task (8 of 16 by chance, 16 reading the pixels) is learnt from uint8
     frames in 8,192 steps; the same config trains on 2 ranks under torchrun."""
@@ -87,6 +88,7 @@ def test_pixels_train_on_one_and_two_ranks(tmp_path: Path) -> None:
         (["model.encoder=mlp"], "model.encoder=mlp: the observations are images"),
     ],
 )
+@pytest.mark.slow
 def test_bad_image_setups_are_one_line(tmp_path: Path, overrides: list[str], message: str) -> None:
     result = distrl("train", *IMAGES, "--run-dir", str(tmp_path), *overrides, cwd=REPO)
     assert result.returncode == 2, result.stderr
@@ -124,6 +126,7 @@ def test_dqn_learns_from_uint8_frames_in_its_replay_buffer(tmp_path: Path) -> No
     [["model.encoder=impala_cnn"], ["model.memory=gru", "model.memory_size=32", "algo.bptt_len=8"]],
     ids=["impala", "nature-gru"],
 )
+@pytest.mark.slow
 def test_each_encoder_and_core_trains_on_pixels(tmp_path: Path, overrides: list[str]) -> None:
     result = distrl(
         "train", *PIXELS, "--total-steps", "512", "--run-dir", str(tmp_path), *overrides, cwd=REPO
@@ -163,6 +166,7 @@ def test_mixed_precision_runs_the_encoder_in_bf16_and_the_rest_in_float32() -> N
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.slow
 def test_pixels_learn_in_either_precision(tmp_path: Path, precision: str) -> None:
     result = distrl(
         "train", *PIXELS, "--total-steps", "8192", "--run-dir", str(tmp_path),

@@ -98,6 +98,7 @@ def test_the_loss_pass_feeds_a_shared_prompt_once_with_the_same_numbers(model_di
         torch.testing.assert_close(together, alone, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_grpo_trains_it_and_it_evaluates_and_exports(model_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     trained = distrl(
@@ -118,6 +119,7 @@ def test_grpo_trains_it_and_it_evaluates_and_exports(model_dir: Path, tmp_path: 
     assert any(moved)
 
 
+@pytest.mark.slow
 def test_bad_directories_are_one_line(model_dir: Path, tmp_path: Path) -> None:
     missing = distrl(
         "train", "--config", str(GRPO_REVERSE), f"model.transformer.pretrained={tmp_path / 'none'}"

@@ -44,6 +44,7 @@ def test_the_written_model_gives_distrls_logits_and_tokens(tmp_path: Path) -> No
     assert hf_tokenizer.decode(generated[0, ids.shape[1] :], skip_special_tokens=True) == completion
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_a_grpo_checkpoint_and_refuses_the_wrong_format(tmp_path: Path) -> None:
     run, final = tmp_path / "run", tmp_path / "final"
     trained = distrl(

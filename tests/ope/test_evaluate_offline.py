@@ -66,6 +66,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_estimates_a_trained_dqn_from_the_log(workdir: Path) -> None:
     result = distrl("evaluate-offline", "--checkpoint", "dqn", "--data", "data", "--json", cwd=workdir)
     assert result.returncode == 0, result.stderr
@@ -136,6 +137,7 @@ def test_bad_input_is_a_user_error(workdir: Path, monkeypatch: pytest.MonkeyPatc
         evaluate_checkpoint_offline(Path(checkpoint), Path(data), Bootstrap())
 
 
+@pytest.mark.slow
 def test_bad_input_on_the_command_line_is_one_line(workdir: Path) -> None:
     result = distrl("evaluate-offline", "--checkpoint", "ppo", "--data", "data", cwd=workdir)
     assert_user_error(result, "(ppo)", "needs a discrete-action Q-network")

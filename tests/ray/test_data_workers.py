@@ -22,6 +22,7 @@ OFFLINE_RUN = [
 """Iterations of 30 steps of 64 rows over 2500 logged rows (an epoch is 40 steps), 38,400 rows."""
 
 
+@pytest.mark.slow
 def test_a_learner_fed_by_a_killed_data_worker_trains_as_one_reading_process(
     ray_head: str, tmp_path: Path
 ) -> None:
@@ -46,6 +47,7 @@ def test_a_learner_fed_by_a_killed_data_worker_trains_as_one_reading_process(
     assert "killed by ray.kill" in result.stderr  # the cause
 
 
+@pytest.mark.slow
 def test_two_learners_with_two_data_workers_each_use_every_row_once_an_epoch(
     ray_head: str, tmp_path: Path
 ) -> None:

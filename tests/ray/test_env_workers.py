@@ -86,6 +86,7 @@ CRASHING = [
     ],
     ids=["ppo", "dqn", "ppo-images", "ppo-lstm", "ppo-dict", "a2c", "sac"],
 )
+@pytest.mark.slow
 def test_one_learner_with_env_workers_trains_exactly_as_one_process(
     ray_head: str, tmp_path: Path, config: Path, budget: list[str]
 ) -> None:
@@ -149,6 +150,7 @@ for config, overrides in runs.items():
 """
 
 
+@pytest.mark.slow
 def test_env_workers_tag_segments_with_the_version_they_were_sent(ray_head: str) -> None:
     """After 3 updates a learner's two env workers and its own envs both collect version 3, and
     the same samples, behaviour log-probabilities included."""
@@ -163,6 +165,7 @@ def test_env_workers_tag_segments_with_the_version_they_were_sent(ray_head: str)
     assert found == [{"versions": [3, 3], "differ": []}] * 2, found
 
 
+@pytest.mark.slow
 def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head: str, tmp_path: Path) -> None:
     # The only worker's process dies at its envs' 10th step: in its first rollout, and again in the retry.
     marker = tmp_path / "crashed"
@@ -182,6 +185,7 @@ def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head:
     assert final["env_worker_failures"] == 2
 
 
+@pytest.mark.slow
 def test_ray_kill_of_an_env_worker_mid_run_does_not_stop_training(ray_head: str, tmp_path: Path) -> None:
     steps = "train.total_steps=8192"  # 16 updates of 512 steps
     result, killed = ray_train_killing(ray_head, tmp_path, "env", 3, "workers.env=2", *BUDGET, steps)
@@ -194,6 +198,7 @@ def test_ray_kill_of_an_env_worker_mid_run_does_not_stop_training(ray_head: str,
     assert "killed by ray.kill" in result.stderr  # the cause
 
 
+@pytest.mark.slow
 def test_an_env_worker_out_of_restarts_is_one_line(ray_head: str, tmp_path: Path) -> None:
     marker = tmp_path / "crashed"
     result = ray_train(

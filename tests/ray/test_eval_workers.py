@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from tests.ray_cluster import BUDGET, metrics_rows, ray_train_killing
 
 UPDATES = 400
@@ -21,6 +23,7 @@ EVALUATING = [
 enough for the killed worker to come back (a new process importing torch) and evaluate again."""
 
 
+@pytest.mark.slow
 def test_a_killed_eval_worker_never_stops_training(ray_head: str, tmp_path: Path) -> None:
     result, killed = ray_train_killing(ray_head, tmp_path, "eval", 3, *EVALUATING)
     assert result.returncode == 0, result.stderr[-3000:]

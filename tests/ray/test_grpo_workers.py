@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, distrl
 from tests.ray_cluster import final_row, metrics_rows, param_digests, ray_train, ray_train_killing
 
@@ -39,6 +41,7 @@ def local_run(run_dir: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_the_shipped_cpu_config_trains_as_one_process_does(ray_head: str, tmp_path: Path) -> None:
     result = ray_train(ray_head, tmp_path / "ray", *RAY_BUDGET, config=GRPO_RAY)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -57,6 +60,7 @@ OLD_KEYS = ["workers.env=2", "workers.cpus_per_env=0.25", "workers.data=1", "wor
 """Verifier and prompt workers as a GRPO config sized them before they had keys of their own."""
 
 
+@pytest.mark.slow
 def test_a_killed_verifier_is_restarted_and_its_part_scored_again(ray_head: str, tmp_path: Path) -> None:
     shape = [f"algo.{key}" for key in SHAPE]
     result, killed = ray_train_killing(

@@ -33,6 +33,7 @@ from distrl.ray.driver import check_fits  # noqa: E402
 from distrl.ray.groups import WORKER_GROUPS, run_groups  # noqa: E402
 
 
+@pytest.mark.slow
 def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, tmp_path: Path) -> None:
     result = ray_train(ray_head, tmp_path / "ray", "workers.policy=2", *BUDGET)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -59,6 +60,7 @@ def test_one_learner_with_env_workers_on_ray_solves_cartpole(ray_head: str, tmp_
     assert any("eval/return_mean" in row for row in rows)  # the eval worker evaluated meanwhile
 
 
+@pytest.mark.slow
 def test_a_killed_learner_is_replaced_and_the_group_resumes_from_its_newest_checkpoint(
     ray_head: str, tmp_path: Path
 ) -> None:
@@ -111,6 +113,7 @@ print("connected", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: Path) -> None:
     env = {k: v for k, v in clean_env().items() if not k.startswith("RAY_")}  # nothing set for Ray
     env["HOME"] = str(tmp_path / "home")
@@ -155,6 +158,7 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
     assert "distrl status --run-dir" in stderr
 
 
+@pytest.mark.slow
 def test_ray_address_in_the_environment_is_the_cluster_joined(ray_head: str, tmp_path: Path) -> None:
     env = {**clean_env(), "RAY_ADDRESS": ray_head}
     result = run_python(
@@ -179,6 +183,7 @@ sys.stdin.read()  # until the test closes it; the group goes with this driver
 """
 
 
+@pytest.mark.slow
 def test_a_node_that_cannot_be_placed_fails_in_seconds(ray_head: str, tmp_path: Path) -> None:
     # Another job holds all but half a CPU: the cluster has the CPUs, they are not free.
     holder = subprocess.Popen(
@@ -341,6 +346,7 @@ def test_shipped_gpu_configs_fit_their_cluster_shape_and_need_all_of_it(family: 
         check_fits(cfg.cluster, cfg.workers, run_groups(cfg), short)
 
 
+@pytest.mark.slow
 def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_path: Path) -> None:
     config = REPO / "configs" / "ray_medium_cpu.yaml"
     result = ray_train(ray_head, tmp_path, *BUDGET, config=config)
@@ -388,6 +394,7 @@ except UserError as exc:
 """
 
 
+@pytest.mark.slow
 def test_an_actor_that_cannot_start_is_one_line_and_its_traceback_is_in_the_run_dir(
     ray_head: str, tmp_path: Path
 ) -> None:
@@ -402,6 +409,7 @@ def test_an_actor_that_cannot_start_is_one_line_and_its_traceback_is_in_the_run_
     assert "line 16, in __init__" in log and "ValueError: the env's assets are missing" in log, log
 
 
+@pytest.mark.slow
 def test_a_dry_run_joins_the_learners_and_trains_nothing(ray_head: str, tmp_path: Path) -> None:
     result = ray_train(ray_head, tmp_path, "workers.policy=2", "--dry-run")
     assert result.returncode == 0, result.stderr[-3000:]

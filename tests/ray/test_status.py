@@ -10,18 +10,22 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from distrl.ray.status import LEARNER_KEY, resource_amount
 from tests.helpers import CARTPOLE, clean_env, distrl, run_python
 from tests.ray_cluster import BUDGET, HEAD_CPUS, metrics_rows
 
 LIST_LEARNER_ENTRIES = f"""
 import ray, sys
+import pytest
 from ray.experimental.internal_kv import _internal_kv_list
 ray.init(address=sys.argv[1], namespace="distrl", log_to_driver=False)
 print(_internal_kv_list("{LEARNER_KEY}", namespace="distrl"))
 """
 
 
+@pytest.mark.slow
 def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     ray_head: str, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ def test_the_table_covers_the_ray_cases() -> None:
 
 
 @pytest.mark.parametrize(("problem", "args", "message"), ROWS, ids=[row[0] for row in ROWS])
+@pytest.mark.slow
 def test_ray_troubleshooting_row(
     ray_head: str, tmp_path: Path, problem: str, args: str, message: str
 ) -> None:

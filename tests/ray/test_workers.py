@@ -88,6 +88,7 @@ cluster.shutdown()
 """
 
 
+@pytest.mark.slow
 def test_every_way_a_worker_ends_is_named_from_rays_tables() -> None:
     with tempfile.TemporaryDirectory(prefix="distrl-ray-causes-") as temp:  # short: Ray's sockets
         # Ray's Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster whatever

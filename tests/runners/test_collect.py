@@ -107,6 +107,7 @@ def test_every_normaliser_path_runs_on_the_machines_device(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("config", ["cartpole_ppo.yaml", "pendulum_ppo.yaml", "cartpole_dqn.yaml"])
+@pytest.mark.slow
 def test_a_torch_env_rollout_never_goes_through_numpy(
     config: str, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

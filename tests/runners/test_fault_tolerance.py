@@ -109,6 +109,7 @@ def run_with_two_sigkills(
     assert state["global_step"] == steps[-1]
 
 
+@pytest.mark.slow
 def test_chaos_fixed_budget_ends_at_the_same_step_as_an_uninterrupted_run(
     tmp_path: Path, training: list[str]
 ) -> None:
@@ -126,6 +127,7 @@ def test_chaos_run_still_solves_cartpole(tmp_path: Path) -> None:
     assert report["return_mean"] >= 475
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(
     tmp_path: Path, training: list[str]
 ) -> None:
@@ -158,6 +160,7 @@ def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(
     assert steps[-1] - steps[-2] == STEPS_PER_UPDATE
 
 
+@pytest.mark.slow
 def test_offline_run_stopped_mid_epoch_by_sigterm_resumes_exactly_on_the_same_ranks(
     tmp_path: Path, logged_data: Path
 ) -> None:
@@ -190,6 +193,7 @@ def test_offline_run_stopped_mid_epoch_by_sigterm_resumes_exactly_on_the_same_ra
     assert final(run)["ranks"][0]["param_sha256"] == final(tmp_path / "whole")["ranks"][0]["param_sha256"]
 
 
+@pytest.mark.slow
 def test_sigterm_single_process_exit_code(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path),
            "--total-steps=10000000", "train.stop_return=null"]  # fmt: skip
@@ -213,6 +217,7 @@ def three_checkpoints(tmp_path: Path, training: list[str]) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
+@pytest.mark.slow
 def test_corrupt_newest_checkpoint_falls_back_to_previous(
     three_checkpoints: Path, training: list[str], damage: str
 ) -> None:
@@ -234,6 +239,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(
     assert metrics_steps(three_checkpoints) == list(range(512, 4097, 512))
 
 
+@pytest.mark.slow
 def test_no_valid_checkpoint_is_a_clear_error(three_checkpoints: Path, training: list[str]) -> None:
     for path in ckpt.list_checkpoints(three_checkpoints / "checkpoints"):
         (path / "state.json").write_text("{}")

@@ -66,6 +66,7 @@ DYNAMIC_SAMPLING = [
     [["algo.loss_normalization=token"], ["algo.loss_normalization=sequence"], DYNAMIC_SAMPLING],
     ids=["token", "sequence", "dynamic_sampling"],
 )
+@pytest.mark.slow
 def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, extra: list[str]) -> None:
     overrides = [*SMALL, *extra]
     run_ranks(_train, 1, overrides, tmp_path, tmp_path / "one.npy")
@@ -133,6 +134,7 @@ def _run_and_resume_halfway(comm: TorchComm, overrides: list[str], run_dir: Path
     build_training(cfg, comm, torch.device("cpu"), run_dir / "resumed", halfway).run()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_ends_where_an_unbroken_one_does(tmp_path: Path) -> None:
     overrides = [
         *SMALL,
@@ -154,6 +156,7 @@ def test_a_resumed_run_ends_where_an_unbroken_one_does(tmp_path: Path) -> None:
     assert [row["global_step"] for row in rows] == [45, 60]
 
 
+@pytest.mark.slow
 def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = distrl(
@@ -215,6 +218,7 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
         "verifiers-twice",
     ],
 )
+@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path: Path, overrides: list[str], message: str) -> None:
     result = distrl(
         "train",
@@ -230,6 +234,7 @@ def test_bad_input_is_one_line(tmp_path: Path, overrides: list[str], message: st
     assert re.search(message, result.stderr), result.stderr
 
 
+@pytest.mark.slow
 def test_torchrun_trains_a_sequence_policy_on_two_ranks(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = torchrun_train(2, "--config", str(GRPO_REVERSE), "--run-dir", str(run_dir), *SMALL)

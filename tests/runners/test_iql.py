@@ -25,6 +25,7 @@ def pendulum(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_two_ranks_train_identical_networks_and_export_the_policy(pendulum: Path, tmp_path: Path) -> None:
     result = torchrun_train(
         2, "--config", str(PENDULUM_IQL), "--data", str(pendulum), "--run-dir", str(tmp_path / "run"),
@@ -49,6 +50,7 @@ def test_two_ranks_train_identical_networks_and_export_the_policy(pendulum: Path
     assert_file_acts_like_checkpoint(tmp_path / "model" / "policy.onnx", tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_dqn_and_iql_refuse_each_others_actions_in_one_line(pendulum: Path, tmp_path: Path) -> None:
     cartpole = tmp_path / "cartpole"
     assert distrl("collect", "--env", "CartPole-v1", "--steps", "100", "--out", str(cartpole)).returncode == 0

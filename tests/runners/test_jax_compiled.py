@@ -29,6 +29,7 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_the_compiled_iteration_takes_the_host_runners_steps() -> None:
     """Same seeds, same key chains: the compiled rollout and update equal the host-stepped ones
     (time limits included: a 20-step limit truncates during the rollouts)."""
@@ -65,6 +66,7 @@ def test_compiled_ppo_solves_gymnax_cartpole_and_plays_gymnasiums(tmp_path: Path
     assert sum(evaluate(gymnasium_cfg, loaded.policy, 10, seed=0)) / 10 >= 475
 
 
+@pytest.mark.slow
 def test_two_processes_run_the_compiled_path_through_the_launcher(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = jax_launch(

@@ -44,6 +44,7 @@ def test_jax_ppo_solves_cartpole_and_its_checkpoint_evaluates_and_exports(tmp_pa
     assert policy(torch.zeros(3, 4)).shape == (3,)
 
 
+@pytest.mark.slow
 def test_two_jax_processes_train_through_the_launcher(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = jax_launch(
@@ -60,6 +61,7 @@ def test_two_jax_processes_train_through_the_launcher(tmp_path: Path) -> None:
     assert saved["world_size"] == 2 and len({json.dumps(r["runner"]) for r in saved["ranks"]}) == 2
 
 
+@pytest.mark.slow
 def test_resume_restores_parameters_optimiser_and_keys(tmp_path: Path) -> None:
     cfg = load_config(
         CARTPOLE,
@@ -88,6 +90,7 @@ def test_resume_restores_parameters_optimiser_and_keys(tmp_path: Path) -> None:
     ("override", "key"),
     [("normalize.rewards=true", "normalize.rewards"), ("data.path=/nowhere", "trains ppo online")],
 )
+@pytest.mark.slow
 def test_what_the_jax_learner_does_not_do_is_one_line(tmp_path: Path, override: str, key: str) -> None:
     result = distrl(
         "train",

@@ -12,6 +12,7 @@ from distrl.io import checkpoint as ckpt
 from tests.helpers import CARTPOLE, distrl, torchrun_train
 
 
+@pytest.mark.slow
 def test_nan_observations_skip_updates_then_stop_with_last_good_checkpoint(tmp_path: Path) -> None:
     args = [
         "--env", "tests.envs.toy:BrokenSensorEnv", "env.kwargs={healthy_steps: 600}",
@@ -54,6 +55,7 @@ def small_checkpoint_disk(tmp_path: Path) -> Iterator[Path]:
     subprocess.run(["umount", str(tmp_path / "run" / "checkpoints")], check=False)
 
 
+@pytest.mark.slow
 def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(small_checkpoint_disk: Path) -> None:
     result = distrl(
         "train", "--config", str(CARTPOLE), "--run-dir", str(small_checkpoint_disk), "--total-steps=2048",
@@ -68,6 +70,7 @@ def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(small_chec
     assert not [p for p in (small_checkpoint_disk / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow
 def test_read_only_checkpoint_dir_is_a_clear_error(small_checkpoint_disk: Path) -> None:
     common = [
         "train", "--config", str(CARTPOLE), "--run-dir", str(small_checkpoint_disk),

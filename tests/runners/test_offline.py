@@ -53,6 +53,7 @@ def start_two_nodes(tmp_path: Path, data: list[Path], *overrides: str) -> list[s
     ]
 
 
+@pytest.mark.slow
 def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     # 3 files of 1000, 1000 and 500 rows: rank 0 holds 1500 rows, rank 1 1000. With 64 samples
     # per step (32 each) an epoch is ceil(1500 / 32) = 47 steps on both ranks.
@@ -81,6 +82,7 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     assert_file_acts_like_checkpoint(tmp_path / "model" / "policy.onnx", tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_split_layout_each_node_trains_on_its_own_part(tmp_path: Path) -> None:
     # Node 0 holds 1500 rows (2 files), node 1 another 1000: with 64 samples per step (32 each)
     # an epoch is ceil(1500 / 32) = 47 steps and 2500 samples, every row of both parts once.
@@ -97,6 +99,7 @@ def test_split_layout_each_node_trains_on_its_own_part(tmp_path: Path) -> None:
     assert [(r["global_step"], r["epoch"]) for r in rows] == [(2500, 0), (5000, 1)]
 
 
+@pytest.mark.slow
 def test_copy_layout_refuses_nodes_whose_copies_differ(tmp_path: Path) -> None:
     collect(tmp_path / "node0", 300, 300, seed=0)
     collect(tmp_path / "node1", 200, 200, seed=1)
@@ -111,6 +114,7 @@ def test_copy_layout_refuses_nodes_whose_copies_differ(tmp_path: Path) -> None:
         ]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_its_epoch_and_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
     """1 rank, 2500 rows, 64 per step: an epoch is 40 steps; iterations of 30 steps stop mid-epoch."""
     collect(tmp_path / "data", 2500, 1000)
@@ -151,6 +155,7 @@ def logged_episode_returns(data: Path) -> list[float]:
     ]
 
 
+@pytest.mark.slow
 def test_two_ranks_learn_a_better_policy_than_the_epsilon_greedy_logger(tmp_path: Path) -> None:
     """ReAgent's use: log a deployed policy with exploration, learn offline, beat it. The logger is
     a briefly trained PPO policy taking a random action 30% of the time (returns around 90)."""

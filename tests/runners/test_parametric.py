@@ -58,6 +58,7 @@ def test_two_ranks_learn_it_as_well(recommendations: Path, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+@pytest.mark.slow
 def test_exported_file_picks_the_same_candidates(trained: Path, tmp_path: Path, fmt: str) -> None:
     out = tmp_path / ("policy.onnx" if fmt == "onnx" else "policy.pt")
     result = distrl("export", "--checkpoint", str(trained), "--format", fmt, "--out", str(out))
@@ -81,6 +82,7 @@ def test_eval_of_a_parametric_policy_is_one_line(trained: Path) -> None:
     assert "parametric-action policy" in result.stderr
 
 
+@pytest.mark.slow
 def test_stop_return_with_parametric_data_is_one_line(recommendations: Path, tmp_path: Path) -> None:
     result = distrl(
         "train", *TRAIN, "--data", str(recommendations), "--run-dir", str(tmp_path), "train.stop_return=400"

@@ -64,6 +64,7 @@ def test_resume_matches_the_uninterrupted_schedule(tmp_path: Path) -> None:
     assert float(resumed.runner.obs_rms.count) == float(full.runner.obs_rms.count)
 
 
+@pytest.mark.slow
 def test_cli_resume_appends_without_duplicate_updates(tmp_path: Path) -> None:
     common = ["train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), *OVERRIDES]
     assert distrl(*common, "--total-steps", "2048").returncode == 0
@@ -144,6 +145,7 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("case", list(REFUSED_CHANGES))
+@pytest.mark.slow
 def test_resume_refuses_another_network_in_one_line_and_keeps_the_run(
     logged: Path, tmp_path: Path, case: str
 ) -> None:

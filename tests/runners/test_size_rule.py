@@ -48,6 +48,7 @@ def _train_and_record(comm: TorchComm, overrides: list[str], out: Path) -> None:
     [(1, [7], [7]), (2, [4, 3], [4, 3]), (3, [3, 2, 2], [3, 2, 2])],
     ids=["1-rank", "2-ranks", "3-ranks-remainder"],
 )
+@pytest.mark.slow
 def test_global_sizes_give_every_rank_count_the_same_optimiser_steps(
     tmp_path: Path, world_size: int, envs_per_rank: list[int], rank_minibatch_sizes: list[int]
 ) -> None:
@@ -66,6 +67,7 @@ def test_global_sizes_give_every_rank_count_the_same_optimiser_steps(
     assert sum(rank_minibatch_sizes) == 7  # the global minibatch is the same on every rank count
 
 
+@pytest.mark.slow
 def test_per_rank_envs_grow_the_number_of_minibatches(tmp_path: Path) -> None:
     """env.num_envs_per_rank=4 on 2 ranks: 32 samples per update -> 4 minibatches of 8 (4 + 4)."""
     overrides = [*SIZES, "env.num_envs=null", "env.num_envs_per_rank=4", "train.total_steps=64"]
@@ -81,5 +83,6 @@ def _expect_minibatch_error(comm: TorchComm) -> None:
         OnPolicyRunner(RunContext(load_config(None, overrides), comm, torch.device("cpu")))
 
 
+@pytest.mark.slow
 def test_minibatches_smaller_than_one_sample_per_rank_are_refused_on_every_rank() -> None:
     run_ranks(_expect_minibatch_error, 2)

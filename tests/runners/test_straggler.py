@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from distrl.comm import Comm
 from distrl.io import checkpoint as ckpt
 from distrl.runners.straggler import StragglerCutoff
@@ -42,6 +44,7 @@ def test_single_process_never_cuts() -> None:
     assert not cutoff.enabled and not cutoff.should_stop(16)
 
 
+@pytest.mark.slow
 def test_slow_rank_is_cut_short_and_ranks_stay_identical(tmp_path: Path) -> None:
     result = torchrun_train(
         2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--env", "tests.envs.toy:SlowOnRankEnv",

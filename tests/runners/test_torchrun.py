@@ -11,6 +11,7 @@ from distrl.io import checkpoint as ckpt
 from tests.helpers import CARTPOLE, CARTPOLE_A2C, CARTPOLE_DQN, PENDULUM_SAC, distrl, torchrun_train
 
 
+@pytest.mark.slow
 def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> None:
     result = torchrun_train(
         2,
@@ -68,6 +69,7 @@ def test_two_rank_dqn_solves(tmp_path: Path) -> None:
     ],
     ids=["a2c", "sac"],
 )  # fmt: skip
+@pytest.mark.slow
 def test_two_rank_a2c_and_sac_end_with_identical_parameters(
     tmp_path: Path, config: Path, budget: list[str]
 ) -> None:
@@ -79,6 +81,7 @@ def test_two_rank_a2c_and_sac_end_with_identical_parameters(
     assert report["episodes"] == 2
 
 
+@pytest.mark.slow
 def test_dry_run_prints_every_rank_and_builds_nothing(tmp_path: Path) -> None:
     result = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "run"), "--dry-run")
     assert result.returncode == 0, result.stderr[-3000:]
