@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import d3rlpy
-import gymnasium as gym
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
+from d3rlpy_eval import greedy_return
 
 
 def load_dataset(data_dir: Path) -> d3rlpy.dataset.MDPDataset:
@@ -74,21 +74,6 @@ def make_iql(hyper: dict[str, Any], low: list[float], high: list[float]) -> d3rl
     ).create(device="cpu:0")
 
 
-def evaluate(iql: d3rlpy.algos.IQL, env_id: str, episodes: int, first_seed: int) -> float:
-    returns = []
-    for i in range(episodes):
-        env = gym.make(env_id)
-        obs, _ = env.reset(seed=first_seed + i)
-        done, total = False, 0.0
-        while not done:
-            action = iql.predict(np.asarray(obs, np.float32)[None])[0]
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    return float(np.mean(returns))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True)
@@ -127,7 +112,7 @@ def main() -> None:
         / (marks[args.steps] - marks[args.warmup_steps]),
     }
     if args.eval_episodes:
-        result["eval_return"] = evaluate(iql, hyper["env_id"], args.eval_episodes, hyper["eval_seed"])
+        result["eval_return"] = greedy_return(iql, hyper["env_id"], args.eval_episodes, hyper["eval_seed"])
     args.out.write_text(json.dumps(result))
 
 

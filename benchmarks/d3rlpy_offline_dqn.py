@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import d3rlpy
-import gymnasium as gym
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
+from d3rlpy_eval import greedy_return
 
 
 def load_dataset(data_dir: Path) -> d3rlpy.dataset.MDPDataset:
@@ -83,22 +83,6 @@ def make_dqn(
         ),
     )
     return config.create(device="cpu:0", enable_ddp=distributed)
-
-
-def greedy_return(algo: Any, env_id: str, episodes: int, first_seed: int) -> float:
-    """Mean undiscounted return of the greedy policy, episode i seeded ``first_seed`` + i."""
-    env = gym.make(env_id)
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=first_seed + i)
-        total, done = 0.0, False
-        while not done:
-            action = int(algo.predict(obs[None].astype(np.float32))[0])
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    return float(np.mean(returns))
 
 
 class StopTraining(Exception):
