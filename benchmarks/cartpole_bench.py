@@ -280,7 +280,7 @@ def ensure_venv(venv: Path, *installs: Sequence[str]) -> Path:
 
 
 def ensure_sb3() -> Path:
-    return ensure_venv(SB3_VENV, ["stable-baselines3", "gymnasium[classic-control]"])
+    return ensure_venv(SB3_VENV, ["stable-baselines3", "gymnasium[classic-control,mujoco]"])
 
 
 def ensure_cleanrl() -> Path:

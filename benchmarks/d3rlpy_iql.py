@@ -22,32 +22,8 @@ from typing import Any
 
 import d3rlpy
 import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
-from d3rlpy_eval import greedy_return
-
-
-def load_dataset(data_dir: Path) -> d3rlpy.dataset.MDPDataset:
-    columns = ["mdp_id", "sequence_number", "state_features", "action", "reward", "terminal"]
-    files = [str(path) for path in sorted(data_dir.glob("*.parquet"))]
-    table = (
-        pq.ParquetDataset(files)
-        .read(columns=columns)
-        .sort_by([("mdp_id", "ascending"), ("sequence_number", "ascending")])
-    )
-    rows = len(table)
-    episode = table["mdp_id"].to_numpy()
-    last_of_episode = np.append(episode[1:] != episode[:-1], True)
-    terminals = table["terminal"].to_numpy().astype(np.float32)
-    return d3rlpy.dataset.MDPDataset(
-        observations=pc.list_flatten(table["state_features"]).to_numpy().reshape(rows, -1),
-        actions=pc.list_flatten(table["action"]).to_numpy().reshape(rows, -1),
-        rewards=table["reward"].to_numpy().astype(np.float32),
-        terminals=terminals,
-        timeouts=(last_of_episode & (terminals == 0)).astype(np.float32),
-        action_space=d3rlpy.ActionSpace.CONTINUOUS,
-    )
+from d3rlpy_common import greedy_return, load_episodes
 
 
 def make_iql(hyper: dict[str, Any], low: list[float], high: list[float]) -> d3rlpy.algos.IQL:
@@ -87,7 +63,7 @@ def main() -> None:
     hyper = args.hyper
     d3rlpy.seed(hyper["seed"])
     load_start = time.perf_counter()
-    dataset = load_dataset(args.data)
+    dataset = load_episodes(args.data, discrete=False)
     load_s = time.perf_counter() - load_start
     iql = make_iql(hyper, hyper["action_low"], hyper["action_high"])
     marks: dict[int, float] = {}

@@ -31,32 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import d3rlpy
-import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
-from d3rlpy_eval import greedy_return
-
-
-def load_dataset(data_dir: Path) -> d3rlpy.dataset.MDPDataset:
-    """Every row of every file, in file order: the generator writes each episode's rows in order
-    and each row's next state is the following row's state, which is how d3rlpy stores episodes."""
-    columns = ["state_features", "action", "reward", "terminal", "possible_actions"]
-    files = [str(path) for path in sorted(data_dir.glob("*.parquet"))]
-    table = pq.ParquetDataset(files).read(columns=columns)
-    rows = len(table)
-    observations = pc.list_flatten(table["state_features"]).to_numpy().reshape(rows, -1)
-    num_actions = len(table["possible_actions"][0])
-    terminals = table["terminal"].to_numpy().astype(np.float32)
-    return d3rlpy.dataset.MDPDataset(
-        observations=observations,
-        actions=table["action"].to_numpy(),
-        rewards=table["reward"].to_numpy().astype(np.float32),
-        terminals=terminals,
-        timeouts=np.zeros_like(terminals),
-        action_space=d3rlpy.ActionSpace.DISCRETE,
-        action_size=num_actions,
-    )
+from d3rlpy_common import greedy_return, load_episodes
 
 
 def make_dqn(
@@ -114,7 +90,7 @@ def main() -> None:
     d3rlpy.seed(args.hyper["seed"] + rank)  # each rank draws its own samples
 
     load_start = time.perf_counter()
-    dataset = load_dataset(args.data)
+    dataset = load_episodes(args.data, discrete=True)
     load_s = time.perf_counter() - load_start
 
     dqn = make_dqn(args.hyper, global_batch // world_size, distributed, args.algo)

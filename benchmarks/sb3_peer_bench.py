@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from cartpole_bench import StopRule, distrl_eval, ensure_sb3, metrics_rows, run_timed, timed
 
@@ -72,12 +73,14 @@ check_envs = DummyVecEnv(
     [lambda s=first_seed + i: Monitor(FixedSeed(gym.make(env_id), s)) for i in range(episodes)]
 )
 check = EvalCallback(check_envs, callback_on_new_best=StopTrainingOnRewardThreshold(reward_threshold=target),
-                     n_eval_episodes=episodes, eval_freq=check_every_calls, deterministic=True, verbose=0)
+                     n_eval_episodes=episodes, eval_freq=check_every_calls, deterministic=True, verbose=0,
+                     log_path=out + "-checks")
 model = eval(model_expr)
 model.learn(total_timesteps=total, callback=check)
 model.save(out)
 stopped = bool(check.best_mean_reward >= target)
-print(json.dumps({"env_steps": model.num_timesteps, "stopped_by_rule": stopped}))
+returns = [float(sum(r) / len(r)) for r in check.evaluations_results]
+print(json.dumps({"env_steps": model.num_timesteps, "stopped_by_rule": stopped, "check_returns": returns}))
 """
 
 
@@ -119,17 +122,31 @@ def distrl_run(config: Path, ranks: int, run_dir: Path, seed: int) -> dict[str, 
 def sb3_run(python: Path, algo: str, out: Path, seed: int) -> dict[str, float]:
     config, model_expr, total = PEERS[algo]
     rule, num_envs = stop_rule(config)
-    env_id = load_config(config).env.id
-    args = [env_id, model_expr, seed, out, num_envs, total, rule.target, rule.every_env_steps // num_envs,
-            rule.episodes, rule.first_seed]  # fmt: skip
-    wall_s, stdout = run_timed([str(python), "-c", SB3_SCRIPT, *map(str, args)])
-    info = json.loads(stdout.splitlines()[-1])
+    info = sb3_learn(python, load_config(config).env.id, model_expr, num_envs, total, rule, out, seed)
     return {
-        "wall_s": wall_s,
+        "wall_s": info["wall_s"],
         "env_steps": info["env_steps"],
         "stopped": info["stopped_by_rule"],
         "eval": float("nan"),
     }
+
+
+def sb3_learn(
+    python: Path,
+    env_id: str,
+    model_expr: str,
+    num_envs: int,
+    total: int,
+    rule: StopRule,
+    out: Path,
+    seed: int,
+) -> dict[str, Any]:
+    """One SB3 run checked by ``rule``: wall seconds, env steps, whether the rule stopped it, and
+    the mean return of every check."""
+    args = [env_id, model_expr, seed, out, num_envs, total, rule.target, rule.every_env_steps // num_envs,
+            rule.episodes, rule.first_seed]  # fmt: skip
+    wall_s, stdout = run_timed([str(python), "-c", SB3_SCRIPT, *map(str, args)])
+    return {"wall_s": wall_s, **json.loads(stdout.splitlines()[-1])}
 
 
 def compare(algo: str, seeds: list[int], tmp: Path) -> None:

@@ -1,10 +1,20 @@
-"""Run distrl's command line as a user would: a real subprocess, torchrun included."""
+"""Run distrl's command line as a user would: a real process, torchrun included.
+
+``distrl(...)`` forks its process from a server that has imported torch and distrl once
+(``tests/preloaded_cli.py``); everything else, and ``distrl(...)`` while another call of it is
+running, starts a fresh interpreter."""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,7 +62,53 @@ def run_python(
 
 
 def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return run_python("-m", "distrl", *args, cwd=cwd, timeout=timeout)
+    """``python -m distrl ARGS`` in a clean environment, output captured."""
+    if not _PRELOADED.lock.acquire(blocking=False):
+        return run_python("-m", "distrl", *args, cwd=cwd, timeout=timeout)
+    try:
+        return _PRELOADED.run(list(args), cwd or Path.cwd(), timeout)
+    finally:
+        _PRELOADED.lock.release()
+
+
+class PreloadedCli:
+    """The client of ``tests/preloaded_cli.py``, started on first use, stopped at exit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.server: subprocess.Popen | None = None
+
+    def start(self) -> subprocess.Popen:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.preloaded_cli"], cwd=REPO, env=clean_env(), text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        assert server.stdout is not None and json.loads(server.stdout.readline()) == {"ready": 1}
+        atexit.register(server.kill)
+        return server
+
+    def run(self, args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+        if self.server is None or self.server.poll() is not None:
+            self.server = self.start()
+        assert self.server.stdin is not None and self.server.stdout is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            out.touch()
+            err.touch()
+            request = {"argv": args, "cwd": str(cwd), "env": clean_env(), "out": str(out), "err": str(err)}
+            self.server.stdin.write(json.dumps(request) + "\n")
+            self.server.stdin.flush()
+            pid = json.loads(self.server.stdout.readline())["pid"]
+            ready, _, _ = select.select([self.server.stdout], [], [], timeout)
+            if not ready:
+                os.killpg(pid, signal.SIGKILL)
+                self.server.stdout.readline()
+                raise subprocess.TimeoutExpired(["distrl", *args], timeout, out.read_text(), err.read_text())
+            code = json.loads(self.server.stdout.readline())["code"]
+            return subprocess.CompletedProcess(["distrl", *args], code, out.read_text(), err.read_text())
+
+
+_PRELOADED = PreloadedCli()
 
 
 def collect(out: Path, steps: int, rows_per_file: int, seed: int = 0) -> None:
