@@ -80,32 +80,47 @@ class PreloadedCli:
 
     def start(self) -> subprocess.Popen:
         server = subprocess.Popen(
-            [sys.executable, "-m", "tests.preloaded_cli"], cwd=REPO, env=clean_env(), text=True,
+            [sys.executable, "-m", "tests.preloaded_cli"], cwd=REPO, env=clean_env(), bufsize=0,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
-        assert server.stdout is not None and json.loads(server.stdout.readline()) == {"ready": 1}
         atexit.register(server.kill)
+        self.server = server
+        assert self.message(None) == {"ready": 1}
         return server
+
+    def message(self, timeout: float | None) -> dict[str, int] | None:
+        """The server's next message, or None after ``timeout`` seconds without one. Read a byte
+        at a time so that nothing of the message after it is taken early."""
+        assert self.server is not None and self.server.stdout is not None
+        fd, line = self.server.stdout.fileno(), b""
+        while not line.endswith(b"\n"):
+            if not select.select([fd], [], [], timeout)[0]:
+                return None
+            byte = os.read(fd, 1)
+            assert byte, "tests/preloaded_cli.py ended"
+            line += byte
+        return json.loads(line)
 
     def run(self, args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
         if self.server is None or self.server.poll() is not None:
-            self.server = self.start()
-        assert self.server.stdin is not None and self.server.stdout is not None
+            self.start()
+        assert self.server is not None and self.server.stdin is not None
         with tempfile.TemporaryDirectory() as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
             out.touch()
             err.touch()
             request = {"argv": args, "cwd": str(cwd), "env": clean_env(), "out": str(out), "err": str(err)}
-            self.server.stdin.write(json.dumps(request) + "\n")
-            self.server.stdin.flush()
-            pid = json.loads(self.server.stdout.readline())["pid"]
-            ready, _, _ = select.select([self.server.stdout], [], [], timeout)
-            if not ready:
-                os.killpg(pid, signal.SIGKILL)
-                self.server.stdout.readline()
-                raise subprocess.TimeoutExpired(["distrl", *args], timeout, out.read_text(), err.read_text())
-            code = json.loads(self.server.stdout.readline())["code"]
-            return subprocess.CompletedProcess(["distrl", *args], code, out.read_text(), err.read_text())
+            self.server.stdin.write(json.dumps(request).encode() + b"\n")
+            started = self.message(None)
+            assert started is not None
+            ended = self.message(timeout)
+            if ended is None:
+                os.killpg(started["pid"], signal.SIGKILL)
+                self.message(None)
+            argv, stdout, stderr = ["distrl", *args], out.read_text(), err.read_text()
+            if ended is None:
+                raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+            return subprocess.CompletedProcess(argv, ended["code"], stdout, stderr)
 
 
 _PRELOADED = PreloadedCli()

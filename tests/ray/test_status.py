@@ -33,7 +33,7 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     job = subprocess.Popen(
         [sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--launcher", "ray",
          "--ray-address", ray_head, "--run-dir", str(run_dir), "log.progress=false", "log.tensorboard=false",
-         *BUDGET, "train.total_steps=204800", "workers.env=2", "workers.eval=1", "eval.every=1",
+         *BUDGET, "train.total_steps=61440", "workers.env=2", "workers.eval=1", "eval.every=1",
          "eval.episodes=2", "cluster.usage_every_s=0.5",
          "--profile", "2"],
         env=clean_env(), stderr=subprocess.PIPE, text=True,
