@@ -17,7 +17,7 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cartpole_bench import StopRule, ensure_sb3, metrics_rows, timed
@@ -55,18 +55,11 @@ def main() -> None:
     checks: dict[str, list[list[float]]] = {"distrl": [], "SB3": []}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
-            sb3_done: dict[str, list[float]] = {}
-
-            def run_sb3(seed: int = seed, done: dict[str, list[float]] = sb3_done) -> None:
-                out = Path(tmp) / f"sb3-{seed}"
-                info = sb3_learn(sb3, cfg.env.id, SB3_MODEL, 1, args.steps, rule, out, seed)
-                done["returns"] = info["check_returns"]
-
-            peer = threading.Thread(target=run_sb3)
-            peer.start()
-            checks["distrl"].append(distrl_checks(Path(tmp) / f"distrl-{seed}", seed, args.steps))
-            peer.join()
-            checks["SB3"].append(sb3_done["returns"])
+            with ThreadPoolExecutor(1) as peer:  # SB3 beside distrl, each on a core
+                sb3_run = peer.submit(sb3_learn, sb3, cfg.env.id, SB3_MODEL, 1, args.steps, rule,
+                                      Path(tmp) / f"sb3-{seed}", seed)  # fmt: skip
+                checks["distrl"].append(distrl_checks(Path(tmp) / f"distrl-{seed}", seed, args.steps))
+                checks["SB3"].append(sb3_run.result()["check_returns"])
             last = {name: statistics.mean(runs[-1][-LAST_EVALS:]) for name, runs in checks.items()}
             print(
                 f"seed {seed}: last-{LAST_EVALS} mean, distrl {last['distrl']:.0f}, SB3 {last['SB3']:.0f}",

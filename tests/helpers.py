@@ -78,7 +78,7 @@ class PreloadedCli:
         self.lock = threading.Lock()
         self.server: subprocess.Popen | None = None
 
-    def start(self) -> subprocess.Popen:
+    def start(self) -> None:
         server = subprocess.Popen(
             [sys.executable, "-m", "tests.preloaded_cli"], cwd=REPO, env=clean_env(), bufsize=0,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -86,7 +86,6 @@ class PreloadedCli:
         atexit.register(server.kill)
         self.server = server
         assert self.message(None) == {"ready": 1}
-        return server
 
     def message(self, timeout: float | None) -> dict[str, int] | None:
         """The server's next message, or None after ``timeout`` seconds without one. Read a byte
