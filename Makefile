@@ -3,6 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Overrides appended to the demo's training command (tests/test_docs_examples.py shortens it).
+DEMO_ARGS ?=
 
 .PHONY: install demo test test-fast lint docs bench clean
 
@@ -19,7 +21,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m torch.distributed.run --nnodes=1 --nproc_per_node=2 \
 		--master_addr=127.0.0.1 --master_port=29511 \
-		-m distrl.train --config configs/cartpole_ppo.yaml --run-dir runs/demo --overwrite --distributed
+		-m distrl.train --config configs/cartpole_ppo.yaml --run-dir runs/demo --overwrite --distributed $(DEMO_ARGS)
 	$(BIN)/distrl eval --checkpoint runs/demo --episodes 10
 
 test: $(STAMP)

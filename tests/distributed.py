@@ -1,4 +1,8 @@
-"""Run a function on N real processes joined in a gloo process group (127.0.0.1 only)."""
+"""Run a function on N real processes joined in a gloo process group (127.0.0.1 only).
+
+The processes are forked from multiprocessing's forkserver, a clean process (not pytest) that has
+imported torch and distrl once (``PRELOADED``): each rank is still a fresh process of its own,
+without paying a second or two of imports."""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ from typing import Any
 
 from distrl.launch.process_group import connect
 from distrl.launch.topology import Topology
+
+PRELOADED = ["torch", "gymnasium", "distrl.launch.process_group", "distrl.config.run", "distrl.runners.loop"]
+"""What the forkserver imports before forking ranks: what nearly every rank imports."""
+_CONTEXT = mp.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(PRELOADED)
 
 
 def free_port() -> int:
@@ -25,9 +34,8 @@ def run_ranks(
     """Call ``target(comm, *args)`` on each rank; fail if any rank fails or hangs.
     ``cpu_sum``: the sum transport (``comm.cpu_sum``: auto, gloo or socket)."""
     port = free_port()
-    ctx = mp.get_context("spawn")
     procs = [
-        ctx.Process(target=_rank_main, args=(target, rank, world_size, port, cpu_sum, args))
+        _CONTEXT.Process(target=_rank_main, args=(target, rank, world_size, port, cpu_sum, args))
         for rank in range(world_size)
     ]
     for p in procs:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -61,14 +62,40 @@ def run_python(
     )
 
 
-def distrl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``python -m distrl ARGS`` in a clean environment, output captured."""
+def distrl(
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m distrl ARGS`` in a clean environment unless ``env`` is given, output captured."""
     if not _PRELOADED.lock.acquire(blocking=False):
-        return run_python("-m", "distrl", *args, cwd=cwd, timeout=timeout)
+        return run_python("-m", "distrl", *args, cwd=cwd, timeout=timeout, env=env)
     try:
-        return _PRELOADED.run(list(args), cwd or Path.cwd(), timeout)
+        return _PRELOADED.run(list(args), cwd or Path.cwd(), timeout, [clean_env() if env is None else env])[
+            0
+        ]
     finally:
         _PRELOADED.lock.release()
+
+
+def train_ranks(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``distrl train ARGS --distributed`` on ``nproc`` ranks started with torchrun's variables
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...) as its workers are, without its agent: for
+    tests of what the ranks do together, not of torchrun (``torchrun_train``). Forked from the
+    preloaded server; the result has the first failing rank's exit code, and every rank's output
+    in rank order."""
+    port = free_port()
+    envs = [
+        {**clean_env(), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+         "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        for rank in range(nproc)
+    ]  # fmt: skip
+    argv = ["train", *args, "--distributed"]
+    with _PRELOADED.lock:
+        ranks = _PRELOADED.run(argv, Path.cwd(), timeout, envs)
+    failed = [rank.returncode for rank in ranks if rank.returncode != 0]
+    return subprocess.CompletedProcess(
+        ["distrl", *argv], failed[0] if failed else 0, "".join(rank.stdout for rank in ranks),
+        "".join(rank.stderr for rank in ranks),
+    )  # fmt: skip
 
 
 class PreloadedCli:
@@ -87,7 +114,7 @@ class PreloadedCli:
         self.server = server
         assert self.message(None) == {"ready": 1}
 
-    def message(self, timeout: float | None) -> dict[str, int] | None:
+    def message(self, timeout: float | None) -> dict[str, Any] | None:
         """The server's next message, or None after ``timeout`` seconds without one. Read a byte
         at a time so that nothing of the message after it is taken early."""
         assert self.server is not None and self.server.stdout is not None
@@ -100,26 +127,38 @@ class PreloadedCli:
             line += byte
         return json.loads(line)
 
-    def run(self, args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    def run(
+        self, args: list[str], cwd: Path, timeout: float, envs: list[dict[str, str]]
+    ) -> list[subprocess.CompletedProcess]:
+        """``distrl ARGS`` in one process per environment of ``envs``, all at once."""
         if self.server is None or self.server.poll() is not None:
             self.start()
         assert self.server is not None and self.server.stdin is not None
         with tempfile.TemporaryDirectory() as tmp:
-            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-            out.touch()
-            err.touch()
-            request = {"argv": args, "cwd": str(cwd), "env": clean_env(), "out": str(out), "err": str(err)}
-            self.server.stdin.write(json.dumps(request).encode() + b"\n")
+            outputs = [(Path(tmp) / f"{i}.out", Path(tmp) / f"{i}.err") for i in range(len(envs))]
+            for path in (path for pair in outputs for path in pair):
+                path.touch()
+            processes = [
+                {"env": env, "out": str(out), "err": str(err)}
+                for env, (out, err) in zip(envs, outputs, strict=True)
+            ]
+            self.server.stdin.write(
+                json.dumps({"argv": args, "cwd": str(cwd), "processes": processes}).encode() + b"\n"
+            )
             started = self.message(None)
             assert started is not None
             ended = self.message(timeout)
             if ended is None:
-                os.killpg(started["pid"], signal.SIGKILL)
+                for pid in started["pids"]:
+                    os.killpg(pid, signal.SIGKILL)
                 self.message(None)
-            argv, stdout, stderr = ["distrl", *args], out.read_text(), err.read_text()
+            argv, read = ["distrl", *args], [(out.read_text(), err.read_text()) for out, err in outputs]
             if ended is None:
-                raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
-            return subprocess.CompletedProcess(argv, ended["code"], stdout, stderr)
+                raise subprocess.TimeoutExpired(argv, timeout, *read[0])
+            return [
+                subprocess.CompletedProcess(argv, code, *output)
+                for code, output in zip(ended["codes"], read, strict=True)
+            ]
 
 
 _PRELOADED = PreloadedCli()

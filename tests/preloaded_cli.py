@@ -8,9 +8,11 @@ files, then runs ``distrl`` as ``-m`` would (``sys.path[0]`` the working directo
 (an uncaught exception prints its traceback and exits 1, as an interpreter does), stdout and
 stderr. What it does not redo is what an interpreter does at start-up before ``distrl`` runs.
 
-Protocol (one request at a time, JSON lines): the client writes ``{argv, cwd, env, out, err}``
-to stdin; the server answers ``{"pid": ...}`` once the child runs, then ``{"code": ...}`` (a
-negative signal number for a killed child, as ``subprocess`` reports it).
+Protocol (one request at a time, JSON lines): the client writes ``{argv, cwd, processes}`` to
+stdin, ``processes`` a list of ``{env, out, err}``, one child each (the ranks of a distributed run
+differ only in their environment); the server answers ``{"pids": [...]}`` once the children run,
+then ``{"codes": [...]}`` (a negative signal number for a killed child, as ``subprocess`` reports
+it).
 """
 
 from __future__ import annotations
@@ -26,25 +28,26 @@ PRELOADED = ("torch", "gymnasium", "distrl.cli", "distrl.entry", "distrl.runners
 """Imported before any fork. Not Ray or JAX: both start threads that a fork would not carry."""
 
 
-def become(request: dict[str, Any]) -> None:
-    """Turn this forked child into ``python -m distrl ARGV`` started as the request says."""
+def become(request: dict[str, Any], process: dict[str, Any]) -> None:
+    """Turn this forked child into ``python -m distrl ARGV`` started as the request and its entry
+    of ``processes`` say."""
     os.setsid()  # its own process group: a timeout kills the child and whatever it started
     os.chdir(request["cwd"])
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(process["env"])
     for fd, (path, flags) in enumerate(
-        [(os.devnull, os.O_RDONLY), (request["out"], os.O_WRONLY), (request["err"], os.O_WRONLY)]
+        [(os.devnull, os.O_RDONLY), (process["out"], os.O_WRONLY), (process["err"], os.O_WRONLY)]
     ):
         opened = os.open(path, flags)
         os.dup2(opened, fd)
         os.close(opened)
-    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    extra = [p for p in process["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[:1] = [os.getcwd(), *extra]
     importlib.invalidate_caches()  # files written since the server started must be importable
     sys.argv = ["-m", *request["argv"]]
 
 
-def reply(message: dict[str, int]) -> None:
+def reply(message: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
@@ -55,14 +58,16 @@ def serve() -> None:
     reply({"ready": 1})
     for line in sys.stdin:
         request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            become(request)
-            runpy.run_module("distrl", run_name="__main__", alter_sys=True)
-            return  # the child's end: the interpreter exits as after ``python -m distrl``
-        reply({"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        reply({"code": os.waitstatus_to_exitcode(status)})
+        pids = []
+        for process in request["processes"]:
+            pid = os.fork()
+            if pid == 0:
+                become(request, process)
+                runpy.run_module("distrl", run_name="__main__", alter_sys=True)
+                return  # the child's end: the interpreter exits as after ``python -m distrl``
+            pids.append(pid)
+        reply({"pids": pids})
+        reply({"codes": [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]})
 
 
 if __name__ == "__main__":

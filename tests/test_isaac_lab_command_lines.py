@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from distrl.io import checkpoint as ckpt
 from tests.distributed import free_port
 from tests.helpers import REPO, clean_env, run_python
 
@@ -92,6 +93,10 @@ def test_jax_launcher_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert _trained(run, ranks=2)["ml_framework"] == "jax"
+    # Every checkpoint compared the ranks' parameter digests before writing (the loop raises if
+    # they differ); both ranks' own state (their JAX keys) is in it.
+    saved = json.loads((ckpt.resolve_checkpoint(run) / "state.json").read_text())
+    assert saved["world_size"] == 2 and len({json.dumps(r["runner"]) for r in saved["ranks"]}) == 2
 
 
 def test_headless_is_accepted_and_num_envs_flags_exclude_each_other() -> None:

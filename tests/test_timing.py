@@ -12,7 +12,7 @@ import pytest
 
 from distrl.algos.registry import algorithm
 from distrl.timing import SHARED_PHASES, PhaseClock
-from tests.helpers import CARTPOLE, distrl, torchrun_train
+from tests.helpers import CARTPOLE, distrl, train_ranks
 
 TRAIN = [
     "--config",
@@ -67,7 +67,7 @@ def test_phases_cover_an_update_and_match_the_wall_clock(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_two_ranks_split_the_sync_and_name_the_slowest_rank(tmp_path: Path) -> None:
-    result = torchrun_train(2, *TRAIN, "--run-dir", str(tmp_path), "comm.time_sync_wait=true")
+    result = train_ranks(2, *TRAIN, "--run-dir", str(tmp_path), "comm.time_sync_wait=true")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = metrics(tmp_path)
     assert all(row["time/sync_wait"] > 0 and row["time/sync_transfer"] > 0 for row in rows)

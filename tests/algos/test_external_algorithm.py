@@ -16,7 +16,7 @@ import torch
 
 from distrl.config.run import load_config
 from distrl.errors import UserError
-from tests.helpers import clean_env, run_python
+from tests.helpers import clean_env, distrl, run_python
 
 PLUGIN = '''
 """REINFORCE with a learned baseline: distrl's on-policy loop with an update of its own."""
@@ -160,7 +160,7 @@ def test_an_algorithm_from_outside_distrl_trains_checkpoints_and_evaluates(tmp_p
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["global_step"] == 4096 and rows[-1]["baseline_loss"] > 0
     assert rows[-1]["time/baseline"] > 0  # its own phase, declared by its section
-    report = run_python("-m", "distrl", "eval", "--checkpoint", str(run_dir), "--json", env=env)
+    report = distrl("eval", "--checkpoint", str(run_dir), "--json", env=env)
     assert report.returncode == 0, report.stderr[-3000:]
     assert json.loads(report.stdout)["episodes"] == 10
 
@@ -176,13 +176,13 @@ def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_export
         env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    said = run_python("-m", "distrl", "eval", "--checkpoint", str(run_dir), "--episodes", "2", env=env)
+    said = distrl("eval", "--checkpoint", str(run_dir), "--episodes", "2", env=env)
     assert said.returncode == 0, said.stderr[-3000:]
     line = r"the pole of CartPole-v1 stayed up \d+ steps over 2 tries\n"  # its eval_line
     assert re.fullmatch(line, said.stdout), said.stdout
     exported = tmp_path / "exported.pt"
-    written = run_python(
-        "-m", "distrl", "export", "--checkpoint", str(run_dir), "--format", "torchscript", "--out",
+    written = distrl(
+        "export", "--checkpoint", str(run_dir), "--format", "torchscript", "--out",
         str(exported), env=env,
     )  # fmt: skip
     assert written.returncode == 0, written.stderr[-3000:]
@@ -190,8 +190,8 @@ def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_export
         extra = {"written_by": ""}
         torch.jit.load(str(file), _extra_files=extra)
         assert extra["written_by"] == b"myalgos", file
-    refused = run_python(
-        "-m", "distrl", "export", "--checkpoint", str(run_dir), "--format", "onnx", "--out",
+    refused = distrl(
+        "export", "--checkpoint", str(run_dir), "--format", "onnx", "--out",
         str(tmp_path / "p.onnx"), env=env,
     )  # fmt: skip
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr

@@ -14,7 +14,7 @@ from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.envs.rsl_rl_style import RslRlStyleVecEnv
 from distrl.errors import UserError
-from tests.helpers import CARTPOLE, distrl, torchrun_train
+from tests.helpers import CARTPOLE, distrl, train_ranks
 
 EXAMPLE = "examples.isaac_style_cartpole:IsaacStyleCartPole"
 
@@ -91,7 +91,7 @@ def test_ppo_trains_a_users_rsl_rl_style_env(tmp_path: Path, ranks: int) -> None
         "--config", str(CARTPOLE), "env.backend=torch", f"env.id={EXAMPLE}",
         "--total-steps", "200000", "log.tensorboard=false", "--run-dir", str(tmp_path),
     ]  # fmt: skip
-    result = distrl("train", *args) if ranks == 1 else torchrun_train(2, *args)
+    result = distrl("train", *args) if ranks == 1 else train_ranks(2, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["return_mean"] >= 475

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CARTPOLE, distrl, torchrun_train
+from tests.helpers import CARTPOLE, distrl, train_ranks
 
 TRAIN = ["--config", str(CARTPOLE), "env.backend=torch", "--total-steps", "300000", "log.tensorboard=false"]
 
@@ -17,7 +17,7 @@ TRAIN = ["--config", str(CARTPOLE), "env.backend=torch", "--total-steps", "30000
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_ppo_solves_cartpole_on_the_torch_backend(tmp_path: Path, ranks: int) -> None:
     args = [*TRAIN, "--run-dir", str(tmp_path)]
-    result = distrl("train", *args) if ranks == 1 else torchrun_train(2, *args)
+    result = distrl("train", *args) if ranks == 1 else train_ranks(2, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["return_mean"] >= 475

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from distrl.io.plot import band, group_by_config, read_curve
-from tests.helpers import CARTPOLE, distrl, torchrun_train
+from tests.helpers import CARTPOLE, distrl, train_ranks
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             "--config", str(CARTPOLE), "--run-dir", str(root / name), "--total-steps", "4096",
             "train.stop_return=null", "log.tensorboard=false", *extra,
         ]  # fmt: skip
-        result = torchrun_train(2, *args) if name == "two_ranks" else distrl("train", *args)
+        result = train_ranks(2, *args) if name == "two_ranks" else distrl("train", *args)
         assert result.returncode == 0, result.stderr
     return [root / name for name in settings]
 

@@ -211,7 +211,7 @@ def test_file_rendezvous_across_bare_hosts(hosts: Hosts, tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_host_cut_off_mid_run_fails_the_other_host_within_the_timeout(hosts: Hosts, tmp_path: Path) -> None:
-    timeout_s = 15
+    timeout_s = 10
     static = [f"--master_addr={ADDRESSES[0]}", "--master_port=29500"]
     procs = []
     for i in range(2):

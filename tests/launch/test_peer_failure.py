@@ -14,7 +14,7 @@ import pytest
 from tests.distributed import free_port
 from tests.helpers import CARTPOLE, clean_env
 
-TIMEOUT_S = 15
+TIMEOUT_S = 10
 
 
 def start_slurm_style_ranks(run_dir: Path) -> list[subprocess.Popen]:

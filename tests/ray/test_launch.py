@@ -123,31 +123,35 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
     job = subprocess.Popen(
         [sys.executable, "-m", "distrl", "train", "--config", str(config), "--launcher", "ray",
          "--run-dir", str(run_dir), "--overwrite", "log.progress=false", "train.stop_return=null",
-         "train.total_steps=204800"],
+         "train.total_steps=102400"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not (run_dir / "metrics.jsonl").exists() and job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        # While it runs: `distrl status --run-dir` finds the job's own Ray and its workers ...
+        # While it runs: a driver without the token is turned away ...
         assert job.poll() is None, "the job ended before it could be looked at"
-        status = run_python("-m", "distrl", "status", "--run-dir", str(run_dir), "--json", env=env)
+        address = json.loads((run_dir / "ray.json").read_text())["address"]
+        refused = subprocess.Popen(
+            [sys.executable, "-c", _UNAUTHENTICATED, address], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        # ... and, meanwhile, `distrl status --run-dir` finds the job's own Ray and its workers.
+        status = distrl("status", "--run-dir", str(run_dir), "--json", env=env)
         assert status.returncode == 0, status.stderr[-3000:]
         alive = {w["group"] for w in json.loads(status.stdout)["workers"] if w["state"] == "ALIVE"}
         assert alive == {"policy", "env", "eval"}
-        # ... and a driver without the token is turned away.
-        address = json.loads((run_dir / "ray.json").read_text())["address"]
         try:  # Ray's driver retries a refused connection for minutes
-            refused = run_python("-c", _UNAUTHENTICATED, address, env=env, timeout=15)
-            out, err = refused.stdout, refused.stderr
-        except subprocess.TimeoutExpired as exc:
-            out, err = (b.decode() if isinstance(b, bytes) else b or "" for b in (exc.stdout, exc.stderr))
+            out, err = refused.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            refused.kill()
+            out, err = refused.communicate()
         assert "connected" not in out and "InvalidAuthToken" in err, (out, err[-3000:])
     finally:
         _, stderr = job.communicate(timeout=600)
     assert job.returncode == 0, stderr[-3000:]
-    assert final_row(run_dir)["global_step"] == 204800
+    assert final_row(run_dir)["global_step"] == 102400
     # Ray's sessions, logs and token in the run dir (reached through a short link: this path is
     # too long for Ray's sockets), the token owner-only, nothing in the user's home.
     assert list((run_dir / "ray").glob("session_*/logs/raylet.out"))
@@ -161,8 +165,8 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
 @pytest.mark.slow
 def test_ray_address_in_the_environment_is_the_cluster_joined(ray_head: str, tmp_path: Path) -> None:
     env = {**clean_env(), "RAY_ADDRESS": ray_head}
-    result = run_python(
-        "-m", "distrl", "train", "--config", str(CARTPOLE), "--launcher", "ray", "--run-dir", str(tmp_path),
+    result = distrl(
+        "train", "--config", str(CARTPOLE), "--launcher", "ray", "--run-dir", str(tmp_path),
         "log.progress=false", "log.tensorboard=false", *BUDGET, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -16,7 +16,7 @@ from distrl.config.run import load_config
 from distrl.entry import build_training
 from distrl.io import checkpoint as ckpt
 from tests.distributed import run_ranks
-from tests.helpers import DEVICES, REPO, distrl, torchrun_train
+from tests.helpers import DEVICES, REPO, distrl, train_ranks
 
 GRPO_REVERSE = REPO / "configs" / "grpo_reverse.yaml"
 SMALL = [
@@ -235,9 +235,9 @@ def test_bad_input_is_one_line(tmp_path: Path, overrides: list[str], message: st
 
 
 @pytest.mark.slow
-def test_torchrun_trains_a_sequence_policy_on_two_ranks(tmp_path: Path) -> None:
+def test_two_ranks_train_a_sequence_policy(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    result = torchrun_train(2, "--config", str(GRPO_REVERSE), "--run-dir", str(run_dir), *SMALL)
+    result = train_ranks(2, "--config", str(GRPO_REVERSE), "--run-dir", str(run_dir), *SMALL)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["ranks"] == 2 and rows[-1]["global_step"] == 45

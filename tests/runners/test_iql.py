@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import OFFLINE, REPO, distrl, torchrun_train
+from tests.helpers import OFFLINE, REPO, distrl, train_ranks
 from tests.io.test_export import assert_file_acts_like_checkpoint
 
 PENDULUM_IQL = REPO / "configs" / "pendulum_iql.yaml"
@@ -27,7 +27,7 @@ def pendulum(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_two_ranks_train_identical_networks_and_export_the_policy(pendulum: Path, tmp_path: Path) -> None:
-    result = torchrun_train(
+    result = train_ranks(
         2, "--config", str(PENDULUM_IQL), "--data", str(pendulum), "--run-dir", str(tmp_path / "run"),
         "algo.batch_size=64", "algo.gradient_steps=47", "--total-steps", "6000", "train.stop_return=null",
         "log.tensorboard=false", f"output.path={tmp_path / 'model' / 'policy.onnx'}",

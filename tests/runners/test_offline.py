@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect, distrl, torchrun_train
+from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect, distrl, train_ranks
 from tests.io.test_export import assert_file_acts_like_checkpoint
 
 
@@ -58,7 +58,7 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     # 3 files of 1000, 1000 and 500 rows: rank 0 holds 1500 rows, rank 1 1000. With 64 samples
     # per step (32 each) an epoch is ceil(1500 / 32) = 47 steps on both ranks.
     collect(tmp_path / "data", 2500, 1000)
-    result = torchrun_train(
+    result = train_ranks(
         2, "--config", str(OFFLINE), "--data", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
         "algo.batch_size=64", "algo.gradient_steps=47", "--total-steps", "7500", "train.stop_return=null",
         "log.tensorboard=false", f"output.path={tmp_path / 'model' / 'policy.onnx'}", "eval.cpe_every=2",
@@ -171,7 +171,7 @@ def test_two_ranks_learn_a_better_policy_than_the_epsilon_greedy_logger(tmp_path
         "--out", str(data), "--rows-per-file", "10000",
     )  # fmt: skip
     assert logged.returncode == 0, logged.stderr
-    result = torchrun_train(
+    result = train_ranks(
         2, "--config", str(OFFLINE), "--data", str(data), "--run-dir", str(tmp_path / "run"),
         "--total-steps", "800000", "algo.cql_alpha=0.2", "train.stop_return=null", "log.tensorboard=false",
     )  # fmt: skip

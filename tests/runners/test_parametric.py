@@ -15,7 +15,7 @@ import torch
 from distrl.data.recommendation import draw_users, policy_rewards, write_dataset
 from distrl.eval.policy import load_policy
 from distrl.io import checkpoint as ckpt
-from tests.helpers import REPO, distrl, torchrun_train
+from tests.helpers import REPO, distrl, train_ranks
 
 PARAMETRIC = REPO / "configs" / "recommendation_parametric_dqn.yaml"
 TRAIN = ["--config", str(PARAMETRIC), "--total-steps", "200000", "log.tensorboard=false"]
@@ -50,7 +50,7 @@ def test_parametric_dqn_gets_close_to_the_best_achievable_reward(trained: Path) 
 
 @pytest.mark.slow
 def test_two_ranks_learn_it_as_well(recommendations: Path, tmp_path: Path) -> None:
-    result = torchrun_train(2, *TRAIN, "--data", str(recommendations), "--run-dir", str(tmp_path))
+    result = train_ranks(2, *TRAIN, "--data", str(recommendations), "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]

@@ -12,7 +12,7 @@ from distrl.comm import Comm
 from distrl.io import checkpoint as ckpt
 from distrl.runners.straggler import StragglerCutoff
 from tests.distributed import run_ranks
-from tests.helpers import CARTPOLE, torchrun_train
+from tests.helpers import CARTPOLE, train_ranks
 
 
 def _cutoff_worker(comm: Comm, out: Path) -> None:
@@ -46,7 +46,7 @@ def test_single_process_never_cuts() -> None:
 
 @pytest.mark.slow
 def test_slow_rank_is_cut_short_and_ranks_stay_identical(tmp_path: Path) -> None:
-    result = torchrun_train(
+    result = train_ranks(
         2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--env", "tests.envs.toy:SlowOnRankEnv",
         "env.kwargs.delay_s=0.002", "--total-steps", "8192", "train.stop_return=null",
         "train.straggler_threshold=0.5",

@@ -40,9 +40,9 @@ def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
-def test_two_rank_cartpole_solves(tmp_path: Path, seed: int) -> None:
-    result = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--seed", str(seed))
+def test_two_rank_cartpole_solves(tmp_path: Path) -> None:
+    # Seed 2: the config's own seed solves under torchrun in test_chaos_run_still_solves_cartpole.
+    result = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--seed", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["episodes"] == 10 and report["return_mean"] >= 475
