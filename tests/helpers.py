@@ -31,6 +31,7 @@ PENDULUM_SAC = REPO / "configs" / "pendulum_sac.yaml"
 CARTPOLE_MEMORY = REPO / "configs" / "cartpole_positions_lstm_ppo.yaml"
 """Positions-only CartPole with an LSTM policy."""
 OFFLINE = REPO / "configs" / "cartpole_offline_dqn.yaml"
+GRPO_REVERSE = REPO / "configs" / "grpo_reverse.yaml"
 DEVICES = [
     "cpu",
     pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")),

@@ -20,6 +20,7 @@ import torch
 
 from distrl.algos.registry import LOGGED_DATA, check_inputs, learns_from, runner_class
 from distrl.allocator import keep_freed_memory
+from distrl.collect.processes import CollectorProcesses, check_collector_processes
 from distrl.io import checkpoint as ckpt
 from distrl.io.run_dir import prepare_run_dir
 from distrl.io.train_state import launch_index
@@ -116,9 +117,16 @@ def build_training(
     ``checkpoint``; ``node_rank``: the process's node; ``workers``: processes that do part of the
     rank's work; ``restart_count``: the launcher's restarts of the group so far."""
     context = RunContext(
-        cfg, comm, device, launch_index(checkpoint), node_rank, workers or RemoteWorkers(), restart_count
+        cfg, comm, device, launch_index(checkpoint), node_rank, workers or local_workers(cfg), restart_count
     )
     return TrainingLoop(context, runner_class(cfg)(context), run_dir, PreemptionFlag(), checkpoint)
+
+
+def local_workers(cfg: RunConfig) -> RemoteWorkers:
+    """A rank's workers without Ray: its collector processes (``collect.processes``), if any."""
+    if not cfg.collect.processes:
+        return RemoteWorkers()
+    return RemoteWorkers(groups={"env": CollectorProcesses(cfg.collect.processes, cfg.collect.lag)})
 
 
 def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:
@@ -163,6 +171,8 @@ def _connect(cfg: RunConfig, topology: Topology, device: torch.device) -> Comm:
         check_inputs(cfg)
         return comm
     check_inputs(cfg)
+    if cfg.collect.processes:
+        check_collector_processes(cfg)
     return connect(topology, device, cfg.comm)
 
 

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from distrl.config.algorithm import AlgorithmSection
 
 SHARED_PHASES = (
-    "env", "inference", "forward", "backward", "sync", "sync_wait", "sync_transfer",
-    "optimizer", "update", "eval", "log", "checkpoint",
+    "env", "inference", "publish", "collector_wait", "forward", "backward", "sync", "sync_wait",
+    "sync_transfer", "optimizer", "update", "eval", "log", "checkpoint",
 )  # fmt: skip
-"""The phases of acting, gradient steps and the loop's own work, whatever the algorithm."""
+"""The phases of acting (a rank's own, or publishing weights to its collector processes and
+waiting for their segments), gradient steps and the loop's own work, whatever the algorithm."""
 
 
 class PhaseClock:

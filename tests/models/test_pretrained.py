@@ -12,11 +12,9 @@ import torch
 from distrl.models.generate import Sampling, generate, left_padded
 from distrl.tasks.prompts import ALPHABETS
 from distrl.tasks.tokenizer import CharTokenizer
-from tests.helpers import REPO, distrl
+from tests.helpers import GRPO_REVERSE, distrl
 
 transformers = pytest.importorskip("transformers", reason="the transformers extra is installed by make test")
-
-GRPO_REVERSE = REPO / "configs" / "grpo_reverse.yaml"
 
 
 @pytest.fixture(scope="module")

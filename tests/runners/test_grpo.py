@@ -16,9 +16,8 @@ from distrl.config.run import load_config
 from distrl.entry import build_training
 from distrl.io import checkpoint as ckpt
 from tests.distributed import run_ranks
-from tests.helpers import DEVICES, REPO, distrl, train_ranks
+from tests.helpers import DEVICES, GRPO_REVERSE, distrl, train_ranks
 
-GRPO_REVERSE = REPO / "configs" / "grpo_reverse.yaml"
 SMALL = [
     "algo.num_prompts_per_step=5",  # 3 and 2 prompts on 2 ranks: uneven shares
     "algo.num_generations_per_prompt=3",

@@ -119,17 +119,21 @@ def acting_copies(
 
 
 class EnvWorkers(Protocol):
-    """Processes that step a rank's envs for it (Ray mode's environment workers), whatever the
-    algorithm: each acts with a copy of what the rank acts with and hands back segments."""
+    """Processes that step a rank's envs for it (Ray mode's environment workers, collector
+    processes beside the rank), whatever the algorithm: each acts with a copy of what the rank acts
+    with and hands back segments."""
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
         """Build the envs (global seeds ``seeds``, shared out over the workers) and each worker's
         collector and acting copy for ``cfg``'s algorithm; their (observation space, action space)."""
         ...
 
-    def acting(self, modules: dict[str, nn.Module], device: torch.device) -> Collector[Any]:
+    def acting(
+        self, modules: dict[str, nn.Module], device: torch.device, clock: PhaseClock | None = None
+    ) -> Collector[Any]:
         """The workers as the rank's collector, acting with the state of ``modules`` (by their
-        checkpoint names) at each request's version, their parts joined on ``device``."""
+        checkpoint names) at each request's version, their parts joined on ``device``; what the
+        rank waits for timed on ``clock``."""
         ...
 
 

@@ -30,6 +30,7 @@ from distrl.config.sections import (
     GENERIC_WORKER_GROUPS,
     CheckpointConfig,
     ClusterConfig,
+    CollectConfig,
     CommConfig,
     DataConfig,
     EnvConfig,
@@ -66,6 +67,7 @@ class RunConfig(Section):
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     comm: CommConfig = Field(default_factory=CommConfig)
+    collect: CollectConfig = Field(default_factory=CollectConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)

@@ -180,6 +180,28 @@ class TrainConfig(Section):
     ceil(threshold * N) < N ranks are done, e.g. 0.6 on 4+ ranks, 0.5 on 2."""
 
 
+class CollectConfig(Section):
+    """Where a rank's envs are stepped: by the rank itself, between its updates (``processes: 0``),
+    or by collector processes beside it while it learns (``collect.processes``; no Ray)."""
+
+    processes: NonNegativeInt = 0
+    """Collector processes per rank, each stepping a part of the rank's envs; 0: the rank steps
+    them itself. Ray mode's env workers are ``workers.env`` instead."""
+    lag: NonNegativeInt = 0
+    """How many segments the processes run ahead of the learner: segment ``i`` acts with exactly
+    the weights of update ``max(i - lag, 0)``. 0: collecting and learning take turns, the same
+    training as without processes; 1: the next segment is collected during this update, every
+    sample one version old (as deterministic as 0)."""
+
+    @model_validator(mode="after")
+    def _lag_needs_processes(self) -> CollectConfig:
+        if self.lag and not self.processes:
+            raise ValueError(
+                f"lag={self.lag} needs processes of 1 or more (with 0 the rank steps its envs itself)"
+            )
+        return self
+
+
 class CommConfig(Section):
     """How ranks talk: the transport for CPU sums, timeouts, the network interface."""
 

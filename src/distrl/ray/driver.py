@@ -123,6 +123,11 @@ def _run_learners(ray: Any, learners: LearnerGroup, max_restarts: int) -> int:
 def check_workers(cfg: RunConfig) -> None:
     """The run's algorithm trains as configured, and the worker groups it can use, before Ray starts."""
     runner_reference(cfg)
+    if cfg.collect.processes:
+        raise UserError(
+            f"collect.processes={cfg.collect.processes}: in Ray mode env workers (workers.env) step a "
+            "learner's envs; set collect.processes=0"
+        )
     workers = cfg.workers
     if workers.policy > 1 and not workers.gpus_per_policy.is_integer():
         raise UserError(

@@ -242,7 +242,7 @@ def rank_collector(ctx: RunContext, rank_envs: RankEnvs, modules: dict[str, nn.M
     checkpoint name): its algorithm's collector over its own envs, or its env workers acting with
     copies of them."""
     if rank_envs.env is None:
-        return ctx.workers.env.acting(modules, ctx.device)
+        return ctx.workers.env.acting(modules, ctx.device, ctx.clock)
     count = rank_envs.shard.count
     inputs = CollectorInputs(
         ctx.cfg, rank_envs.env, modules, rank_envs.noise_seed, count, slice(None), ctx.device, ctx.clock

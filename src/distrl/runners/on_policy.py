@@ -144,6 +144,7 @@ class OnPolicyRunner(Runner):
         rollout = self.collect()
         local_steps = rollout.steps * self.num_envs
         collect_s = time.perf_counter() - start
+        sample_age = self.policy_version - rollout.policy_version
         losses, collected = self.update(rollout)
         self.policy_version += 1
         skipped = losses.pop("skipped_minibatches")
@@ -152,6 +153,7 @@ class OnPolicyRunner(Runner):
             averaged={
                 **losses,
                 "collect_share": collect_s / (time.perf_counter() - start),
+                "sample_age": sample_age,
             },
             replicated={
                 "learning_rate": lr,

@@ -108,7 +108,7 @@ class ReplayRunner(Runner):
         lr = scheduled_learning_rate(self.cfg, global_step)
         self.algo.set_learning_rate(lr)
         exploration = self.exploration(global_step)
-        self.collect(exploration)
+        sample_age = self.policy_version - self.collect(exploration).policy_version
         collect_s = time.perf_counter() - start
         stats: dict[str, float] = {}
         if global_step + self.steps_per_iteration >= self.cfg.algo.learning_starts:
@@ -121,6 +121,7 @@ class ReplayRunner(Runner):
             averaged={
                 **stats,
                 "collect_share": collect_s / (time.perf_counter() - start),
+                "sample_age": sample_age,
             },
             replicated={"learning_rate": lr, self.exploration_metric: exploration, "skipped_steps": skipped},
             counted=self.collection.counts(),

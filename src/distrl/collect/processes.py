@@ -1,0 +1,247 @@
+"""Collector processes beside a rank: its envs stepped in other processes while it learns.
+
+``collect.processes: N`` splits a rank's envs into N parts, as Ray mode's env workers split them
+(``collect.part.CollectorPart``), each stepped by a process of its own started beside the rank
+(no Ray). A rank's collector is then a ``LaggedCollection``: each request publishes the rank's
+acting weights as a new version (once, in shared memory, for all its processes) and takes the
+next segment of every part.
+
+``collect.lag: L`` is how far the processes run ahead of the learner: a process collects its
+segment ``i`` as the learner's request ``max(i - L, 0)`` says (acting with the weights that request
+published, exploring as it asks), waiting for that request when the learner has not made it yet.
+So with ``L = 0`` collection and learning take turns as in one process (the same samples, the
+same weights), and with ``L = 1`` the processes collect the next segment while the learner
+updates on this one: every sample one update old once learning started (cleanba's schedule; the
+correction is the algorithm's), and a run as deterministic as one without processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import queue
+import time
+import traceback
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import torch
+import torch.multiprocessing  # registers torch's tensor pickling: tensors cross through shared memory
+
+from distrl.algos.registry import ENVS, learns_from
+from distrl.collect.base import CollectRequest, never
+from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
+from distrl.errors import UserError
+from distrl.sharding import even_split
+from distrl.storage.segments import Segment
+from distrl.timing import PhaseClock
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
+
+START_TIMEOUT_S = 300.0
+"""How long a process may take to import, build its envs and reset them."""
+STOP_TIMEOUT_S = 10.0
+
+
+def check_collector_processes(cfg: RunConfig) -> None:
+    """Collector processes step envs for an algorithm that collects from them online, with a
+    torch learner, in whole segments."""
+    if learns_from(cfg) != ENVS or cfg.algorithm.collector is None:
+        raise UserError(
+            f"collect.processes={cfg.collect.processes}: collector processes step envs for an algorithm "
+            "that collects from them (PPO, A2C, DQN, SAC) with ml_framework: torch; set collect.processes=0"
+        )
+    if cfg.train.straggler_threshold is not None:
+        raise UserError(
+            "train.straggler_threshold: collector processes always collect whole segments; "
+            "unset it or set collect.processes=0"
+        )
+
+
+def detached(segment: Segment) -> Segment:
+    """``segment`` with each tensor copied (one copy per tensor, however many fields hold it):
+    a collector reuses its buffers for the next segment, which a learner one segment behind
+    would otherwise see overwritten."""
+    copies: dict[int, torch.Tensor] = {}
+    fields = {}
+    for field in dataclasses.fields(segment):  # type: ignore[arg-type]
+        value = getattr(segment, field.name)
+        if isinstance(value, torch.Tensor):
+            if id(value) not in copies:
+                copies[id(value)] = value.clone()
+            fields[field.name] = copies[id(value)]
+    return dataclasses.replace(segment, **fields)  # type: ignore[type-var]
+
+
+def run_part(
+    cfg: RunConfig,
+    seeds: list[int],
+    noise_seed: list[int],
+    noise_rows: int,
+    first: int,
+    lag: int,
+    requests: multiprocessing.Queue,
+    finished: multiprocessing.Queue,
+) -> None:
+    """A collector process: build the part, report its spaces, reset on the learner's word, then
+    collect segment after segment, segment ``i`` as the learner's request ``max(i - lag, 0)``
+    says, each put on ``finished``. ``requests`` brings every request in order, with the weights
+    it acts with when they are a new version (else None); None instead of a request: stop.
+    Whatever goes wrong is sent as ``("error", message, is_user_error)``."""
+    try:
+        part = CollectorPart(cfg, seeds, noise_seed, noise_rows, first)
+        finished.put(("spaces", part.spaces))
+        if requests.get() is None:
+            return
+        finished.put(("obs", part.reset()))
+        request: CollectRequest | None = None
+        weights: ActingWeights | None = None
+        taken = 0
+        """Requests taken from the queue."""
+        index = 0
+        while True:
+            while taken <= max(index - lag, 0):
+                message = requests.get()
+                if message is None:
+                    return
+                request, new_weights = message
+                weights = new_weights or weights
+                taken += 1
+            assert request is not None and weights is not None
+            finished.put(("segment", detached(part.collect(weights, request))))
+            index += 1
+    except UserError as exc:
+        finished.put(("error", str(exc), True))
+    except BaseException:
+        finished.put(("error", traceback.format_exc(), False))
+
+
+class CollectorProcesses:
+    """A rank's collector processes (``collect.base.EnvWorkers``): ``count`` parts of its envs,
+    ``lag`` segments ahead."""
+
+    def __init__(self, count: int, lag: int) -> None:
+        self.count = count
+        self.lag = lag
+        self.processes: list[multiprocessing.Process] = []
+        self.requests: list[multiprocessing.Queue] = []
+        self.finished: list[multiprocessing.Queue] = []
+
+    def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
+        if len(seeds) < self.count:
+            raise UserError(
+                f"collect.processes={self.count} for this rank's {len(seeds)} envs: every collector "
+                "process needs at least one env (raise env.num_envs or lower collect.processes)"
+            )
+        context = torch.multiprocessing.get_context("spawn")
+        for i in range(self.count):
+            first, count = even_split(len(seeds), i, self.count)
+            requests, finished = context.Queue(), context.Queue(maxsize=max(self.lag, 1))
+            part = seeds[first : first + count]
+            args = (cfg, part, noise_seed, len(seeds), first, self.lag, requests, finished)
+            process = context.Process(target=run_part, args=args, name=f"distrl-collector-{i}", daemon=True)
+            process.start()
+            self.processes.append(process)
+            self.requests.append(requests)
+            self.finished.append(finished)
+        return [self.take(i, "spaces") for i in range(self.count)][0]
+
+    def acting(
+        self, modules: dict[str, torch.nn.Module], device: torch.device, clock: PhaseClock | None = None
+    ) -> LaggedCollection:
+        return LaggedCollection(self, modules, device, clock)
+
+    def take(self, index: int, kind: str) -> Any:
+        """Process ``index``'s next message, which must be of ``kind``; its error as the rank's."""
+        while True:
+            try:
+                message = self.finished[index].get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self.processes[index].is_alive():
+                    code = self.processes[index].exitcode
+                    raise RuntimeError(f"collector process {index} ended (exit code {code})") from None
+        if message[0] == "error":
+            _, text, user_error = message
+            if user_error:
+                raise UserError(text)
+            raise RuntimeError(f"collector process {index} failed:\n{text}")
+        assert message[0] == kind, (message[0], kind)
+        return message[1]
+
+    def send(self, message: tuple[CollectRequest, ActingWeights | None] | tuple[()] | None) -> None:
+        """To every process: a request (with new weights or None), the word to reset, or None: stop."""
+        for requests in self.requests:
+            requests.put(message)
+
+    def stop(self) -> None:
+        """Tell every process to stop, taking what they still put so that none stays blocked on
+        a full queue; kill what has not ended within ``STOP_TIMEOUT_S``."""
+        self.send(None)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process, finished in zip(self.processes, self.finished, strict=True):
+            while process.is_alive() and time.monotonic() < deadline:
+                # A segment's tensors come through its sender's socket: one that has just ended
+                # leaves an unreadable message, which is dropped like the rest.
+                with contextlib.suppress(queue.Empty, OSError, EOFError):
+                    finished.get(timeout=0.05)
+                process.join(0.0)
+            if process.is_alive():
+                process.kill()
+            process.join()
+        for queue_ in (*self.requests, *self.finished):
+            queue_.close()
+            queue_.join_thread()
+        # Released now, not at interpreter exit, which distrl's command line skips (os._exit):
+        # their semaphores would be reported as leaked.
+        self.processes, self.requests, self.finished = [], [], []
+
+
+class LaggedCollection:
+    """A rank's collector processes acting with the state of ``modules`` (by name) at the versions
+    its requests ask for (``collect.base.Collector``); ``clock`` times the learner's side:
+    publishing weights and waiting for segments."""
+
+    def __init__(
+        self,
+        processes: CollectorProcesses,
+        modules: dict[str, torch.nn.Module],
+        device: torch.device,
+        clock: PhaseClock | None,
+    ) -> None:
+        self.processes = processes
+        self.modules = modules
+        self.device = device
+        self.clock = clock or PhaseClock()
+        self.published = -1
+        """The newest version whose weights were sent."""
+
+    def reset(self) -> torch.Tensor:
+        self.processes.send(())
+        return torch.cat([self.processes.take(i, "obs") for i in range(self.processes.count)]).to(self.device)
+
+    def collect(self, request: CollectRequest) -> Segment:
+        """Send ``request`` (with its version's weights when they are new: the learner's versions
+        only grow within a launch), then join every process's next segment, which acts as the
+        request ``collect.lag`` before this one asked."""
+        with self.clock("publish"):
+            weights = None
+            if request.policy_version > self.published:
+                weights = cpu_weights(request.policy_version, self.modules)
+                for tensors in weights.tensors.values():
+                    for tensor in tensors.values():
+                        tensor.share_memory_()  # once: each process's queue then passes a handle
+                self.published = request.policy_version
+            self.processes.send((replace(request, should_stop=never), weights))
+        with self.clock("collector_wait"):
+            parts = [self.processes.take(i, "segment") for i in range(self.processes.count)]
+        return type(parts[0]).join(parts, self.device)
+
+    def counts(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        self.processes.stop()

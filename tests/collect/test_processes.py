@@ -1,0 +1,115 @@
+"""Collector processes beside a rank (``collect.processes``, no Ray): at ``collect.lag: 0`` a
+run trains exactly as the rank alone; at ``lag: 1`` every sample is one update old once learning
+started, deterministically; what acted is what the learner published; bad setups are one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from distrl.collect.base import CollectRequest
+from distrl.collect.processes import CollectorProcesses
+from distrl.config.run import load_config
+from distrl.models.policies import acting_modules, ppo_actor_critic
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, CARTPOLE_MEMORY, GRPO_REVERSE, PENDULUM_SAC, distrl
+from tests.ray_cluster import metrics_rows, param_digests
+
+QUIET = ["train.stop_return=null", "log.tensorboard=false", "log.progress=false"]
+RUNS = {
+    "ppo": (CARTPOLE, ["train.total_steps=4096", "collect.processes=2"]),
+    "ppo-lstm": (CARTPOLE_MEMORY, ["train.total_steps=2048", "collect.processes=2"]),
+    "dqn": (CARTPOLE_DQN, ["train.total_steps=2048", "algo.learning_starts=512", "collect.processes=2"]),
+    # One process for both envs: continuous actions computed for fewer rows at a time round
+    # differently in the last bit (CPU kernels vary with the batch), so only the same rows match.
+    "sac": (PENDULUM_SAC, ["env.num_envs=2", "algo.rollout_steps=4", "algo.learning_starts=64",
+                           "train.total_steps=256", "collect.processes=1"]),
+}  # fmt: skip
+"""Each run's config and budget, with the processes it is collected by."""
+
+
+def train(run_dir: Path, config: Path, *overrides: str) -> list[dict]:
+    result = distrl("train", "--config", str(config), "--run-dir", str(run_dir), *QUIET, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return metrics_rows(run_dir)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.slow
+def test_at_lag_0_processes_train_exactly_as_the_rank_alone(tmp_path: Path, name: str) -> None:
+    config, (*budget, processes) = RUNS[name]
+    alone = train(tmp_path / "alone", config, *budget)
+    beside = train(tmp_path / "beside", config, *budget, processes)
+    assert param_digests(tmp_path / "beside") == param_digests(tmp_path / "alone")
+    assert [row["sample_age"] for row in beside] == [0] * len(beside)
+    assert [row["episode_return_mean"] for row in beside] == [row["episode_return_mean"] for row in alone]
+    assert all(row.get("time/env", 0) == 0 and row["time/collector_wait"] > 0 for row in beside)
+
+
+@pytest.mark.slow
+def test_at_lag_1_every_sample_is_one_update_old_and_runs_repeat(tmp_path: Path) -> None:
+    config, (*budget, _) = RUNS["ppo"]
+    lagged = [
+        train(tmp_path / f"lagged{i}", config, *budget, "collect.processes=1", "collect.lag=1")
+        for i in (1, 2)
+    ]
+    assert [row["sample_age"] for row in lagged[0]] == [0] + [1] * (len(lagged[0]) - 1)
+    assert param_digests(tmp_path / "lagged1") == param_digests(tmp_path / "lagged2")
+    train(tmp_path / "lockstep", config, *budget, "collect.processes=1")
+    assert param_digests(tmp_path / "lagged1") != param_digests(tmp_path / "lockstep")
+
+
+def test_what_acted_is_what_the_learner_published() -> None:
+    """A segment's behaviour log-probabilities, from the process's copy, are the learner's own
+    log-probabilities of those actions at the version it published (fp32, 1e-6)."""
+    cfg = load_config(CARTPOLE, ["env.num_envs=4", "algo.rollout_steps=8"])
+    processes = CollectorProcesses(count=2, lag=0)
+    observation_space, action_space = processes.start(cfg, [11, 12, 13, 14], [1, 0, 0, 1])
+    policy = ppo_actor_critic(cfg, observation_space, action_space, torch.device("cpu"))
+    collection = processes.acting(acting_modules(policy, None, None), torch.device("cpu"))
+    try:
+        collection.reset()
+        for version in range(3):
+            segment = collection.collect(CollectRequest(policy_version=version))
+            assert segment.policy_version == version and segment.obs.shape[:2] == (8, 4)
+            with torch.no_grad():
+                log_probs, _, _ = policy.action_stats(
+                    segment.obs.flatten(0, 1), segment.actions.flatten(0, 1)
+                )
+            torch.testing.assert_close(
+                log_probs, segment.behaviour_log_probs.flatten(0, 1), rtol=0, atol=1e-6
+            )
+            with torch.no_grad():  # the next version: other weights, which the next segment must use
+                for parameter in policy.parameters():
+                    parameter.add_(0.1 * torch.randn_like(parameter))
+    finally:
+        collection.close()
+    assert all(not process.is_alive() for process in processes.processes)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["collect.lag=1"], "cartpole_ppo.yaml: collect: lag=1 needs processes of 1 or more"),
+        (["collect.processes=2", "env.num_envs=1"], "collect.processes=2 for this rank's 1 envs"),
+        (
+            ["collect.processes=1", "train.straggler_threshold=0.5"],
+            "train.straggler_threshold: collector processes",
+        ),
+        (["collect.processes=1", "--launcher", "ray"], "collect.processes=1: in Ray mode env workers"),
+    ],
+)
+def test_bad_setups_are_one_line(tmp_path: Path, overrides: list[str], message: str) -> None:
+    result = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "run"), *overrides)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_an_algorithm_without_env_collection_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = distrl("train", "--config", str(GRPO_REVERSE), "--run-dir", str(tmp_path), "collect.processes=1")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "collector processes step envs" in lines[0], lines
