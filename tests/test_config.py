@@ -86,7 +86,9 @@ def test_algo_name_picks_the_algorithm_section_and_checks_its_keys() -> None:
         load_config(None, ["algo.name=dqn", "algo.batch_sise=32"])
     with pytest.raises(UserError, match="unknown config key algo.clip_coef"):
         load_config(None, ["algo.name=dqn", "algo.clip_coef=0.1"])  # a PPO key under DQN
-    with pytest.raises(UserError, match="algo.name 'td3': expected one of ppo, dqn, a2c, sac, iql, grpo"):
+    with pytest.raises(
+        UserError, match="algo.name 'td3': expected one of ppo, dqn, a2c, appo, sac, iql, grpo"
+    ):
         load_config(None, ["algo.name=td3"])
 
 

@@ -111,6 +111,8 @@ NARROWER = "model.hidden_sizes=[32]"
 REFUSED_CHANGES = {
     "ppo": RefusedChange(CARTPOLE, TINY_PPO, NARROWER, "policy.actor.0.weight of shape [64, 4], this "
                          "config builds [32, 4] (changed: model.hidden_sizes [64, 64] -> [32]"),
+    "appo": RefusedChange(CARTPOLE, ["algo.name=appo", *TINY_PPO], NARROWER,
+                          "model.hidden_sizes [64, 64] -> [32]"),
     "jax_ppo": RefusedChange(CARTPOLE, ["ml_framework=jax", *TINY_PPO], NARROWER,
                              "model.hidden_sizes [64, 64] -> [32]"),
     "a2c": RefusedChange(CARTPOLE_A2C, ["train.total_steps=40"], "normalize.observations=true",

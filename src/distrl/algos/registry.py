@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from distrl import extras
 from distrl.algos.a2c_config import A2CConfig
+from distrl.algos.appo_config import APPOConfig
 from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.algos.iql_config import IQLConfig
@@ -180,6 +181,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             collector="distrl.collect.rollout:actor_critic_collector",
             acting="distrl.collect.rollout:actor_critic_copies",
             memory_runners=(ENVS,),
+        ),
+        Algorithm(
+            "appo",
+            APPOConfig,
+            deployable_policy="distrl.models.policies:ppo_policy",
+            runners={ENVS: "distrl.runners.appo:APPORunner"},
+            collector="distrl.collect.rollout:actor_critic_collector",
+            acting="distrl.collect.rollout:actor_critic_copies",
         ),
         Algorithm(
             "sac",

@@ -35,7 +35,7 @@ from distrl.runners.base import (
 from distrl.runners.episodes import EpisodeTracker
 from distrl.runners.straggler import StragglerCutoff
 from distrl.sharding import EnvShard
-from distrl.storage.rollout import RolloutSegment
+from distrl.storage.rollout import RolloutBatch, RolloutSegment
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -198,7 +198,7 @@ class OnPolicyRunner(Runner):
         that saw a non-finite observation on any rank is skipped by all ranks and touches
         neither the normalisers nor the weights."""
         with self.clock("returns"):
-            batch = rollout.batch(self.cfg.algo.gamma, self.cfg.algo.gae_lambda, self.sequence_length)
+            batch = self.returns(rollout)
         # One sum carries what the update needs from every rank: a non-finite observation
         # anywhere, the samples collected, and the advantages' global moments.
         nonfinite_obs = rollout.nonfinite_final_obs or not torch.isfinite(rollout.raw_obs).all()
@@ -215,6 +215,11 @@ class OnPolicyRunner(Runner):
         if self.cfg.algo.normalize_advantages:
             batch.advantages = normalize_advantages(batch.advantages, *adv_sums)
         return self.algo.update(batch), int(collected)
+
+    def returns(self, rollout: RolloutSegment) -> RolloutBatch:
+        """The rollout as the update's batch, with GAE's advantages and returns (an algorithm
+        with returns of its own overrides this)."""
+        return rollout.batch(self.cfg.algo.gamma, self.cfg.algo.gae_lambda, self.sequence_length)
 
     def _update_obs_stats(self, raw_obs: torch.Tensor) -> None:
         """Merge this update's observations from all ranks into the shared statistics."""

@@ -1,0 +1,67 @@
+"""Asynchronous PPO (as RLlib's APPO): PPO's clipped surrogate on V-trace advantages, with a target
+network as the "old" policy.
+
+For a rollout acted by the policy ``mu`` (perhaps older weights, ``collect.lag``):
+
+- V-trace (``algos.vtrace``) gives value targets ``v`` and advantages ``A`` with importance ratios
+  ``target / mu``, from the current value function;
+- each sample's surrogate is weighted by ``w = clip(target / mu, 0, max_importance_ratio)``, and
+  PPO's ratio is ``pi / target``: loss ``-min(w A r, w A clip(r, 1 - eps, 1 + eps))``, which is
+  PPO's loss on advantages ``w A`` with ``target``'s log-probabilities as the old ones;
+- the value loss is ``(V - v)^2 / 2``; the target network becomes a copy of the policy every
+  ``target_update_every`` updates.
+
+With no lag and the target network copied every update, ``target = mu``: every ratio is 1 and
+the advantages are GAE(1)'s when ``vtrace_lambda`` is 1.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from distrl.algos.appo_config import APPOConfig
+from distrl.algos.ppo import PPO
+from distrl.algos.vtrace import vtrace
+from distrl.models.actor_critic import ActorCritic
+from distrl.storage.rollout import RolloutBatch, RolloutSegment
+
+
+class APPO(PPO):
+    cfg: APPOConfig
+
+    def __init__(self, policy: ActorCritic, cfg: APPOConfig, num_minibatches: int, **kwargs: Any) -> None:
+        super().__init__(policy, cfg, num_minibatches, **kwargs)
+        self.target = copy.deepcopy(policy).requires_grad_(False)
+        """The policy as of the last copy (every ``target_update_every`` updates)."""
+        self.updates_done = 0
+        """Updates since the target network's creation: times its copies (kept in checkpoints
+        through the runner's state)."""
+
+    def vtrace_batch(self, rollout: RolloutSegment) -> RolloutBatch:
+        """The rollout as PPO's batch: V-trace targets as returns, weighted V-trace advantages,
+        the target network's log-probabilities as the old ones, the current values."""
+        cfg = self.cfg
+        obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
+        with torch.no_grad():
+            target_log_probs = self.target.action_stats(obs, actions)[0].view_as(rollout.behaviour_log_probs)
+            values = self.policy.action_stats(obs, actions)[2].view_as(rollout.values)
+        log_rhos = target_log_probs - rollout.behaviour_log_probs
+        targets, advantages = vtrace(
+            rollout.rewards, values, rollout.dones, rollout.last_values, log_rhos, cfg.gamma,
+            cfg.vtrace_rho_bar, cfg.vtrace_c_bar, cfg.vtrace_lambda,
+        )  # fmt: skip
+        weights = log_rhos.exp().clamp(max=cfg.max_importance_ratio)
+        return RolloutBatch(
+            obs, actions, target_log_probs.flatten(), values.flatten(), (weights * advantages).flatten(),
+            targets.flatten(),
+        )  # fmt: skip
+
+    def update(self, batch: RolloutBatch, sampler: Any = None) -> dict[str, float]:
+        stats = super().update(batch, sampler)
+        self.updates_done += 1
+        if self.updates_done % self.cfg.target_update_every == 0:
+            self.target.load_state_dict(self.policy.state_dict())
+        return stats
