@@ -12,7 +12,7 @@ For a rollout acted by the policy ``mu`` (perhaps older weights, ``collect.lag``
   ``target_update_every`` updates.
 
 With no lag and the target network copied every update, ``target = mu``: every ratio is 1 and
-the advantages are GAE(1)'s when ``vtrace_lambda`` is 1.
+the advantages are GAE(1)'s when ``gae_lambda`` is 1 (APPO's default).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class APPO(PPO):
         log_rhos = target_log_probs - rollout.behaviour_log_probs
         targets, advantages = vtrace(
             rollout.rewards, values, rollout.dones, rollout.last_values, log_rhos, cfg.gamma,
-            cfg.vtrace_rho_bar, cfg.vtrace_c_bar, cfg.vtrace_lambda,
+            cfg.vtrace_rho_bar, cfg.vtrace_c_bar, cfg.gae_lambda,
         )  # fmt: skip
         weights = log_rhos.exp().clamp(max=cfg.max_importance_ratio)
         return RolloutBatch(

@@ -24,8 +24,9 @@ class APPOConfig(PPOConfig):
     """V-trace's truncation of the importance ratio in its TD errors and advantages (IMPALA's rho bar)."""
     vtrace_c_bar: PositiveFloat = 1.0
     """V-trace's truncation of the importance ratio in its traces (IMPALA's c bar)."""
-    vtrace_lambda: float = Field(1.0, ge=0.0, le=1.0)
-    """V-trace's lambda: the traces are multiplied by it (1: IMPALA's V-trace)."""
+    gae_lambda: float = Field(1.0, ge=0.0, le=1.0)
+    """V-trace's lambda: its traces are multiplied by it (1: IMPALA's V-trace; with no lag its
+    value targets are then TD(lambda)'s)."""
     max_importance_ratio: PositiveFloat = 2.0
     """The surrogate's weight for a sample, target network over acting policy, is clipped to
     [0, this] (RLlib's APPO)."""

@@ -1,0 +1,95 @@
+"""Collecting while learning (``collect.processes``, ``collect.lag``) against a rank that collects,
+then learns: training env steps per second on a fixed budget, and the mean sample age.
+
+Contenders, on PPO's and APPO's CartPole configs (the same sizes) and the same budget:
+  * ppo: one process stepping its own envs (collect, then learn);
+  * ppo, 1 process, lag 0: the envs stepped in a collector process, in turns (the same training);
+  * ppo, 1 process, lag 1: the process collects the next segment while the learner updates;
+  * appo, 1 process, lag 1: the same with APPO's V-trace correction;
+  * ppo, 2 ranks: torchrun's two ranks, each with half the envs (the machine's data-parallel way
+    to use its second core).
+Each contender runs ``--repeats`` times, interleaved; medians reported. Speed is the training
+loop's own (the final line's seconds, start-up excluded). ``--solve`` also trains ppo and
+appo (lag 1) on ``--seeds`` to the configs' stop return and reports env steps and seconds.
+
+Usage: python benchmarks/collector_processes_bench.py [--steps 65536] [--repeats 3] [--solve]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from cartpole_bench import distrl_cmd, metrics_rows, run_timed
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "cartpole_ppo.yaml"
+APPO = REPO / "configs" / "cartpole_appo.yaml"
+CONTENDERS = {
+    "ppo": (1, CONFIG, []),
+    "ppo, 1 process, lag 0": (1, CONFIG, ["collect.processes=1"]),
+    "ppo, 1 process, lag 1": (1, CONFIG, ["collect.processes=1", "collect.lag=1"]),
+    "appo, 1 process, lag 1": (1, APPO, []),
+    "ppo, 2 ranks": (2, CONFIG, []),
+}
+"""Name: (ranks, config, overrides). APPO's config is PPO's with ``algo.name: appo`` (its lambda
+V-trace's, 1) and one collector process one update ahead."""
+FINAL_LINE = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+)s")
+
+
+def train(run_dir: Path, ranks: int, overrides: list[str], config: Path) -> tuple[int, float, list[dict]]:
+    """(env steps, the loop's seconds, metrics rows) of one run."""
+    _, output = run_timed(distrl_cmd(ranks, run_dir, "log.progress=false", *overrides, config=config))
+    found = FINAL_LINE.search(output)
+    if found is None:
+        sys.exit(f"no final line in the output of {run_dir}:\n{output[-2000:]}")
+    return int(found[1]), float(found[2]), metrics_rows(run_dir)
+
+
+def mean_age(rows: list[dict]) -> float:
+    return statistics.mean(row.get("sample_age", 0.0) for row in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=65_536)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--solve", action="store_true")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    args = parser.parse_args()
+    budget = [f"train.total_steps={args.steps}", "train.stop_return=null"]
+    speeds: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    ages: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for name, (ranks, config, overrides) in CONTENDERS.items():
+                steps, seconds, rows = train(Path(tmp) / f"{repeat}", ranks, [*budget, *overrides], config)
+                speeds[name].append(steps / seconds)
+                ages[name] = mean_age(rows)
+                print(f"{name}: {steps / seconds:,.0f} env steps/s", flush=True)
+        base = statistics.median(speeds["ppo"])
+        print(f"\n## Collecting while learning, CartPole-v1, {args.steps:,} env steps, "
+              f"medians of {args.repeats} interleaved runs\n")  # fmt: skip
+        print("| contender | env steps/s | vs ppo | mean sample age |")
+        print("| --- | --- | --- | --- |")
+        for name, values in speeds.items():
+            median = statistics.median(values)
+            print(f"| {name} | {median:,.0f} | {median / base:.2f}x | {ages[name]:.2f} |")
+        if args.solve:
+            print("\n| contender | seed | env steps to the stop return | loop seconds |")
+            print("| --- | --- | --- | --- |")
+            for seed in args.seeds:
+                for name in ("ppo", "appo, 1 process, lag 1"):
+                    ranks, overrides = CONTENDERS[name]
+                    steps, seconds, _ = train(
+                        Path(tmp) / "solve", ranks, [f"--seed={seed}", *overrides], config
+                    )
+                    print(f"| {name} | {seed} | {steps:,} | {seconds:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
