@@ -60,6 +60,7 @@ def test_at_lag_1_every_sample_is_one_update_old_and_runs_repeat(tmp_path: Path)
     assert param_digests(tmp_path / "lagged1") != param_digests(tmp_path / "lockstep")
 
 
+@pytest.mark.slow
 def test_what_acted_is_what_the_learner_published() -> None:
     """A segment's behaviour log-probabilities, from the process's copy, are the learner's own
     log-probabilities of those actions at the version it published (fp32, 1e-6)."""
