@@ -12,7 +12,7 @@ Each contender runs ``--repeats`` times, interleaved; medians reported. Speed is
 loop's own (the final line's seconds, start-up excluded). ``--solve`` also trains ppo and
 appo (lag 1) on ``--seeds`` to the configs' stop return and reports env steps and seconds.
 
-Usage: python benchmarks/collector_processes_bench.py [--steps 65536] [--repeats 3] [--solve]
+Usage: python benchmarks/collector_processes_bench.py [--steps 65536] [--repeats 3 (0: none)] [--solve]
 """
 
 from __future__ import annotations
@@ -54,6 +54,17 @@ def mean_age(rows: list[dict]) -> float:
     return statistics.mean(row.get("sample_age", 0.0) for row in rows)
 
 
+def print_speeds(speeds: dict[str, list[float]], ages: dict[str, float], steps: int, repeats: int) -> None:
+    base = statistics.median(speeds["ppo"])
+    print(f"\n## Collecting while learning, CartPole-v1, {steps:,} env steps, medians of {repeats} "
+          "interleaved runs\n")  # fmt: skip
+    print("| contender | env steps/s | vs ppo | mean sample age |")
+    print("| --- | --- | --- | --- |")
+    for name, values in speeds.items():
+        median = statistics.median(values)
+        print(f"| {name} | {median:,.0f} | {median / base:.2f}x | {ages[name]:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=65_536)
@@ -71,20 +82,14 @@ def main() -> None:
                 speeds[name].append(steps / seconds)
                 ages[name] = mean_age(rows)
                 print(f"{name}: {steps / seconds:,.0f} env steps/s", flush=True)
-        base = statistics.median(speeds["ppo"])
-        print(f"\n## Collecting while learning, CartPole-v1, {args.steps:,} env steps, "
-              f"medians of {args.repeats} interleaved runs\n")  # fmt: skip
-        print("| contender | env steps/s | vs ppo | mean sample age |")
-        print("| --- | --- | --- | --- |")
-        for name, values in speeds.items():
-            median = statistics.median(values)
-            print(f"| {name} | {median:,.0f} | {median / base:.2f}x | {ages[name]:.2f} |")
+        if args.repeats:
+            print_speeds(speeds, ages, args.steps, args.repeats)
         if args.solve:
             print("\n| contender | seed | env steps to the stop return | loop seconds |")
             print("| --- | --- | --- | --- |")
             for seed in args.seeds:
                 for name in ("ppo", "appo, 1 process, lag 1"):
-                    ranks, overrides = CONTENDERS[name]
+                    ranks, config, overrides = CONTENDERS[name]
                     steps, seconds, _ = train(
                         Path(tmp) / "solve", ranks, [f"--seed={seed}", *overrides], config
                     )
