@@ -126,7 +126,11 @@ def local_workers(cfg: RunConfig) -> RemoteWorkers:
     """A rank's workers without Ray: its collector processes (``collect.processes``), if any."""
     if not cfg.collect.processes:
         return RemoteWorkers()
-    return RemoteWorkers(groups={"env": CollectorProcesses(cfg.collect.processes, cfg.collect.lag)})
+    collect = cfg.collect
+    processes = CollectorProcesses(
+        collect.processes, collect.lag, collect.weights == "newest", collect.max_age
+    )
+    return RemoteWorkers(groups={"env": processes})
 
 
 def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:

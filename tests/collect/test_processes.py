@@ -1,6 +1,7 @@
 """Collector processes beside a rank (``collect.processes``, no Ray): at ``collect.lag: 0`` a
 run trains exactly as the rank alone; at ``lag: 1`` every sample is one update old once learning
-started, deterministically; what acted is what the learner published; bad setups are one line."""
+started, deterministically; with the newest weights, segments older than ``max_age`` are dropped
+and counted; what acted is what the learner published; bad setups are one line."""
 
 from __future__ import annotations
 
@@ -61,6 +62,20 @@ def test_at_lag_1_every_sample_is_one_update_old_and_runs_repeat(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_with_the_newest_weights_segments_older_than_max_age_are_dropped_and_counted(tmp_path: Path) -> None:
+    """At ``max_age: 0`` every segment a process started before the learner's last update is too
+    old: at least one is dropped per update after the first, and the rest are trained on."""
+    config, (*budget, _) = RUNS["ppo"]
+    rows = train(
+        tmp_path, config, *budget, "collect.processes=1", "collect.weights=newest", "collect.max_age=0"
+    )
+    assert [row["sample_age"] for row in rows] == [0] * len(rows)
+    assert rows[-1]["dropped_segments"] >= len(rows) - 1
+    free = train(tmp_path / "free", config, *budget, "collect.processes=1", "collect.weights=newest")
+    assert all(row["sample_age"] >= 0 for row in free) and free[-1]["dropped_segments"] == 0
+
+
+@pytest.mark.slow
 def test_what_acted_is_what_the_learner_published() -> None:
     """A segment's behaviour log-probabilities, from the process's copy, are the learner's own
     log-probabilities of those actions at the version it published (fp32, 1e-6)."""
@@ -93,6 +108,8 @@ def test_what_acted_is_what_the_learner_published() -> None:
     ("overrides", "message"),
     [
         (["collect.lag=1"], "cartpole_ppo.yaml: collect: lag=1 needs processes of 1 or more"),
+        (["collect.weights=newest"], "collect: weights=newest needs processes of 1 or more"),
+        (["collect.processes=1", "collect.lag=2", "collect.max_age=1"], "max_age=1 is below lag=2"),
         (["collect.processes=2", "env.num_envs=1"], "collect.processes=2 for this rank's 1 envs"),
         (
             ["collect.processes=1", "train.straggler_threshold=0.5"],

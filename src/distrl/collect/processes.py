@@ -13,6 +13,13 @@ So with ``L = 0`` collection and learning take turns as in one process (the same
 same weights), and with ``L = 1`` the processes collect the next segment while the learner
 updates on this one: every sample one update old once learning started (cleanba's schedule; the
 correction is the algorithm's), and a run as deterministic as one without processes.
+
+With ``collect.weights: newest`` a process instead starts each segment with the newest request
+it has been sent, never waiting for the learner (as Sample Factory's and RLlib's APPO collect),
+at most ``max(L, 1)`` finished segments ahead; ages then vary with timing. With
+``collect.max_age: K`` the learner drops (and counts, ``dropped_segments``) segments more than
+``K`` updates older than its weights. An off-policy algorithm explores (DQN's epsilon) as the
+request a segment acts for asks.
 """
 
 from __future__ import annotations
@@ -83,14 +90,16 @@ def run_part(
     noise_rows: int,
     first: int,
     lag: int,
+    newest: bool,
     requests: multiprocessing.Queue,
     finished: multiprocessing.Queue,
 ) -> None:
     """A collector process: build the part, report its spaces, reset on the learner's word, then
-    collect segment after segment, segment ``i`` as the learner's request ``max(i - lag, 0)``
-    says, each put on ``finished``. ``requests`` brings every request in order, with the weights
-    it acts with when they are a new version (else None); None instead of a request: stop.
-    Whatever goes wrong is sent as ``("error", message, is_user_error)``."""
+    collect segment after segment, each put on ``finished``: segment ``i`` as the learner's
+    request ``max(i - lag, 0)`` says, or (``newest``) as the newest request taken when it starts.
+    ``requests`` brings every request in order, with the weights it acts with when they are a new
+    version (else None); None instead of a request: stop. Whatever goes wrong is sent as
+    ``("error", message, is_user_error)``."""
     try:
         part = CollectorPart(cfg, seeds, noise_seed, noise_rows, first)
         finished.put(("spaces", part.spaces))
@@ -103,14 +112,16 @@ def run_part(
         """Requests taken from the queue."""
         index = 0
         while True:
-            while taken <= max(index - lag, 0):
+            # Exact: take the requests up to the one this segment acts for, waiting for it.
+            # Newest: take every request waiting, waiting only for the first.
+            while request is None or (not requests.empty() if newest else taken <= max(index - lag, 0)):
                 message = requests.get()
                 if message is None:
                     return
                 request, new_weights = message
                 weights = new_weights or weights
                 taken += 1
-            assert request is not None and weights is not None
+            assert weights is not None
             finished.put(("segment", detached(part.collect(weights, request))))
             index += 1
     except UserError as exc:
@@ -121,11 +132,14 @@ def run_part(
 
 class CollectorProcesses:
     """A rank's collector processes (``collect.base.EnvWorkers``): ``count`` parts of its envs,
-    ``lag`` segments ahead."""
+    ``lag`` segments ahead, or acting with the ``newest`` weights they have; segments more than
+    ``max_age`` updates old are dropped by the learner."""
 
-    def __init__(self, count: int, lag: int) -> None:
+    def __init__(self, count: int, lag: int, newest: bool = False, max_age: int | None = None) -> None:
         self.count = count
         self.lag = lag
+        self.newest = newest
+        self.max_age = max_age
         self.processes: list[multiprocessing.Process] = []
         self.requests: list[multiprocessing.Queue] = []
         self.finished: list[multiprocessing.Queue] = []
@@ -141,7 +155,7 @@ class CollectorProcesses:
             first, count = even_split(len(seeds), i, self.count)
             requests, finished = context.Queue(), context.Queue(maxsize=max(self.lag, 1))
             part = seeds[first : first + count]
-            args = (cfg, part, noise_seed, len(seeds), first, self.lag, requests, finished)
+            args = (cfg, part, noise_seed, len(seeds), first, self.lag, self.newest, requests, finished)
             process = context.Process(target=run_part, args=args, name=f"distrl-collector-{i}", daemon=True)
             process.start()
             self.processes.append(process)
@@ -218,6 +232,8 @@ class LaggedCollection:
         self.clock = clock or PhaseClock()
         self.published = -1
         """The newest version whose weights were sent."""
+        self.dropped = 0
+        """Segments of a process dropped for their age in this launch."""
 
     def reset(self) -> torch.Tensor:
         self.processes.send(())
@@ -237,11 +253,21 @@ class LaggedCollection:
                 self.published = request.policy_version
             self.processes.send((replace(request, should_stop=never), weights))
         with self.clock("collector_wait"):
-            parts = [self.processes.take(i, "segment") for i in range(self.processes.count)]
+            parts = [self.fresh_segment(i, request.policy_version) for i in range(self.processes.count)]
         return type(parts[0]).join(parts, self.device)
 
+    def fresh_segment(self, index: int, version: int) -> Segment:
+        """Process ``index``'s next segment at most ``max_age`` updates older than ``version``;
+        older ones are dropped, counted."""
+        max_age = self.processes.max_age
+        while True:
+            segment = self.processes.take(index, "segment")
+            if max_age is None or version - segment.policy_version <= max_age:
+                return segment
+            self.dropped += 1
+
     def counts(self) -> dict[str, float]:
-        return {}
+        return {"dropped_segments": float(self.dropped)}
 
     def close(self) -> None:
         self.processes.stop()

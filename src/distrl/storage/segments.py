@@ -4,9 +4,10 @@
 Every segment carries the version of the policy it was acted with (``policy_version``: the
 learner's updates whose weights acted) and its behaviour log-probabilities, so a learner can tell
 a sample's age (its own version minus the segment's) and correct for acting with older weights.
-The version is one per segment, not per step: a collector takes weights only between segments
-(a rank's own envs act with the live modules, which change only in the update after collecting;
-an env worker loads the weights it was sent before stepping), so no segment straddles an update."""
+The version is one per segment (its oldest part's, when parts differ), not per step: a
+collector takes weights only between segments (a rank's own envs act with the live modules,
+which change only in the update after collecting; an env worker or collector process loads the
+weights it was sent before stepping), so no segment straddles an update."""
 
 from __future__ import annotations
 
@@ -43,9 +44,7 @@ def join_along_envs(
 
 
 def joined_version(parts: list[Any]) -> int:
-    """The version the joined ``parts`` acted with: one, as a segment has one (every part was
-    sent the weights of the same update)."""
-    versions = {part.policy_version for part in parts}
-    if len(versions) != 1:
-        raise ValueError(f"parts acted with policy versions {sorted(versions)}; a joined segment has one")
-    return versions.pop()
+    """The version the joined ``parts`` acted with: the oldest of theirs (parts sent the weights of
+    one update all have it; collector processes acting with the newest weights each has may
+    differ, and a segment's age is then its oldest part's)."""
+    return min(part.policy_version for part in parts)
