@@ -18,9 +18,15 @@ from tests.helpers import CARTPOLE, CARTPOLE_DQN, CARTPOLE_MEMORY, GRPO_REVERSE,
 from tests.ray_cluster import metrics_rows, param_digests
 
 QUIET = ["train.stop_return=null", "log.tensorboard=false", "log.progress=false"]
+SMALL = ["env.num_envs=8", "algo.rollout_steps=32", "algo.minibatch_size=64", "train.total_steps=1024"]
 RUNS = {
     "ppo": (CARTPOLE, ["train.total_steps=4096", "collect.processes=2"]),
     "ppo-lstm": (CARTPOLE_MEMORY, ["train.total_steps=2048", "collect.processes=2"]),
+    # uint8 frames through shared memory, read by a CNN on the learner.
+    "ppo-images": (CARTPOLE, ["--env", "tests.envs.toy:BrightnessEnv", *SMALL, "collect.processes=2"]),
+    # Dict observations packed into one tensor, under APPO.
+    "appo-dict": (CARTPOLE, ["algo.name=appo", "--env", "tests.envs.toy:DictCueEnv",
+                             "env.obs_keys=[cue,noise,flags]", *SMALL, "collect.processes=2"]),
     "dqn": (CARTPOLE_DQN, ["train.total_steps=2048", "algo.learning_starts=512", "collect.processes=2"]),
     # One process for both envs: continuous actions computed for fewer rows at a time round
     # differently in the last bit (CPU kernels vary with the batch), so only the same rows match.
