@@ -173,6 +173,8 @@ def _connect(cfg: RunConfig, topology: Topology, device: torch.device) -> Comm:
         # Before the env check: building a gymnax or Brax env starts JAX; jax.distributed comes first.
         comm = connect_jax(topology, cfg.comm.timeout_s)
         check_inputs(cfg)
+        if cfg.collect.processes:
+            check_collector_processes(cfg)
         return comm
     check_inputs(cfg)
     if cfg.collect.processes:

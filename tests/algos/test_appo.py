@@ -62,25 +62,26 @@ def test_without_lag_the_batch_is_ppos_with_gae_1() -> None:
     )
 
 
-def test_samples_of_other_weights_are_weighted_by_the_clipped_ratio() -> None:
+def test_samples_of_other_weights_get_rllibs_ratio_and_v_trace_advantages() -> None:
     policy, rollout = policy_and_rollout()
     algo = APPO(policy, CFG, CFG.num_minibatches)
-    on_policy = algo.vtrace_batch(rollout)
-    shift = torch.linspace(-2.0, 2.0, STEPS * ENVS).view(STEPS, ENVS)  # ratios from e^-2 to e^2
-    acted_elsewhere = algo.vtrace_batch(
-        RolloutSegment(**{**vars(rollout), "behaviour_log_probs": rollout.behaviour_log_probs - shift})
-    )
-    # The target network's log-probabilities stay the old ones; V-trace's advantages change with
-    # the truncated ratios, and each is weighted by the ratio clipped to [0, 2].
-    torch.testing.assert_close(acted_elsewhere.behaviour_log_probs, on_policy.behaviour_log_probs)
+    target_log_probs = rollout.behaviour_log_probs  # the target network is the policy here
+    shift = torch.linspace(-2.0, 2.0, STEPS * ENVS).view(STEPS, ENVS)  # target / mu from e^-2 to e^2
+    behaviour = target_log_probs - shift
+    batch = algo.vtrace_batch(RolloutSegment(**{**vars(rollout), "behaviour_log_probs": behaviour}))
     _, expected = vtrace(
         rollout.rewards, rollout.values, rollout.dones, rollout.last_values, shift, CFG.gamma
     )
-    weights = shift.exp().clamp(max=CFG.max_importance_ratio)
-    torch.testing.assert_close(
-        acted_elsewhere.advantages, (weights * expected).flatten(), rtol=1e-5, atol=1e-6
-    )
-    assert weights.max() == CFG.max_importance_ratio and weights.min() < 0.2
+    torch.testing.assert_close(batch.advantages, expected.flatten(), rtol=1e-5, atol=1e-6)
+    # PPO's ratio against the batch's old log-probabilities is RLlib's: clip(mu / target, 0, 2) * pi / mu,
+    # for any new log-probabilities pi.
+    new = torch.randn(STEPS * ENVS, generator=torch.Generator().manual_seed(3))
+    rllib = (behaviour - target_log_probs).exp().clamp(0.0, CFG.max_importance_ratio).flatten() * (
+        new - behaviour.flatten()
+    ).exp()
+    torch.testing.assert_close((new - batch.behaviour_log_probs).exp(), rllib, rtol=1e-5, atol=0)
+    clipped = (behaviour - target_log_probs).exp() > CFG.max_importance_ratio
+    assert clipped.any() and (~clipped).any()  # both sides of RLlib's clip are checked
 
 
 @pytest.mark.parametrize("every", [1, 3])

@@ -5,6 +5,9 @@ and counted; what acted is what the learner published; bad setups are one line."
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,15 @@ from distrl.collect.base import CollectRequest
 from distrl.collect.processes import CollectorProcesses
 from distrl.config.run import load_config
 from distrl.models.policies import acting_modules, ppo_actor_critic
-from tests.helpers import CARTPOLE, CARTPOLE_DQN, CARTPOLE_MEMORY, GRPO_REVERSE, PENDULUM_SAC, distrl
+from tests.helpers import (
+    CARTPOLE,
+    CARTPOLE_DQN,
+    CARTPOLE_MEMORY,
+    GRPO_REVERSE,
+    PENDULUM_SAC,
+    clean_env,
+    distrl,
+)
 from tests.ray_cluster import metrics_rows, param_digests
 
 QUIET = ["train.stop_return=null", "log.tensorboard=false", "log.progress=false"]
@@ -137,3 +148,60 @@ def test_an_algorithm_without_env_collection_is_refused_in_one_line(tmp_path: Pa
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "collector processes step envs" in lines[0], lines
+
+
+@pytest.mark.slow
+def test_a_process_that_dies_stops_the_run_with_its_exit_code(tmp_path: Path) -> None:
+    crashing = ["--env", "tests.envs.toy:CrashingEnv", f"env.kwargs.marker={tmp_path / 'crashed'}",
+                "env.kwargs.crash_at=100", "env.num_envs=4", "algo.rollout_steps=16",
+                "algo.minibatch_size=32"]  # fmt: skip
+    result = distrl(
+        "train", *crashing, "--run-dir", str(tmp_path / "run"), *QUIET, "train.total_steps=4096",
+        "collect.processes=1", "collect.lag=1",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "collector process 0 ended (exit code 1)" in result.stderr
+
+
+@pytest.mark.slow
+def test_collector_processes_end_with_a_killed_learner(tmp_path: Path) -> None:
+    learner = subprocess.Popen(
+        [sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path),
+         *QUIET, "train.total_steps=100000000", "collect.processes=2", "collect.lag=1"],
+        env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "metrics.jsonl").is_file() or not children(learner.pid):
+            assert time.monotonic() < deadline and learner.poll() is None
+            time.sleep(0.1)
+        collectors = children(learner.pid)
+    finally:
+        learner.kill()
+        learner.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in collectors) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in collectors), collectors
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -4,10 +4,12 @@ network as the "old" policy.
 For a rollout acted by the policy ``mu`` (perhaps older weights, ``collect.lag``):
 
 - V-trace (``algos.vtrace``) gives value targets ``v`` and advantages ``A`` with importance ratios
-  ``target / mu``, from the current value function;
-- each sample's surrogate is weighted by ``w = clip(target / mu, 0, max_importance_ratio)``, and
-  PPO's ratio is ``pi / target``: loss ``-min(w A r, w A clip(r, 1 - eps, 1 + eps))``, which is
-  PPO's loss on advantages ``w A`` with ``target``'s log-probabilities as the old ones;
+  ``target / mu``, from the current value function (the value after the last step, and at a
+  truncation, stays the acting copy's: the segment holds no later observation);
+- PPO's ratio is RLlib's ``clip(mu / target, 0, max_importance_ratio) * pi / mu``, which is
+  ``pi / target`` unless the acting policy was more than ``max_importance_ratio`` times likelier
+  than the target network; the loss is ``-min(A r, A clip(r, 1 - eps, 1 + eps))``: PPO's loss with
+  ``log mu - log clip(mu / target, 0, max_importance_ratio)`` as the old log-probabilities;
 - the value loss is ``(V - v)^2 / 2``; the target network becomes a copy of the policy every
   ``target_update_every`` updates.
 
@@ -18,6 +20,7 @@ the advantages are GAE(1)'s when ``gae_lambda`` is 1 (APPO's default).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -41,8 +44,8 @@ class APPO(PPO):
         through the runner's state)."""
 
     def vtrace_batch(self, rollout: RolloutSegment) -> RolloutBatch:
-        """The rollout as PPO's batch: V-trace targets as returns, weighted V-trace advantages,
-        the target network's log-probabilities as the old ones, the current values."""
+        """The rollout as PPO's batch: V-trace targets as returns and its advantages, the old
+        log-probabilities that make PPO's ratio RLlib's, the current values."""
         cfg = self.cfg
         obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
         with torch.no_grad():
@@ -53,11 +56,14 @@ class APPO(PPO):
             rollout.rewards, values, rollout.dones, rollout.last_values, log_rhos, cfg.gamma,
             cfg.vtrace_rho_bar, cfg.vtrace_c_bar, cfg.gae_lambda,
         )  # fmt: skip
-        weights = log_rhos.exp().clamp(max=cfg.max_importance_ratio)
+        # log mu - log min(mu / target, max): the target's, or mu's less log(max) where mu is
+        # more than max times likelier (no gradient flows through the old log-probabilities).
+        old_log_probs = torch.maximum(
+            target_log_probs, rollout.behaviour_log_probs - math.log(cfg.max_importance_ratio)
+        )
         return RolloutBatch(
-            obs, actions, target_log_probs.flatten(), values.flatten(), (weights * advantages).flatten(),
-            targets.flatten(),
-        )  # fmt: skip
+            obs, actions, old_log_probs.flatten(), values.flatten(), advantages.flatten(), targets.flatten()
+        )
 
     def update(self, batch: RolloutBatch, sampler: Any = None) -> dict[str, float]:
         stats = super().update(batch, sampler)

@@ -13,7 +13,7 @@ from distrl.algos.ppo_config import PPOConfig
 class APPOConfig(PPOConfig):
     """Asynchronous PPO (RLlib's APPO): PPO's clipped surrogate on V-trace advantages, for samples
     acted by older weights (``collect.lag``); the surrogate's ratio is taken against a target
-    network, and V-trace's importance ratios between the target network and the policy that acted."""
+    network, and V-trace's importance ratios are the target network's over the policy that acted."""
 
     name: Literal["appo"]  # type: ignore[assignment]
     """The algorithm: asynchronous PPO with V-trace."""
@@ -28,8 +28,8 @@ class APPOConfig(PPOConfig):
     """V-trace's lambda: its traces are multiplied by it (1: IMPALA's V-trace; with no lag its
     value targets are then TD(lambda)'s)."""
     max_importance_ratio: PositiveFloat = 2.0
-    """The surrogate's weight for a sample, target network over acting policy, is clipped to
-    [0, this] (RLlib's APPO)."""
+    """RLlib's APPO: the ratio of the acting policy to the target network is clipped to [0, this]
+    in PPO's ratio (``clip(mu / target) * pi / mu``, ``pi / target`` below the clip)."""
     target_update_every: PositiveInt = 1
     """Updates between copies of the policy into the target network (1: the target network is the
     policy as this update began)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import multiprocessing
 import queue
 import time
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 300.0
 """How long a process may take to import, build its envs and reset them."""
 STOP_TIMEOUT_S = 10.0
+POLL_S = 1.0
+"""How often a process waiting on the learner checks that the learner still lives, and the
+learner that the process does."""
 
 
 def check_collector_processes(cfg: RunConfig) -> None:
@@ -83,6 +87,35 @@ def detached(segment: Segment) -> Segment:
     return dataclasses.replace(segment, **fields)  # type: ignore[type-var]
 
 
+class LearnerGone(Exception):
+    """The process that started this collector process has ended."""
+
+
+def from_learner(requests: multiprocessing.Queue) -> Any:
+    """The learner's next message, waiting as long as the learner lives."""
+    while True:
+        try:
+            return requests.get(timeout=POLL_S)
+        except queue.Empty:
+            if not _learner_alive():
+                raise LearnerGone from None
+
+
+def to_learner(finished: multiprocessing.Queue, message: tuple[Any, ...]) -> None:
+    """Put ``message`` for the learner, waiting for room as long as the learner lives."""
+    while True:
+        try:
+            return finished.put(message, timeout=POLL_S)
+        except queue.Full:
+            if not _learner_alive():
+                raise LearnerGone from None
+
+
+def _learner_alive() -> bool:
+    parent = multiprocessing.parent_process()
+    return parent is not None and parent.is_alive()
+
+
 def run_part(
     cfg: RunConfig,
     seeds: list[int],
@@ -99,13 +132,15 @@ def run_part(
     request ``max(i - lag, 0)`` says, or (``newest``) as the newest request taken when it starts.
     ``requests`` brings every request in order, with the weights it acts with when they are a new
     version (else None); None instead of a request: stop. Whatever goes wrong is sent as
-    ``("error", message, is_user_error)``."""
+    ``("error", message, is_user_error)``; the process ends with the learner, whichever way it
+    ended."""
+    part: CollectorPart | None = None
     try:
         part = CollectorPart(cfg, seeds, noise_seed, noise_rows, first)
-        finished.put(("spaces", part.spaces))
-        if requests.get() is None:
+        to_learner(finished, ("spaces", part.spaces))
+        if from_learner(requests) is None:
             return
-        finished.put(("obs", part.reset()))
+        to_learner(finished, ("obs", part.reset().clone()))
         request: CollectRequest | None = None
         weights: ActingWeights | None = None
         taken = 0
@@ -115,19 +150,28 @@ def run_part(
             # Exact: take the requests up to the one this segment acts for, waiting for it.
             # Newest: take every request waiting, waiting only for the first.
             while request is None or (not requests.empty() if newest else taken <= max(index - lag, 0)):
-                message = requests.get()
+                message = from_learner(requests)
                 if message is None:
                     return
                 request, new_weights = message
                 weights = new_weights or weights
                 taken += 1
             assert weights is not None
-            finished.put(("segment", detached(part.collect(weights, request))))
+            to_learner(finished, ("segment", detached(part.collect(weights, request))))
             index += 1
-    except UserError as exc:
-        finished.put(("error", str(exc), True))
-    except BaseException:
-        finished.put(("error", traceback.format_exc(), False))
+    except LearnerGone:
+        return
+    except BaseException as exc:
+        user_error = isinstance(exc, UserError)
+        with contextlib.suppress(LearnerGone):
+            to_learner(finished, ("error", str(exc) if user_error else traceback.format_exc(), user_error))
+            # Stay until the learner says stop: the segments queued before the error pass their
+            # tensors through this process, which must live until the learner has read them.
+            while from_learner(requests) is not None:
+                pass
+    finally:
+        if part is not None:
+            part.close()
 
 
 class CollectorProcesses:
@@ -161,23 +205,32 @@ class CollectorProcesses:
             self.processes.append(process)
             self.requests.append(requests)
             self.finished.append(finished)
-        return [self.take(i, "spaces") for i in range(self.count)][0]
+        return [self.take(i, "spaces", START_TIMEOUT_S) for i in range(self.count)][0]
 
     def acting(
         self, modules: dict[str, torch.nn.Module], device: torch.device, clock: PhaseClock | None = None
     ) -> LaggedCollection:
         return LaggedCollection(self, modules, device, clock)
 
-    def take(self, index: int, kind: str) -> Any:
-        """Process ``index``'s next message, which must be of ``kind``; its error as the rank's."""
+    def take(self, index: int, kind: str, timeout_s: float | None = None) -> Any:
+        """Process ``index``'s next message, which must be of ``kind``; its error as the rank's.
+        ``timeout_s``: how long it may take (None: as long as the process lives)."""
+        process, deadline = self.processes[index], time.monotonic() + (timeout_s or math.inf)
         while True:
             try:
-                message = self.finished[index].get(timeout=1.0)
+                message = self.finished[index].get(timeout=POLL_S)
                 break
             except queue.Empty:
-                if not self.processes[index].is_alive():
-                    code = self.processes[index].exitcode
-                    raise RuntimeError(f"collector process {index} ended (exit code {code})") from None
+                if not process.is_alive():
+                    raise RuntimeError(
+                        f"collector process {index} ended (exit code {process.exitcode})"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"collector process {index} sent no {kind} within {timeout_s:g} s"
+                    ) from None
+            except (OSError, EOFError):  # a segment whose sender ended: its error, if any, follows
+                continue
         if message[0] == "error":
             _, text, user_error = message
             if user_error:
@@ -208,7 +261,7 @@ class CollectorProcesses:
             process.join()
         for queue_ in (*self.requests, *self.finished):
             queue_.close()
-            queue_.join_thread()
+            queue_.cancel_join_thread()  # what is still unsent has nobody to read it
         # Released now, not at interpreter exit, which distrl's command line skips (os._exit):
         # their semaphores would be reported as leaked.
         self.processes, self.requests, self.finished = [], [], []
@@ -237,7 +290,8 @@ class LaggedCollection:
 
     def reset(self) -> torch.Tensor:
         self.processes.send(())
-        return torch.cat([self.processes.take(i, "obs") for i in range(self.processes.count)]).to(self.device)
+        parts = [self.processes.take(i, "obs", START_TIMEOUT_S) for i in range(self.processes.count)]
+        return torch.cat(parts).to(self.device)
 
     def collect(self, request: CollectRequest) -> Segment:
         """Send ``request`` (with its version's weights when they are new: the learner's versions
@@ -258,13 +312,17 @@ class LaggedCollection:
 
     def fresh_segment(self, index: int, version: int) -> Segment:
         """Process ``index``'s next segment at most ``max_age`` updates older than ``version``;
-        older ones are dropped, counted."""
-        max_age = self.processes.max_age
+        older ones are dropped, counted, and the envs' running episodes cut where they were
+        (``restarted``), as the episode statistics and replay's n-step returns need."""
+        max_age, dropped = self.processes.max_age, False
         while True:
             segment = self.processes.take(index, "segment")
             if max_age is None or version - segment.policy_version <= max_age:
-                return segment
-            self.dropped += 1
+                break
+            self.dropped, dropped = self.dropped + 1, True
+        if dropped:  # the envs' episodes lost their steps in the dropped segment: cut them
+            segment.restarted.fill_(True)
+        return segment
 
     def counts(self) -> dict[str, float]:
         return {"dropped_segments": float(self.dropped)}

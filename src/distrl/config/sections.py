@@ -197,15 +197,17 @@ class CollectConfig(Section):
     """Which weights a process acts with: ``exact``, those of the request ``lag`` before (a fixed
     schedule, as deterministic as without processes); ``newest``, the newest it has been sent
     when it starts a segment, never waiting for the learner (up to ``max(lag, 1)`` finished
-    segments wait for it; ages vary with the machine's timing)."""
+    segments wait for it, and one more to be handed over; ages vary with the machine's timing)."""
     max_age: NonNegativeInt | None = None
     """The oldest segment the learner trains on, in updates (its version minus the segment's);
     older ones are dropped and counted (``dropped_segments``). Unset: none is dropped."""
 
     @model_validator(mode="after")
     def _lag_needs_processes(self) -> CollectConfig:
-        if (self.lag or self.weights == "newest") and not self.processes:
-            what = f"lag={self.lag}" if self.lag else "weights=newest"
+        if (self.lag or self.weights == "newest" or self.max_age is not None) and not self.processes:
+            what = (
+                f"lag={self.lag}" if self.lag else "weights=newest" if self.weights == "newest" else "max_age"
+            )
             raise ValueError(f"{what} needs processes of 1 or more (with 0 the rank steps its envs itself)")
         if self.weights == "exact" and self.max_age is not None and self.max_age < self.lag:
             raise ValueError(
