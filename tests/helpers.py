@@ -189,3 +189,18 @@ def jax_launch(nproc: int, *args: str, timeout: float = 600) -> subprocess.Compl
         "-m", "distrl.launch.jax", f"--nproc_per_node={nproc}",
         f"--coordinator_address=127.0.0.1:{free_port()}", *args, cwd=REPO, timeout=timeout,
     )  # fmt: skip
+
+
+def children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (torchrun's workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found

@@ -23,6 +23,7 @@ from tests.helpers import (
     CARTPOLE_MEMORY,
     GRPO_REVERSE,
     PENDULUM_SAC,
+    children,
     clean_env,
     distrl,
 )
@@ -183,20 +184,6 @@ def test_collector_processes_end_with_a_killed_learner(tmp_path: Path) -> None:
     while any(alive(pid) for pid in collectors) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(pid) for pid in collectors), collectors
-
-
-def children(pid: int) -> list[int]:
-    """The live processes whose parent is ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry.name))
-    return found
 
 
 def alive(pid: int) -> bool:

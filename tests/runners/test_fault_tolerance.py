@@ -17,7 +17,7 @@ import pytest
 from distrl.io import checkpoint as ckpt
 from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from tests.distributed import free_port
-from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect, distrl
+from tests.helpers import CARTPOLE, OFFLINE, children, clean_env, collect, distrl
 
 STEPS_PER_UPDATE = 32 * 16
 """The shipped PPO config's global batch, the same on 1 or 2 ranks; offline DQN below is set to
@@ -49,21 +49,6 @@ def metrics_steps(run_dir: Path) -> list[int]:
     if not path.is_file():
         return []
     return [json.loads(line)["global_step"] for line in path.read_text().splitlines() if line.strip()]
-
-
-def children(pid: int) -> list[int]:
-    """Live processes whose parent is ``pid`` (torchrun's workers)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry.name))
-    return found
 
 
 def start_torchrun(
