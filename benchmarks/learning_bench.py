@@ -6,8 +6,9 @@ judges every run by ``distrl eval`` (10 deterministic episodes on the evaluation
     stop check ended the run (200k if it never did);
   * Pendulum-v1 and HalfCheetah-v5, seeds 1..3, at 1 and 2 ranks: final eval return;
   * memory: positions-only CartPole (velocities hidden), seeds 1..10, at 1 and 2 ranks, 100k env
-    steps at most: solved or not, with the shipped LSTM policy (``memory``) and with the same
-    config without memory (``memory-mlp``: ``model.memory=none``).
+    steps at most: solved or not, with the shipped LSTM policy (``memory``), with the same
+    config without memory (``memory-mlp``: ``model.memory=none``), and with APPO collecting one
+    update ahead (``memory-appo``).
 ``--per-rank-sizes`` adds the rule distrl had before (every rank its own copy of the config's
 envs and minibatch count, so the global batch grows with the ranks) for comparison.
 
@@ -52,10 +53,15 @@ SUITES = {
     "halfcheetah": ("halfcheetah_ppo.yaml", [1, 2, 3], [1, 2]),
     "memory": ("cartpole_positions_lstm_ppo.yaml", list(range(1, 11)), [1, 2]),
     "memory-mlp": ("cartpole_positions_lstm_ppo.yaml", list(range(1, 11)), [1, 2]),
+    "memory-appo": ("cartpole_positions_lstm_ppo.yaml", list(range(1, 11)), [1, 2]),
 }
-SUITE_OVERRIDES = {"memory-mlp": ["model.memory=none"]}
+SUITE_OVERRIDES = {
+    "memory-mlp": ["model.memory=none"],
+    # The same hyperparameters, collected one update ahead of the learner by a collector process.
+    "memory-appo": ["algo.name=appo", "collect.processes=1", "collect.lag=1"],
+}
 """What a suite changes in its config."""
-SOLVED_SUITES = ("cartpole", "memory", "memory-mlp")
+SOLVED_SUITES = ("cartpole", "memory", "memory-mlp", "memory-appo")
 """Suites judged by how many seeds solve (eval >= 475) rather than by their return."""
 # distrl's rule before global sizes: each rank had the config's env count and minibatch count.
 OLD_MINIBATCHES = {"cartpole": 2, "pendulum": 8, "halfcheetah": 32}

@@ -12,10 +12,12 @@ contender once per repeat (or seed) in turn, medians reported (the machine is no
     4 envs), a fixed step budget each, no early stop. The rate is the steady state, from
     ``metrics.jsonl``: (global_step, time_s) after each update, the first fifth of the updates
     (at least one) left out as warm-up, env steps over seconds from there to the last update.
-    The ratio to the plain path is Ray mode's overhead (or gain); start-up + shut-down is the
-    whole process's wall time less the training loop's. Beside them, torchrun's 2 ranks and Ray
-    mode's 2 learners (1 CPU each, no env workers), the same envs split over two ranks either way:
-    Ray mode's overhead on the multi-rank path.
+    With ``--appo-lag L``: APPO (``algo.name=appo``, the same hyperparameters) with its env
+    workers ``collect.lag=L`` segments ahead of the learner, and beside it with as many collector
+    processes (no Ray). The ratio to the plain path is Ray mode's overhead (or gain); start-up +
+    shut-down is the whole process's wall time less the training loop's. Beside them, torchrun's
+    2 ranks and Ray mode's 2 learners (1 CPU each, no env workers), the same envs split over two
+    ranks either way: Ray mode's overhead on the multi-rank path.
   * ``rllib``: RLlib's PPO (``ray[rllib]==2.60.0``, new API stack, in its own venv
     ``benchmarks/.rllib-venv``) and distrl's Ray mode with the same env runners (``workers.env`` =
     ``num_env_runners``, 32 envs in all, ``num_envs_per_env_runner`` = 32 / runners, the same CPUs
@@ -40,7 +42,8 @@ contender once per repeat (or seed) in turn, medians reported (the machine is no
     wall time.
 
 Usage: python benchmarks/ray_bench.py [--only throughput rllib] [--repeats 3] [--seeds 1 2 3]
-       [--env-workers 1 2 4] [--no-two-learners] [--rllib-runners 2] [--cpus-per-env 0.25]
+       [--env-workers 1 2 4] [--appo-lag 1 [--appo-env-workers 2]] [--no-two-learners]
+       [--rllib-runners 2] [--cpus-per-env 0.25]
        [--running-cluster] [--ref CHECKOUT]
        [--cartpole-steps 100000] [--halfcheetah-steps 40960] [--solve-budget 200000]
 RLlib is installed into benchmarks/.rllib-venv on first use (torch==2.13.0 first, the CPU wheel on
@@ -431,6 +434,15 @@ def throughput_contenders(cfg: RunConfig, args: argparse.Namespace, tmp: Path) -
         contenders[f"Ray mode, `workers.env={n}` ({each} each)"] = Contender(
             ray_args(n, args.cpus_per_env, tmp)
         )
+    for n in args.appo_env_workers if args.appo_lag else ():
+        # APPO: the env workers collect the next segments while the learner updates on this one.
+        appo = ["algo.name=appo", f"collect.lag={args.appo_lag}"]
+        contenders[f"Ray mode APPO, `workers.env={n}`, `collect.lag={args.appo_lag}`"] = Contender(
+            [*appo, *ray_args(n, args.cpus_per_env, tmp)]
+        )
+        contenders[f"APPO, `collect.processes={n}`, `collect.lag={args.appo_lag}` (no Ray)"] = Contender(
+            [*appo, f"collect.processes={n}"]
+        )
     if args.two_learners:
         contenders[TORCHRUN_2] = Contender([], torchrun_ranks=2)
         contenders[RAY_2] = Contender(ray_args(0, args.cpus_per_env, tmp, learners=2))
@@ -696,6 +708,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="time-to-solve seeds")
     parser.add_argument(
         "--env-workers", type=int, nargs="+", default=[1, 2, 4], help="throughput: workers.env"
+    )
+    parser.add_argument(
+        "--appo-lag", type=int, default=0, help="throughput: also APPO at this collect.lag (0: none)"
+    )
+    parser.add_argument(
+        "--appo-env-workers", type=int, nargs="+", default=[2], help="throughput: APPO's workers.env"
     )
     parser.add_argument(
         "--rllib-runners", type=int, nargs="+", default=[2], help="rllib: num_env_runners = workers.env"

@@ -56,7 +56,7 @@ def run_training(
     ``workers``: the processes the launcher gives this rank for part of its work (Ray mode's
     worker groups, whose driver prints the line: an actor's own output may never reach it)."""
     device = _set_up_process(cfg, topology)
-    comm = _connect(cfg, topology, device)
+    comm = _connect(cfg, topology, device, ray_mode=workers is not None)
     try:
         resume = run_dir.resume or topology.restart_count > 0
         payload = comm.run_on_main(
@@ -124,9 +124,9 @@ def build_training(
 
 def local_workers(cfg: RunConfig) -> RemoteWorkers:
     """A rank's workers without Ray: its collector processes (``collect.processes``), if any."""
-    if not cfg.collect.processes:
-        return RemoteWorkers()
     collect = cfg.collect
+    if not collect.processes:
+        return RemoteWorkers()
     processes = CollectorProcesses(
         collect.processes, collect.lag, collect.weights == "newest", collect.max_age
     )
@@ -165,19 +165,19 @@ def apply_cuda_options(train: TrainConfig, device: torch.device, rank: int) -> N
             )
 
 
-def _connect(cfg: RunConfig, topology: Topology, device: torch.device) -> Comm:
-    """The rank's communicator, the env checked before any rank waits on the others."""
+def _connect(cfg: RunConfig, topology: Topology, device: torch.device, ray_mode: bool) -> Comm:
+    """The rank's communicator, the env (and, without Ray, the collector processes) checked
+    before any rank waits on the others."""
     if cfg.ml_framework == "jax":
         from distrl.launch.jax_group import connect_jax
 
         # Before the env check: building a gymnax or Brax env starts JAX; jax.distributed comes first.
         comm = connect_jax(topology, cfg.comm.timeout_s)
         check_inputs(cfg)
-        if cfg.collect.processes:
-            check_collector_processes(cfg)
+        check_collector_processes(cfg)
         return comm
     check_inputs(cfg)
-    if cfg.collect.processes:
+    if not ray_mode:  # the driver checked Ray mode's env workers
         check_collector_processes(cfg)
     return connect(topology, device, cfg.comm)
 

@@ -62,6 +62,39 @@ def test_without_lag_the_batch_is_ppos_with_gae_1() -> None:
     )
 
 
+def test_a_recurrent_policy_replays_each_envs_segment_from_its_acting_state() -> None:
+    """Acted step by step with an LSTM (episodes ending mid-segment), the segment replayed whole
+    gives back the acting values: with no lag the batch is PPO's GAE(1) batch, in chunks."""
+    torch.manual_seed(0)
+    model = ModelConfig(hidden_sizes=[16], memory="lstm", memory_size=8)
+    policy = ActorCritic(4, gym.spaces.Discrete(2), model)
+    obs, noise = torch.randn(STEPS, ENVS, 4), torch.rand(STEPS, ENVS)
+    dones = torch.zeros(STEPS, ENVS)
+    dones[1, 0] = dones[3, 1] = 1.0
+    state = torch.randn(ENVS, policy.state_size)  # carried over from an earlier segment
+    acted: dict[str, list[torch.Tensor]] = {"actions": [], "log_probs": [], "values": [], "states": []}
+    for t in range(STEPS):
+        acted["states"].append(state)
+        actions, log_probs, values, state = policy.act(obs[t], noise[t], state)
+        state = state * (1.0 - dones[t]).unsqueeze(-1)  # the next episode starts from zeros
+        for key, value in zip(("actions", "log_probs", "values"), (actions, log_probs, values), strict=True):
+            acted[key].append(value)
+    _, rollout = policy_and_rollout()
+    rollout = RolloutSegment(**{
+        **vars(rollout), "obs": obs, "raw_obs": obs, "dones": dones, "episode_ends": dones.bool(),
+        "actions": torch.stack(acted["actions"]), "behaviour_log_probs": torch.stack(acted["log_probs"]),
+        "values": torch.stack(acted["values"]), "memory_states": torch.stack(acted["states"]),
+    })  # fmt: skip
+    batch = APPO(policy, CFG, CFG.num_minibatches).vtrace_batch(rollout, sequence_length=STEPS // 2)
+    advantages, returns = compute_gae(
+        rollout.rewards, rollout.values, rollout.dones, rollout.last_values, CFG.gamma, 1.0
+    )
+    expected = rollout.training_batch(advantages, returns, STEPS // 2)
+    assert batch.sequence_length == STEPS // 2 and batch.num_chunks == 2 * ENVS
+    for name in ("advantages", "returns", "behaviour_log_probs", "values", "memory_states", "dones"):
+        torch.testing.assert_close(getattr(batch, name), getattr(expected, name), rtol=0, atol=1e-5)
+
+
 def test_samples_of_other_weights_get_rllibs_ratio_and_v_trace_advantages() -> None:
     policy, rollout = policy_and_rollout()
     algo = APPO(policy, CFG, CFG.num_minibatches)

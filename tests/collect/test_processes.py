@@ -125,8 +125,13 @@ def test_what_acted_is_what_the_learner_published() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["collect.lag=1"], "cartpole_ppo.yaml: collect: lag=1 needs processes of 1 or more"),
-        (["collect.weights=newest"], "collect: weights=newest needs processes of 1 or more"),
+        (["collect.lag=1"], "cartpole_ppo.yaml: collect.lag=1 needs collect.processes of 1 or more"),
+        (["collect.weights=newest"], "collect.weights=newest needs collect.processes of 1 or more"),
+        (["collect.lag=1", "workers.env=1"], "collect.lag=1 with collect.processes=0: env workers"),
+        (
+            ["collect.lag=1", "workers.env=1", "collect.weights=newest", "--launcher", "ray"],
+            "collect.weights=newest: Ray mode's env workers act with exact weights",
+        ),
         (["collect.processes=1", "collect.lag=2", "collect.max_age=1"], "max_age=1 is below lag=2"),
         (["collect.processes=2", "env.num_envs=1"], "collect.processes=2 for this rank's 1 envs"),
         (

@@ -164,11 +164,31 @@ def test_env_workers_tag_segments_with_the_version_they_were_sent(ray_head: str)
 
 
 @pytest.mark.slow
-def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(ray_head: str, tmp_path: Path) -> None:
-    # The only worker's process dies at its envs' 10th step: in its first rollout, and again in the retry.
+def test_env_workers_running_ahead_train_as_collector_processes_do(ray_head: str, tmp_path: Path) -> None:
+    """At collect.lag=1 two env workers collect each segment with the weights of the update
+    before, as two collector processes beside a rank do: the same schedule, the same weights."""
+    appo = ["algo.name=appo", "collect.lag=1", *BUDGET]
+    result = ray_train(ray_head, tmp_path / "ray", "workers.env=2", *appo)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference = distrl(
+        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "local"), "log.progress=false",
+        "log.tensorboard=false", "collect.processes=2", *appo,
+    )  # fmt: skip
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
+    assert final_row(tmp_path / "ray")["sample_age"] == 1
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+@pytest.mark.slow
+def test_a_killed_env_worker_is_restarted_and_its_part_collected_again(
+    ray_head: str, tmp_path: Path, lag: int
+) -> None:
+    # The only worker's process dies at its envs' 10th step: in its first rollout, and again in
+    # the retry (at lag 1 with the next segment queued behind it, which is sent again).
     marker = tmp_path / "crashed"
     crashes = [f"env.kwargs.marker={marker}", "env.kwargs.crash_at=10", "env.kwargs.crashes=2"]
-    result = ray_train(ray_head, tmp_path / "run", *CRASHING, *crashes, "workers.env=1")
+    result = ray_train(ray_head, tmp_path / "run", *CRASHING, *crashes, "workers.env=1", f"collect.lag={lag}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert marker.exists() and marker.with_name("crashed.1").exists()
     assert "env worker 0 failed" in result.stderr or "env worker 1 failed" in result.stderr

@@ -43,14 +43,19 @@ class APPO(PPO):
         """Updates since the target network's creation: times its copies (kept in checkpoints
         through the runner's state)."""
 
-    def vtrace_batch(self, rollout: RolloutSegment) -> RolloutBatch:
-        """The rollout as PPO's batch: V-trace targets as returns and its advantages, the old
-        log-probabilities that make PPO's ratio RLlib's, the current values."""
+    def vtrace_batch(self, rollout: RolloutSegment, sequence_length: int = 1) -> RolloutBatch:
+        """The rollout as PPO's batch (chunks of ``sequence_length`` steps with memory): V-trace
+        targets as returns and its advantages, the old log-probabilities that make PPO's ratio
+        RLlib's, the current values."""
         cfg = self.cfg
         obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
+        # With memory each env's segment is replayed whole from the state it was acted from.
+        memory = {}
+        if rollout.memory_states.shape[-1]:
+            memory = {"start_states": rollout.memory_states[0], "dones": rollout.dones.flatten()}
         with torch.no_grad():
-            target_log_probs = self.target.action_stats(obs, actions)[0].view_as(rollout.behaviour_log_probs)
-            values = self.policy.action_stats(obs, actions)[2].view_as(rollout.values)
+            target_log_probs = self.target.action_stats(obs, actions, **memory)[0].view_as(rollout.values)
+            values = self.policy.action_stats(obs, actions, **memory)[2].view_as(rollout.values)
         log_rhos = target_log_probs - rollout.behaviour_log_probs
         targets, advantages = vtrace(
             rollout.rewards, values, rollout.dones, rollout.last_values, log_rhos, cfg.gamma,
@@ -61,9 +66,7 @@ class APPO(PPO):
         old_log_probs = torch.maximum(
             target_log_probs, rollout.behaviour_log_probs - math.log(cfg.max_importance_ratio)
         )
-        return RolloutBatch(
-            obs, actions, old_log_probs.flatten(), values.flatten(), advantages.flatten(), targets.flatten()
-        )
+        return rollout.training_batch(advantages, targets, sequence_length, old_log_probs, values)
 
     def update(self, batch: RolloutBatch, sampler: Any = None) -> dict[str, float]:
         stats = super().update(batch, sampler)

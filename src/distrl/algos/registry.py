@@ -189,6 +189,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             runners={ENVS: "distrl.runners.appo:APPORunner"},
             collector="distrl.collect.rollout:actor_critic_collector",
             acting="distrl.collect.rollout:actor_critic_copies",
+            memory_runners=(ENVS,),
         ),
         Algorithm(
             "sac",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import math
 import multiprocessing
 import queue
@@ -58,8 +59,15 @@ learner that the process does."""
 
 
 def check_collector_processes(cfg: RunConfig) -> None:
-    """Collector processes step envs for an algorithm that collects from them online, with a
-    torch learner, in whole segments."""
+    """A run without Ray collects ahead only with collector processes, which step envs for an
+    algorithm that collects from them online, with a torch learner, in whole segments."""
+    if not cfg.collect.processes:
+        if ahead := cfg.collect.ahead():  # the config allows it for Ray mode's env workers
+            raise UserError(
+                f"{ahead} with collect.processes=0: env workers (workers.env) collect ahead only in "
+                "Ray mode (--launcher ray); set collect.processes to 1 or more"
+            )
+        return
     if learns_from(cfg) != ENVS or cfg.algorithm.collector is None:
         raise UserError(
             f"collect.processes={cfg.collect.processes}: collector processes step envs for an algorithm "
@@ -263,8 +271,10 @@ class CollectorProcesses:
             queue_.close()
             queue_.cancel_join_thread()  # what is still unsent has nobody to read it
         # Released now, not at interpreter exit, which distrl's command line skips (os._exit):
-        # their semaphores would be reported as leaked.
+        # their semaphores would be reported as leaked. The queues sit in reference cycles:
+        # collected now too.
         self.processes, self.requests, self.finished = [], [], []
+        gc.collect()
 
 
 class LaggedCollection:

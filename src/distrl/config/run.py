@@ -161,7 +161,19 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     source = str(path) if path else "config"
     cfg = config_from_dict(data, source)
     _check_switches_honoured(cfg, source)
+    _check_collectors_apart(cfg, source)
     return cfg
+
+
+def _check_collectors_apart(cfg: RunConfig, source: str) -> None:
+    """Collecting ahead of the learner needs collectors apart from it: collector processes, or
+    Ray mode's env workers (the launcher, checked where it is known, decides which)."""
+    ahead = cfg.collect.ahead()
+    if ahead and not cfg.collect.processes and not getattr(cfg.workers, "env", 0):
+        raise UserError(
+            f"{source}: {ahead} needs collect.processes of 1 or more, or Ray mode's env workers "
+            "(workers.env); with neither the rank steps its envs itself"
+        )
 
 
 TRAIN_SWITCHES = ("compile", "activation_checkpointing", "gradient_accumulation_steps", "optimizer_offload")

@@ -182,39 +182,44 @@ class TrainConfig(Section):
 
 class CollectConfig(Section):
     """Where a rank's envs are stepped: by the rank itself, between its updates (``processes: 0``),
-    or by collector processes beside it while it learns (``collect.processes``; no Ray)."""
+    or by collectors apart from it while it learns: processes beside it (``collect.processes``; no
+    Ray), or Ray mode's env workers (``workers.env``), which run ``lag`` segments ahead too."""
 
     processes: NonNegativeInt = 0
     """Collector processes per rank, each stepping a part of the rank's envs; 0: the rank steps
     them itself. Ray mode's env workers are ``workers.env`` instead."""
     lag: NonNegativeInt = 0
-    """How many segments the processes run ahead of the learner: segment ``i`` acts with exactly
-    the weights of update ``max(i - lag, 0)``. 0: collecting and learning take turns, the same
-    training as without processes; 1: the next segment is collected during this update, every
-    sample one version old (as deterministic as 0)."""
+    """How many segments the processes (or Ray env workers) run ahead of the learner: segment
+    ``i`` acts with exactly the weights of update ``max(i - lag, 0)``. 0: collecting and learning
+    take turns, the same training as without processes; 1: the next segment is collected during
+    this update, every sample one version old (as deterministic as 0)."""
 
     weights: Literal["exact", "newest"] = "exact"
-    """Which weights a process acts with: ``exact``, those of the request ``lag`` before (a fixed
-    schedule, as deterministic as without processes); ``newest``, the newest it has been sent
-    when it starts a segment, never waiting for the learner (up to ``max(lag, 1)`` finished
-    segments wait for it, and one more to be handed over; ages vary with the machine's timing)."""
+    """Which weights a process acts with (Ray env workers: always ``exact``): ``exact``, those of
+    the request ``lag`` before (a fixed schedule, as deterministic as without processes);
+    ``newest``, the newest it has been sent when it starts a segment, never waiting for the
+    learner (up to ``max(lag, 1)`` finished segments wait for it, and one more to be handed over;
+    ages vary with the machine's timing)."""
     max_age: NonNegativeInt | None = None
     """The oldest segment the learner trains on, in updates (its version minus the segment's);
     older ones are dropped and counted (``dropped_segments``). Unset: none is dropped."""
 
     @model_validator(mode="after")
-    def _lag_needs_processes(self) -> CollectConfig:
-        if (self.lag or self.weights == "newest" or self.max_age is not None) and not self.processes:
-            what = (
-                f"lag={self.lag}" if self.lag else "weights=newest" if self.weights == "newest" else "max_age"
-            )
-            raise ValueError(f"{what} needs processes of 1 or more (with 0 the rank steps its envs itself)")
+    def _max_age_above_lag(self) -> CollectConfig:
         if self.weights == "exact" and self.max_age is not None and self.max_age < self.lag:
             raise ValueError(
                 f"max_age={self.max_age} is below lag={self.lag}: with exact weights every segment is "
                 f"{self.lag} updates old and would be dropped"
             )
         return self
+
+    def ahead(self) -> str | None:
+        """The first key set that needs collectors apart from the rank (``key=value``), if any."""
+        if self.lag:
+            return f"collect.lag={self.lag}"
+        if self.weights == "newest":
+            return "collect.weights=newest"
+        return None if self.max_age is None else f"collect.max_age={self.max_age}"
 
 
 class CommConfig(Section):

@@ -128,6 +128,16 @@ def check_workers(cfg: RunConfig) -> None:
             f"collect.processes={cfg.collect.processes}: in Ray mode env workers (workers.env) step a "
             "learner's envs; set collect.processes=0"
         )
+    if cfg.collect.weights == "newest":
+        raise UserError(
+            "collect.weights=newest: Ray mode's env workers act with exact weights (collect.lag); "
+            "newest is for collector processes (collect.processes, without Ray)"
+        )
+    if cfg.collect.ahead() and not getattr(cfg.workers, "env", 0):
+        raise UserError(
+            f"{cfg.collect.ahead()}: in Ray mode env workers (workers.env) collect ahead of a learner; "
+            "set workers.env to 1 or more"
+        )
     workers = cfg.workers
     if workers.policy > 1 and not workers.gpus_per_policy.is_integer():
         raise UserError(

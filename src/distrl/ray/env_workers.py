@@ -14,7 +14,8 @@ or counted twice.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -82,6 +83,8 @@ class RayEnvWorkers(RestartableWorkers):
     def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
         super().__init__(group, handles, max_restarts, backoff_s)
         self._start_args: list[tuple[Any, ...]] = []
+        self.lag = 0
+        """Segments the workers collect ahead of the learner (``collect.lag``)."""
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
 
@@ -91,6 +94,7 @@ class RayEnvWorkers(RestartableWorkers):
                 f"every env worker needs at least one env (raise env.num_envs or lower workers.env)"
             )
         self._start_args = []
+        self.lag = cfg.collect.lag
         for i in range(len(self.handles)):
             first, count = even_split(len(seeds), i, len(self.handles))
             self._start_args.append((cfg, seeds[first : first + count], noise_seed, len(seeds), first))
@@ -99,7 +103,7 @@ class RayEnvWorkers(RestartableWorkers):
     def acting(
         self, modules: dict[str, torch.nn.Module], device: torch.device, clock: PhaseClock | None = None
     ) -> RemoteCollection:
-        return RemoteCollection(self, modules, device)
+        return RemoteCollection(self, modules, device, self.lag, clock)
 
     def set_up(self, index: int, rebuild: int) -> None:
         """Build and reset the worker's envs again, with fresh env seeds and noise per rebuild."""
@@ -112,30 +116,77 @@ class RayEnvWorkers(RestartableWorkers):
 
 class RemoteCollection:
     """A learner's env workers acting with the state of ``modules`` (by name) at each request's
-    version: its collector (``collect.base.Collector``), rollouts or transitions alike."""
+    version: its collector (``collect.base.Collector``), rollouts or transitions alike.
+
+    With ``collect.lag: L`` the workers run ``L`` segments ahead: segment ``i`` acts as request
+    ``max(i - L, 0)`` asked (collector processes' schedule, ``collect.processes``), so each request
+    is answered by a segment already collected and leaves the next ones queued on the workers
+    while the learner updates. A worker that fails is rebuilt and its part collected again, its
+    queued segments sent again: each part of each segment is taken whole, once."""
 
     def __init__(
-        self, workers: RayEnvWorkers, modules: dict[str, torch.nn.Module], device: torch.device
+        self,
+        workers: RayEnvWorkers,
+        modules: dict[str, torch.nn.Module],
+        device: torch.device,
+        lag: int = 0,
+        clock: PhaseClock | None = None,
     ) -> None:
         self.workers = workers
         self.modules = modules
         self.device = device
+        self.lag = lag
+        self.clock = clock or PhaseClock()
+        self.queued: deque[QueuedSegment] = deque()
+        """Segments sent to the workers and not yet taken, oldest first."""
 
     def reset(self) -> torch.Tensor:
         return torch.cat(self.workers.call_all("reset")).to(self.device)
 
     def collect(self, request: CollectRequest) -> Segment:
-        """Every worker's part, joined: each acts with the modules' tensors, put in Ray's object
-        store once for all of them as version ``request.policy_version``, and collects its part
-        in full (``request.should_stop``, the straggler cut-off, is not applied to remote envs)."""
+        """Every worker's part of the next segment, joined. Each request's weights are put in
+        Ray's object store once for all workers as version ``request.policy_version``; parts are
+        collected in full (``request.should_stop``, the straggler cut-off, is not applied to
+        remote envs)."""
         import ray
 
-        weights = ray.put(cpu_weights(request.policy_version, self.modules))
-        parts = self.workers.call_all("collect", weights, replace(request, should_stop=never))
+        with self.clock("publish"):
+            weights = ray.put(cpu_weights(request.policy_version, self.modules))
+            request = replace(request, should_stop=never)
+            # Segments up to index requests + lag act as this request asks.
+            while len(self.queued) <= self.lag:
+                refs = [handle.collect.remote(weights, request) for handle in self.workers.handles]
+                self.queued.append(QueuedSegment(weights, request, refs))
+        with self.clock("collector_wait"):
+            parts = self.take(self.queued.popleft())
         return type(parts[0]).join(parts, self.device)
+
+    def take(self, segment: QueuedSegment) -> list[Segment]:
+        """The parts of ``segment``; a worker rebuilt on the way has its later segments sent again
+        (the rebuilt worker no longer has them queued)."""
+        parts = []
+        for index, ref in enumerate(segment.refs):
+            rebuilds = self.workers.rebuilds
+            parts.append(self.workers.get(index, ref, "collect", segment.weights, segment.request))
+            if self.workers.rebuilds != rebuilds:
+                handle = self.workers.handles[index]
+                for later in self.queued:
+                    later.refs[index] = handle.collect.remote(later.weights, later.request)
+        return parts
 
     def counts(self) -> dict[str, float]:
         return self.workers.counts()
 
     def close(self) -> None:
-        """The workers belong to the Ray job and end with it."""
+        """The workers belong to the Ray job and end with it (segments still queued are dropped)."""
+
+
+@dataclass
+class QueuedSegment:
+    """A segment sent to every env worker: the weights and request it acts with, and each
+    worker's part to come."""
+
+    weights: Any
+    """The weights' object in Ray's object store."""
+    request: CollectRequest
+    refs: list[Any]

@@ -18,7 +18,7 @@ class APPORunner(OnPolicyRunner):
     algo: APPO
 
     def returns(self, rollout: RolloutSegment) -> RolloutBatch:
-        return self.algo.vtrace_batch(rollout)
+        return self.algo.vtrace_batch(rollout, self.sequence_length)
 
     def train_state(self) -> TrainState:
         state = super().train_state()

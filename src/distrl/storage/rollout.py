@@ -123,13 +123,27 @@ class RolloutSegment:
         return self.obs.shape[0]
 
     def batch(self, gamma: float, gae_lambda: float, sequence_length: int = 1) -> RolloutBatch:
-        """GAE over the segment for the update: with memory, chunks of ``sequence_length`` steps
-        (which divides the segment's steps) with their states; without, the (steps * envs)
-        samples."""
+        """GAE over the segment as the update's batch (``training_batch``)."""
         advantages, returns = compute_gae(
             self.rewards, self.values, self.dones, self.last_values, gamma, gae_lambda
         )
-        steps = (self.obs, self.actions, self.behaviour_log_probs, self.values, advantages, returns)
+        return self.training_batch(advantages, returns, sequence_length)
+
+    def training_batch(
+        self,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        sequence_length: int = 1,
+        old_log_probs: torch.Tensor | None = None,
+        values: torch.Tensor | None = None,
+    ) -> RolloutBatch:
+        """The segment as the update's batch with these ``[steps, envs]`` advantages and returns
+        (and old log-probabilities and values, by default the acting policy's): with memory,
+        chunks of ``sequence_length`` steps (which divides the segment's steps) with their
+        states; without, the (steps * envs) samples."""
+        old_log_probs = self.behaviour_log_probs if old_log_probs is None else old_log_probs
+        values = self.values if values is None else values
+        steps = (self.obs, self.actions, old_log_probs, values, advantages, returns)
         if self.memory_states.shape[-1] == 0:
             return RolloutBatch(*(t.flatten(0, 1) for t in steps))
         memory = (self.memory_states, self.dones)
