@@ -1,15 +1,19 @@
 """GRPO learning from random weights: the shipped addition config on 1 learner, 2 learners under
-torchrun, and 1 learner under Ray with 2 verifier workers, seeds 1..3 each.
+torchrun, 1 learner under Ray with 2 verifier workers, and asynchronous GRPO (1 learner under Ray
+with 1 generation worker one step ahead, with and without the importance-sampling correction),
+seeds 1..3 each.
 
 Every run trains ``configs/grpo_addition_cpu.yaml`` as shipped (its stop rule: the held-out exact
 match of the stop check reaches ``train.stop_return``, confirmed on more prompts; its step
 budget as the cap) and is judged afterwards by ``distrl eval`` on ``--eval-prompts`` held-out
 prompts (greedy exact match). Reported per run: whether the stop check passed, completions and
 wall seconds until the run ended (the process, start-up included; for Ray the local Ray instance's
-start too), and the final held-out accuracy. Runs go one at a time (2 learners share the 2 cores).
+start too), completions per second of the training loop (completions over the loop's seconds),
+and the final held-out accuracy. Runs go one at a time (2 learners share the 2 cores).
 
 Usage: python benchmarks/grpo_learning_bench.py [--config configs/grpo_addition_cpu.yaml]
-       [--contenders 1 torchrun2 ray] [--seeds 1 2 3] [--eval-prompts 1000] [--json out.json]
+       [--contenders 1 torchrun2 ray ray-async ray-async-uncorrected] [--seeds 1 2 3]
+       [--eval-prompts 1000] [--json out.json]
        [--set KEY=VALUE ...]   (overrides for every run: algo.entropy_target=null, say)
 """
 
@@ -34,10 +38,16 @@ CONTENDERS = {
         "--master_port=29533", "-m", "distrl.train",
     ],
     "ray": ["-m", "distrl", "train", "--launcher", "ray"],
+    "ray-async": ["-m", "distrl", "train", "--launcher", "ray"],
+    "ray-async-uncorrected": ["-m", "distrl", "train", "--launcher", "ray"],
 }  # fmt: skip
+ASYNC = ["workers.generation=1", "workers.cpus_per_generation=1", "collect.lag=1", "cluster.cpus_per_node=2"]
+"""Asynchronous GRPO: one generation worker one step ahead of the one learner, a core each."""
 EXTRA = {
     "torchrun2": ["--distributed"],
     "ray": ["workers.verifier=2", "workers.cpus_per_verifier=0.5", "cluster.cpus_per_node=2"],
+    "ray-async": ASYNC,
+    "ray-async-uncorrected": [*ASYNC, "algo.importance_sampling_correction=false"],
 }
 """What each contender adds after the config's arguments."""
 
@@ -90,14 +100,18 @@ def main() -> None:
                 result = run(contender, args.config, seed, run_dir, args.eval_prompts, args.set)
                 print(json.dumps(asdict(result)), flush=True)
                 results.append(result)
-    print("| contender | passed | completions per seed | wall s per seed | median wall s | held-out acc. |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| contender | passed | completions per seed | wall s per seed | median wall s "
+        "| median completions/s (loop) | held-out acc. |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for contender in args.contenders:
         mine = [r for r in results if r.contender == contender]
         print(
             f"| {contender} | {sum(r.passed for r in mine)}/{len(mine)} | "
             f"{', '.join(str(r.completions) for r in mine)} | {', '.join(f'{r.wall_s:.0f}' for r in mine)} | "
             f"{statistics.median(r.wall_s for r in mine):.0f} | "
+            f"{statistics.median(r.completions / r.train_s for r in mine):,.0f} | "
             f"{', '.join(f'{r.heldout_exact_match:.3f}' for r in mine)} |"
         )
     if args.json:

@@ -79,6 +79,14 @@ def ray_train(
     )  # fmt: skip
 
 
+def local_train(run_dir: Path, *overrides: str, config: Path = CARTPOLE) -> subprocess.CompletedProcess:
+    """``ray_train``'s run in one process, without Ray: what Ray mode is compared with."""
+    return distrl(
+        "train", "--config", str(config), "--run-dir", str(run_dir), "log.progress=false",
+        "log.tensorboard=false", *overrides,
+    )  # fmt: skip
+
+
 _KILLER = """
 import pathlib, sys, time
 import ray
@@ -88,6 +96,7 @@ metrics, rows = pathlib.Path(metrics), int(rows)
 ray.init(address=address, log_to_driver=False)
 # A handle's class loads its module, and torch with it: seconds, which the run may not last.
 import distrl.ray.data_workers, distrl.ray.env_workers, distrl.ray.eval_workers  # noqa
+import distrl.ray.generation_workers  # noqa
 print("connected", flush=True)
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:

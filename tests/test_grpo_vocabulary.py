@@ -82,3 +82,12 @@ def test_the_seed_documents_keys_land_on_distrls_sections(tmp_path: Path) -> Non
 def test_a_key_given_twice_or_unknown_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(UserError, match=message):
         load_config(write(tmp_path, text))
+
+
+def test_asynchronous_grpo_keys_land_on_generation_workers_and_the_lag(tmp_path: Path) -> None:
+    async_grpo = "grpo:\n  generation_workers: 2\n  max_trajectory_age_steps: 1\n"
+    cfg = load_config(write(tmp_path, async_grpo + "  use_importance_sampling_correction: false\n"))
+    assert (cfg.workers.generation, cfg.collect.lag, cfg.algo.importance_sampling_correction) == (2, 1, False)
+    # Running ahead needs workers to run ahead in: one line.
+    with pytest.raises(UserError, match=r"collect.lag=1 needs collect.processes of 1 or more, or Ray mode's"):
+        load_config(write(tmp_path, "grpo:\n  max_trajectory_age_steps: 1\n"))

@@ -114,8 +114,11 @@ def test_a_long_completion_is_fed_on_alone_past_the_others() -> None:
         torch.testing.assert_close(together, alone, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("normalization", ["token", "sequence"])
-def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str) -> None:
+def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str, weighted: bool) -> None:
+    """Asynchronous GRPO's importance weights (``weighted``) multiply the surrogate, not the KL
+    penalty or the entropy bonus."""
     net, batch = tiny_batch()
     cfg = GRPOConfig(
         ratio_clip_min=0.1,
@@ -133,6 +136,9 @@ def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str) -> None:
     )
     batch.old_log_probs = log_probs - log_ratios
     batch.reference_log_probs = log_probs - 0.2  # k1 = log p - log ref = 0.2 per token
+    importance = [[0.5, 2.0, 1.0], [1.5, 0.25, 1.0], [2.0, 1.0, 0.75]] if weighted else [[1.0] * 3] * 3
+    if weighted:
+        batch.importance_weights = torch.tensor(importance, dtype=torch.float64)
     loss, weight, _ = GRPO(net, cfg, pad_id=0).loss(batch)
     per_token = []
     for row in range(3):
@@ -140,7 +146,8 @@ def test_loss_matches_the_clipped_surrogate_by_hand(normalization: str) -> None:
         values = []
         for t, r in enumerate((1.5, 0.8, 1.0)):
             clipped = min(max(r, 0.9), 1.3)
-            values.append(-min(r * a, clipped * a) + 0.25 * 0.2 - 0.05 * entropy[row][t])
+            surrogate = -min(r * a, clipped * a) * importance[row][t]
+            values.append(surrogate + 0.25 * 0.2 - 0.05 * entropy[row][t])
         per_token.append(values)
     mask = batch.completion_mask.tolist()
     kept = [[v for v, m in zip(vs, ms, strict=True) if m] for vs, ms in zip(per_token, mask, strict=True)]

@@ -127,7 +127,7 @@ def test_what_acted_is_what_the_learner_published() -> None:
     [
         (["collect.lag=1"], "cartpole_ppo.yaml: collect.lag=1 needs collect.processes of 1 or more"),
         (["collect.weights=newest"], "collect.weights=newest needs collect.processes of 1 or more"),
-        (["collect.lag=1", "workers.env=1"], "collect.lag=1 with collect.processes=0: env workers"),
+        (["collect.lag=1", "workers.env=1"], "collect.lag=1 with collect.processes=0: env and generation"),
         (
             ["collect.lag=1", "workers.env=1", "collect.weights=newest", "--launcher", "ray"],
             "collect.weights=newest: Ray mode's env workers act with exact weights",

@@ -18,10 +18,9 @@ from tests.helpers import (
     CARTPOLE_DQN,
     CARTPOLE_MEMORY,
     PENDULUM_SAC,
-    distrl,
     run_python,
 )
-from tests.ray_cluster import BUDGET, final_row, param_digests, ray_train, ray_train_killing
+from tests.ray_cluster import BUDGET, final_row, local_train, param_digests, ray_train, ray_train_killing
 
 CRASHING = [
     "env.id=tests.envs.toy:CrashingEnv", "env.max_episode_steps=30", "env.num_envs=4",
@@ -90,10 +89,7 @@ def test_one_learner_with_env_workers_trains_exactly_as_one_process(
 ) -> None:
     result = ray_train(ray_head, tmp_path / "ray", "workers.env=2", *budget, config=config)
     assert result.returncode == 0, result.stderr[-3000:]
-    reference = distrl(
-        "train", "--config", str(config), "--run-dir", str(tmp_path / "local"), "log.progress=false",
-        "log.tensorboard=false", *budget,
-    )  # fmt: skip
+    reference = local_train(tmp_path / "local", *budget, config=config)
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
     ray_row, local_row = final_row(tmp_path / "ray"), final_row(tmp_path / "local")
@@ -170,10 +166,7 @@ def test_env_workers_running_ahead_train_as_collector_processes_do(ray_head: str
     appo = ["algo.name=appo", "collect.lag=1", *BUDGET]
     result = ray_train(ray_head, tmp_path / "ray", "workers.env=2", *appo)
     assert result.returncode == 0, result.stderr[-3000:]
-    reference = distrl(
-        "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "local"), "log.progress=false",
-        "log.tensorboard=false", "collect.processes=2", *appo,
-    )  # fmt: skip
+    reference = local_train(tmp_path / "local", "collect.processes=2", *appo)
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
     assert final_row(tmp_path / "ray")["sample_age"] == 1

@@ -154,6 +154,14 @@ class GRPOConfig(AlgorithmSection):
     """The probability ratio is clipped below at 1 - this."""
     ratio_clip_max: PositiveFloat = 0.2
     """... and above at 1 + this (DAPO's clip-higher raises it)."""
+    importance_sampling_correction: bool = True
+    """Asynchronous GRPO (generation workers ``collect.lag`` steps ahead, Ray mode): each token's
+    clipped surrogate is weighted by the truncated importance ratio of the learner's policy
+    before the update to the policy that generated it, ``min(pi_old / pi_gen,
+    importance_sampling_cap)`` (truncated importance sampling), and the ratio compares with the
+    learner's policy. Off: the lag is ignored (the ratio compares with the learner's policy alone)."""
+    importance_sampling_cap: PositiveFloat = 2.0
+    """The truncation of ``importance_sampling_correction``'s weights."""
     loss_normalization: Literal["token", "sequence"] = "token"
     """``token``: the loss is a mean over every completion token of the global minibatch (long
     completions weigh more); ``sequence``: a mean over completions of each one's token mean."""

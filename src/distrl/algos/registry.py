@@ -241,6 +241,16 @@ ALGORITHMS: dict[str, Algorithm] = {
                     metric_prefix="prompt",
                     replaces="data",
                 ),
+                WorkerGroup(
+                    "generation",
+                    "Generation workers in all, shared out over the learners: each generates a part of its "
+                    "learner's completions with a copy of its policy, collect.lag steps ahead of training "
+                    "(asynchronous GRPO); 0: learners generate their own completions.",
+                    actor="distrl.ray.generation_workers:GenerationWorker",
+                    calls="distrl.ray.generation_workers:RayGenerationWorkers",
+                    shared_out=True,
+                    metric_prefix="generation",
+                ),
             ),
             input_check="distrl.algos.grpo_check:check_task",
         ),

@@ -1,8 +1,8 @@
 """The one collector protocol and the one way to build a collector.
 
 A ``Collector`` hands a rank segments of whatever its algorithm learns from (rollouts for PPO
-and A2C, transitions for DQN and SAC): a rank's own envs, its Ray env workers and (next)
-generation workers all implement it, so a runner never asks where its samples come from. Each
+and A2C, transitions for DQN and SAC): a rank's own envs, its Ray env workers and its collector
+processes all implement it, so a runner never asks where its samples come from. Each
 segment says which version of the policy acted (``storage.segments``).
 
 An algorithm declares its collector once (``Algorithm.collector``, built from
@@ -53,11 +53,10 @@ class CollectRequest:
 
 class Collector(Protocol[SegmentT]):
     """Where a rank's segments come from: its own envs (``EnvCollector``s), its env workers
-    (``ray.env_workers.RemoteCollection``), and next, for sequence policies, generation workers,
-    which implement it alike: ``collect`` generates completions for the prompts a request names
-    with the worker's copy of the policy at the version it was sent, and returns them as a
-    segment carrying that version and the sampling log-probabilities ``models.generate`` already
-    returns; ``reset`` starts their prompt stream; their algorithm declares them as its collector."""
+    (``ray.env_workers.RemoteCollection``) or its collector processes
+    (``collect.processes.LaggedCollection``). Sequence policies have the same seam for their
+    completions (``collect.completions.CompletionSource``: the learner's own generation or its
+    generation workers, each step's completions carrying the version that sampled them)."""
 
     def reset(self) -> torch.Tensor:
         """Reset every env; their first observations, as the envs gave them."""

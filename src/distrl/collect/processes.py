@@ -64,8 +64,9 @@ def check_collector_processes(cfg: RunConfig) -> None:
     if not cfg.collect.processes:
         if ahead := cfg.collect.ahead():  # the config allows it for Ray mode's env workers
             raise UserError(
-                f"{ahead} with collect.processes=0: env workers (workers.env) collect ahead only in "
-                "Ray mode (--launcher ray); set collect.processes to 1 or more"
+                f"{ahead} with collect.processes=0: env and generation workers (workers.env, "
+                "workers.generation) collect ahead only in Ray mode (--launcher ray); set "
+                "collect.processes to 1 or more"
             )
         return
     if learns_from(cfg) != ENVS or cfg.algorithm.collector is None:

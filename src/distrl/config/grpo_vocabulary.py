@@ -61,6 +61,14 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "ratio_clip_max": ("algo.ratio_clip_max", _same, "ratio clipped above at 1 + this"),
     "reference_policy_kl_penalty": ("algo.kl_coef", _same, "weight of the KL penalty"),
     "token_level_loss": ("algo.loss_normalization", _choice("token", "sequence"), "true: per-token mean"),
+    # Asynchronous GRPO (NeMo RL's async_grpo and loss_fn keys, flat here).
+    "generation_workers": ("workers.generation", _same, "workers that generate completions (Ray mode)"),
+    "max_trajectory_age_steps": ("collect.lag", _same, "steps generation runs ahead of training"),
+    "use_importance_sampling_correction": (
+        "algo.importance_sampling_correction",
+        _same,
+        "weight the surrogate by pi_old / pi_gen (truncated)",
+    ),
 }
 
 

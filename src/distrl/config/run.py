@@ -169,11 +169,16 @@ def _check_collectors_apart(cfg: RunConfig, source: str) -> None:
     """Collecting ahead of the learner needs collectors apart from it: collector processes, or
     Ray mode's env workers (the launcher, checked where it is known, decides which)."""
     ahead = cfg.collect.ahead()
-    if ahead and not cfg.collect.processes and not getattr(cfg.workers, "env", 0):
+    if ahead and not cfg.collect.processes and not collecting_workers(cfg):
         raise UserError(
-            f"{source}: {ahead} needs collect.processes of 1 or more, or Ray mode's env workers "
-            "(workers.env); with neither the rank steps its envs itself"
+            f"{source}: {ahead} needs collect.processes of 1 or more, or Ray mode's env or generation "
+            "workers (workers.env, workers.generation); with none the learner collects itself"
         )
+
+
+def collecting_workers(cfg: RunConfig) -> int:
+    """Ray mode's workers that collect for the learners (env workers; GRPO's generation workers)."""
+    return sum(getattr(cfg.workers, group, 0) for group in ("env", "generation"))
 
 
 TRAIN_SWITCHES = ("compile", "activation_checkpointing", "gradient_accumulation_steps", "optimizer_offload")

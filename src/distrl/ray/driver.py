@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from distrl.algos.registry import JAX, JAX_NATIVE_ENVS, WorkerGroup, learns_from, load, runner_reference
-from distrl.config.run import RunConfig
+from distrl.config.run import RunConfig, collecting_workers
 from distrl.config.sections import ClusterConfig, WorkersSection
 from distrl.errors import UserError
 from distrl.launch.run_dir import RunDir
@@ -133,10 +133,10 @@ def check_workers(cfg: RunConfig) -> None:
             "collect.weights=newest: Ray mode's env workers act with exact weights (collect.lag); "
             "newest is for collector processes (collect.processes, without Ray)"
         )
-    if cfg.collect.ahead() and not getattr(cfg.workers, "env", 0):
+    if cfg.collect.ahead() and not collecting_workers(cfg):
         raise UserError(
-            f"{cfg.collect.ahead()}: in Ray mode env workers (workers.env) collect ahead of a learner; "
-            "set workers.env to 1 or more"
+            f"{cfg.collect.ahead()}: in Ray mode env or generation workers (workers.env, "
+            "workers.generation) collect ahead of a learner; set one to 1 or more"
         )
     workers = cfg.workers
     if workers.policy > 1 and not workers.gpus_per_policy.is_integer():

@@ -15,7 +15,7 @@ or counted twice.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -27,7 +27,7 @@ from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
 from distrl.config.run import RunConfig
 from distrl.errors import UserError
-from distrl.ray.workers import RestartableWorkers, WorkerActor
+from distrl.ray.workers import QueuedCall, RestartableWorkers, WorkerActor
 from distrl.sharding import even_split
 from distrl.storage.segments import Segment
 from distrl.timing import PhaseClock
@@ -137,7 +137,7 @@ class RemoteCollection:
         self.device = device
         self.lag = lag
         self.clock = clock or PhaseClock()
-        self.queued: deque[QueuedSegment] = deque()
+        self.queued: deque[QueuedCall] = deque()
         """Segments sent to the workers and not yet taken, oldest first."""
 
     def reset(self) -> torch.Tensor:
@@ -154,39 +154,15 @@ class RemoteCollection:
             weights = ray.put(cpu_weights(request.policy_version, self.modules))
             request = replace(request, should_stop=never)
             # Segments up to index requests + lag act as this request asks.
+            every = [(weights, request)] * len(self.workers.handles)
             while len(self.queued) <= self.lag:
-                refs = [handle.collect.remote(weights, request) for handle in self.workers.handles]
-                self.queued.append(QueuedSegment(weights, request, refs))
+                self.queued.append(self.workers.send("collect", every))
         with self.clock("collector_wait"):
-            parts = self.take(self.queued.popleft())
+            parts = self.workers.take(self.queued.popleft(), self.queued)
         return type(parts[0]).join(parts, self.device)
-
-    def take(self, segment: QueuedSegment) -> list[Segment]:
-        """The parts of ``segment``; a worker rebuilt on the way has its later segments sent again
-        (the rebuilt worker no longer has them queued)."""
-        parts = []
-        for index, ref in enumerate(segment.refs):
-            rebuilds = self.workers.rebuilds
-            parts.append(self.workers.get(index, ref, "collect", segment.weights, segment.request))
-            if self.workers.rebuilds != rebuilds:
-                handle = self.workers.handles[index]
-                for later in self.queued:
-                    later.refs[index] = handle.collect.remote(later.weights, later.request)
-        return parts
 
     def counts(self) -> dict[str, float]:
         return self.workers.counts()
 
     def close(self) -> None:
         """The workers belong to the Ray job and end with it (segments still queued are dropped)."""
-
-
-@dataclass
-class QueuedSegment:
-    """A segment sent to every env worker: the weights and request it acts with, and each
-    worker's part to come."""
-
-    weights: Any
-    """The weights' object in Ray's object store."""
-    request: CollectRequest
-    refs: list[Any]

@@ -16,6 +16,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,6 +254,26 @@ class RestartableWorkers(ABC):
                 report_failure(self.group.name, index, cause, failures, self.max_restarts, then)
                 time.sleep(delay)
 
+    def send(self, method: str, args: list[tuple[Any, ...]]) -> QueuedCall:
+        """``method(*args[i])`` on worker i, all at once, to be taken later (``take``): a worker
+        runs its calls in the order they were sent, so several can wait on it."""
+        refs = [getattr(h, method).remote(*a) for h, a in zip(self.handles, args, strict=True)]
+        return QueuedCall(method, args, refs)
+
+    def take(self, call: QueuedCall, later: Iterable[QueuedCall]) -> list[Any]:
+        """The results of ``call``, each retried as the class says; a worker rebuilt on the way
+        has its ``later`` calls sent again (a restarted worker lost what was queued on it, and a
+        rebuilt one must run them after its rebuild)."""
+        results = []
+        for index, ref in enumerate(call.refs):
+            rebuilds = self.rebuilds
+            results.append(self.get(index, ref, call.method, *call.args[index]))
+            if self.rebuilds != rebuilds:
+                handle = self.handles[index]
+                for queued in later:
+                    queued.refs[index] = getattr(handle, queued.method).remote(*queued.args[index])
+        return results
+
     def counts(self) -> dict[str, float]:
         """The workers' failures since the launch started (``IterationResult.counted``)."""
         return {self.group.failures_metric: float(self.failures)}
@@ -274,6 +295,18 @@ class RestartableWorkers(ABC):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(self.backoff_s)
+
+
+@dataclass
+class QueuedCall:
+    """A call sent to every worker of a group, its results to be taken later
+    (``RestartableWorkers.send``)."""
+
+    method: str
+    args: list[tuple[Any, ...]]
+    """Each worker's arguments."""
+    refs: list[Any]
+    """Each worker's result to come."""
 
 
 class StartedWorkers(RestartableWorkers):

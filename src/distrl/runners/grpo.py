@@ -25,19 +25,20 @@ import torch
 from torch import nn
 
 from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages
+from distrl.collect.completions import CompletionSource, LocalGeneration
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
-from distrl.models.generate import Completions, Sampling, generate, left_padded
 from distrl.models.sequence_policy import SequencePolicy, sequence_model, sequence_tokenizer
-from distrl.precision import autocast, low_precision
+from distrl.precision import low_precision
 from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runner, scheduled_learning_rate
-from distrl.seeding import completion_seed, minibatch_seed, seed_torch
+from distrl.seeding import minibatch_seed, seed_torch
 from distrl.sharding import even_split
 from distrl.storage.completions import CompletionBatch
 from distrl.tasks.prompts import Example, PromptSource
 from distrl.tasks.verifiers import RewardFunctions
 
 if TYPE_CHECKING:
+    from distrl.ray.generation_workers import RayGenerationWorkers
     from distrl.ray.prompt_workers import RayPromptWorkers
     from distrl.ray.verifier_workers import RayVerifierWorkers
 
@@ -90,7 +91,23 @@ class GRPORunner(Runner):
             accumulation_steps=cfg.train.gradient_accumulation_steps,
             optimizer_offload=cfg.train.optimizer_offload,
         )
-        self.sampling = Sampling(cfg.algo.temperature, cfg.algo.top_k, cfg.algo.top_p)
+        # In Ray mode generation workers may generate the completions, collect.lag steps ahead.
+        generation_workers: RayGenerationWorkers | None = ctx.workers.group("generation")
+        self.generation: CompletionSource
+        if generation_workers is None:
+            self.generation = LocalGeneration(
+                cfg, self.policy, self.tokenizer, self.step_prompts, device, self.autocast, ctx.clock
+            )
+        else:
+            self.generation = generation_workers.start(cfg).acting(
+                self.policy, self.step_prompts, self.tokenizer.pad_id, cfg.collect.lag, device, ctx.clock
+            )
+            self.remote.append(generation_workers)
+        self.measure_generation = generation_workers is not None and cfg.collect.lag > 0
+        """Generation runs ahead: the learner takes its own log-probabilities of every batch, to
+        correct for the lag and to report how far generation's are from them."""
+        self.policy_version = 0
+        """Updates in this launch: the version of the weights the next step is generated with."""
         self.finished = 0
 
     def start(self, fresh: bool) -> None:
@@ -101,12 +118,11 @@ class GRPORunner(Runner):
         step = global_step // self.completions_per_step
         lr = scheduled_learning_rate(cfg, global_step)
         self.algo.set_learning_rate(lr)
-        first = step * self.drawn_prompts + self.first_prompt
-        indices = list(range(first, first + self.prompt_count))
-        examples = self.prompts.examples(indices, global_step / cfg.train.total_steps)
         start = time.perf_counter()
-        done = self.generate(step, indices, examples)
+        generated = self.generation.completions(step, self.policy_version)
         generate_s = time.perf_counter() - start
+        done, examples = generated.completions, generated.examples
+        age = self.policy_version - generated.policy_version
         with self.clock("score"):
             texts = [self.tokenizer.decode(row) for row in done.tokens.tolist()]
             grouped = [example for example in examples for _ in range(self.group_size)]
@@ -124,11 +140,18 @@ class GRPORunner(Runner):
         if cfg.algo.dynamic_sampling:
             rows = self.local_rows(self.local_positions(kept)).to(self.device)
             batch, entropy = batch.rows(rows), None if entropy is None else entropy[rows]
+        generation_log_probs = None
+        if self.measure_generation and len(batch):
+            generation_log_probs, batch.old_log_probs = batch.old_log_probs, None
         if len(batch) and batch.old_log_probs is None:
             # In low precision, generation's one-token steps and the loss's passes round apart:
-            # the ratios compare with log-probabilities from a pass like the loss's own.
+            # the ratios compare with log-probabilities from a pass like the loss's own. Generated
+            # ahead, by older weights: they compare with the learner's policy.
             with self.clock("log_probs"):
                 batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
+        generation = {}
+        if self.measure_generation:
+            generation = self.generation_lag(batch, generation_log_probs, age)
         if len(batch) and self.reference is not None:
             with self.clock("log_probs"):
                 batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
@@ -136,6 +159,7 @@ class GRPORunner(Runner):
         start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step, kept))
         update_s = time.perf_counter() - start
+        self.policy_version += 1
         skipped = losses.pop("skipped_minibatches")
         lengths = done.mask.sum(1).double()
         self.finished += len(texts)
@@ -146,6 +170,8 @@ class GRPORunner(Runner):
             "generated_tokens_per_s": float(lengths.sum()) / generate_s,
             "trained_tokens_per_s": float(lengths.sum()) * cfg.algo.update_epochs / update_s,
             **{f"reward/{name}": float(np.mean(v)) if v else 0.0 for name, v in scores.by_function.items()},
+            "sample_age": float(age),
+            **generation,
         }
         return IterationResult(
             env_steps=self.completions_per_step,
@@ -162,20 +188,33 @@ class GRPORunner(Runner):
             skipped=skipped > 0,
         )
 
-    def generate(self, step: int, indices: list[int], examples: list[Example]) -> Completions:
-        """G sampled completions of each prompt, with the noise of its global index and the step
-        (completion j its j-th draw), the prompt fed once for all G."""
-        tokenizer, group = self.tokenizer, self.group_size
-        with self.clock("generate"):
-            rows = [tokenizer.encode(e.prompt, "task prompt") for e in examples]
-            prompts, prompt_mask = left_padded(rows, tokenizer.pad_id, self.device)
-            seeds = [completion_seed(self.cfg.train.seed, step, i) for i in indices]
-            with autocast(self.device, self.autocast):
-                return generate(
-                    self.policy, prompts, prompt_mask, self.cfg.algo.max_new_tokens, tokenizer.eos_id,
-                    tokenizer.pad_id, self.sampling, seeds, copies=group,
-                    keep_log_probs=self.autocast is None,
-                )  # fmt: skip
+    def step_prompts(self, step: int) -> tuple[list[int], list[Example]]:
+        """This rank's prompts of ``step``: their global indices and examples (the curriculum as
+        of the step)."""
+        first = step * self.drawn_prompts + self.first_prompt
+        indices = list(range(first, first + self.prompt_count))
+        progress = step * self.completions_per_step / self.cfg.train.total_steps
+        return indices, self.prompts.examples(indices, progress)
+
+    def generation_lag(
+        self, batch: CompletionBatch, generation_log_probs: torch.Tensor | None, age: int
+    ) -> dict[str, float]:
+        """With generation ahead of training: how far generation's log-probabilities are from the
+        learner's (mean absolute difference per token; 0 on a rank training on none), and, for a
+        batch generated by older weights, the truncated importance weights of the correction."""
+        if generation_log_probs is None:
+            return {"generation_log_prob_mismatch": 0.0, "importance_weight_mean": 1.0}
+        assert batch.old_log_probs is not None
+        mask = batch.completion_mask.to(generation_log_probs.dtype)
+        log_ratio = batch.old_log_probs - generation_log_probs
+        weights = log_ratio.exp().clamp(max=self.cfg.algo.importance_sampling_cap)
+        if age > 0 and self.cfg.algo.importance_sampling_correction:
+            batch.importance_weights = weights
+        tokens = mask.sum()
+        return {
+            "generation_log_prob_mismatch": float((log_ratio.abs() * mask).sum() / tokens),
+            "importance_weight_mean": float((weights * mask).sum() / tokens),
+        }
 
     def global_entropy(self, entropy: torch.Tensor | None, batch: CompletionBatch) -> float:
         """The sampling policy's mean token entropy over every rank's completions (``entropy``

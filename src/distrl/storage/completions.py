@@ -22,6 +22,9 @@ class CompletionBatch:
     """``[completions, new_tokens]``: log-probabilities under the policy that generated them."""
     reference_log_probs: torch.Tensor | None = None
     """Likewise under the frozen reference policy (with a KL penalty)."""
+    importance_weights: torch.Tensor | None = None
+    """``[completions, new_tokens]``: asynchronous generation's truncated importance weights of
+    each token's surrogate (``algo.importance_sampling_correction``); None: 1."""
 
     @property
     def new_tokens(self) -> int:
