@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from distrl.ray.status import LEARNER_KEY, resource_amount
+from distrl.ray.status import LEARNER_KEY, print_report, resource_amount
 from tests.helpers import CARTPOLE, clean_env, distrl, run_python
 from tests.ray_cluster import BUDGET, HEAD_CPUS, metrics_rows
 
@@ -34,6 +34,7 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
         [sys.executable, "-m", "distrl", "train", "--config", str(CARTPOLE), "--launcher", "ray",
          "--ray-address", ray_head, "--run-dir", str(run_dir), "log.progress=false", "log.tensorboard=false",
          *BUDGET, "train.total_steps=61440", "workers.env=2", "workers.eval=1", "eval.every=1",
+         "algo.name=appo", "collect.lag=1",
          "eval.episodes=2", "cluster.usage_every_s=0.5",
          "--profile", "2"],
         env=clean_env(), stderr=subprocess.PIPE, text=True,
@@ -70,6 +71,10 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     (learner,) = workers["policy"]
     assert learner["work_unit"] == "samples" and learner["work_done"] >= 512 and learner["work_per_s"] > 0
     assert learner["rss_mb"] > 100 and learner["cpu_percent"] > 0 and learner["pid"] > 0
+    # Its env workers run one segment ahead: its last update's samples were one update old.
+    collection = learner["collection"]
+    assert collection["sample_age"] == 1 and collection["time/publish"] > 0
+    assert 0 <= collection["time/collector_wait"] < collection["time/update"]
     # The driver's samples of every worker, and the learner's own usage in the metrics.
     samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
     assert {sample["worker"].split("-")[2] for sample in samples} == {"env", "eval"}
@@ -82,6 +87,18 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     assert traces == ["env", "env", "eval", "rank0.json"]
     for trace in (run_dir / "profile").iterdir():
         assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_learners_collecting_ahead_get_a_table_of_their_own(capsys: pytest.CaptureFixture[str]) -> None:
+    learner = {
+        "job": "abc", "name": "distrl-abc-policy-0", "group": "policy", "state": "ALIVE", "restarts": 0,
+        "node": "127.0.0.1", "pid": 7, "death_cause": None,
+        "collection": {"sample_age": 1.0, "time/update": 0.25, "time/publish": 0.002, "time/generate": 0.05},
+    }  # fmt: skip
+    print_report({"namespace": "distrl", "nodes": 1, "resources": {}, "workers": [learner]})
+    shown = capsys.readouterr().out
+    assert "collecting ahead of the learners" in shown
+    assert "distrl-abc-policy-0 │ 1          │ 0       │ 0.250    │ 0.002     │ 0.050" in shown
 
 
 def test_memory_is_shown_in_gib() -> None:

@@ -69,7 +69,7 @@ class LearnerStatus:
         self.failed = False
         """A publish failed (said once)."""
 
-    def publish(self, usage: dict[str, float], samples: int) -> None:
+    def publish(self, usage: dict[str, float], samples: int, collection: dict[str, float]) -> None:
         from ray.experimental.internal_kv import _internal_kv_put
 
         self.samples.add(samples - self.samples.done)
@@ -77,7 +77,7 @@ class LearnerStatus:
         if now - self._last < PUBLISH_EVERY_S:
             return
         self._last = now
-        report = usage_report(usage, self.samples, "samples")
+        report = {**usage_report(usage, self.samples, "samples"), "collection": collection}
         try:
             _internal_kv_put(self.key, json.dumps(report), namespace=self.namespace)
         except Exception as exc:  # whatever the GCS raises: live status must never stop training
@@ -205,6 +205,33 @@ def print_report(report: dict[str, Any]) -> None:
                 f"{w['work_per_s']:.0f}" if answered and w["work_unit"] else "",
             )
         console.print(table)
+        print_collection(console, job, [w for w in report["workers"] if w["job"] == job])
+
+
+def print_collection(console: Any, job: str, workers: list[dict[str, Any]]) -> None:
+    """The learners collecting ahead (``collect.lag``): the age of their last update's samples,
+    segments dropped for their age, and their last update's seconds publishing weights and
+    waiting for samples."""
+    from rich.table import Table
+
+    ahead = [w for w in workers if "sample_age" in w.get("collection", {})]
+    if not ahead:
+        return
+    table = Table(title=f"job distrl-{job}: collecting ahead of the learners (last update)")
+    for column in ("learner", "sample age", "dropped", "update s", "publish s", "waited s"):
+        table.add_column(column)
+    for w in ahead:
+        figures = w["collection"]
+        waited = figures.get("time/collector_wait", figures.get("time/generate", 0.0))
+        table.add_row(
+            w["name"],
+            f"{figures['sample_age']:g}",
+            f"{figures.get('dropped_segments', 0.0):g}",
+            f"{figures['time/update']:.3f}",
+            f"{figures.get('time/publish', 0.0):.3f}",
+            f"{waited:.3f}",
+        )
+    console.print(table)
 
 
 def status(address: str, namespace: str, as_json: bool) -> int:

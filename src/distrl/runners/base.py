@@ -44,12 +44,19 @@ class EvalWorkers(Protocol):
         """The workers' failures since the launch started (``IterationResult.counted``)."""
 
 
+COLLECTION_FIGURES = (
+    "sample_age", "dropped_segments", "time/publish", "time/collector_wait", "time/generate",
+)  # fmt: skip
+"""A rank's figures of collection ahead of it, shown live (``StatusBoard``) where its update has them."""
+
+
 class StatusBoard(Protocol):
     """Where a rank shows how it is doing to the launcher's live status (``distrl status``)."""
 
-    def publish(self, usage: dict[str, float], samples: int) -> None:
-        """This rank's resource usage (``usage.ProcessUsage``) and the samples (env steps or
-        logged rows) it has collected so far; never waits."""
+    def publish(self, usage: dict[str, float], samples: int, collection: dict[str, float]) -> None:
+        """This rank's resource usage (``usage.ProcessUsage``), the samples (env steps or logged
+        rows) it has collected so far, and its last update's ``COLLECTION_FIGURES`` (collecting
+        ahead of it: the sample's age, publishing and waiting); never waits."""
 
 
 @dataclass

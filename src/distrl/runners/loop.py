@@ -29,7 +29,7 @@ from distrl.io import train_state
 from distrl.io.metrics import MetricsLogger, truncate_metrics
 from distrl.io.profile import UpdateProfiler
 from distrl.io.run_dir import record_config
-from distrl.runners.base import IterationResult, RunContext, Runner
+from distrl.runners.base import COLLECTION_FIGURES, IterationResult, RunContext, Runner
 from distrl.sharding import even_split
 from distrl.usage import ProcessUsage
 
@@ -203,7 +203,9 @@ class TrainingLoop:
         usage = self.usage.read()
         self.samples_collected += result.local_steps
         if self.status is not None:
-            self.status.publish(usage, self.samples_collected)
+            mine = {**averaged, **result.counted}
+            collection = {k: float(mine[k]) for k in COLLECTION_FIGURES if k in mine}
+            self.status.publish(usage, self.samples_collected, {**collection, "time/update": pass_s})
         per_rank = len(usage) + 1
         mine = [result.local_steps / collect_s if collect_s > 0 else 0.0, *usage.values()]
         slots = [0.0] * (per_rank * self.comm.world_size)
