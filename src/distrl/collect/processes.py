@@ -4,7 +4,8 @@
 (``collect.part.CollectorPart``), each stepped by a process of its own started beside the rank
 (no Ray). A rank's collector is then a ``LaggedCollection``: each request publishes the rank's
 acting weights as a new version (once, in shared memory, for all its processes) and takes the
-next segment of every part.
+next segment of every part, which each process writes into slots of shared memory it made once
+(``collect.segment_slots``).
 
 ``collect.lag: L`` is how far the processes run ahead of the learner: a process collects its
 segment ``i`` as the learner's request ``max(i - L, 0)`` says (acting with the weights that request
@@ -25,7 +26,6 @@ request a segment acts for asks.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import math
 import multiprocessing
@@ -33,6 +33,7 @@ import queue
 import time
 import traceback
 from dataclasses import replace
+from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -42,6 +43,7 @@ import torch.multiprocessing  # registers torch's tensor pickling: tensors cross
 from distrl.algos.registry import ENVS, learns_from
 from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
+from distrl.collect.segment_slots import SegmentSlots
 from distrl.errors import UserError
 from distrl.sharding import even_split
 from distrl.storage.segments import Segment
@@ -81,33 +83,16 @@ def check_collector_processes(cfg: RunConfig) -> None:
         )
 
 
-def detached(segment: Segment) -> Segment:
-    """``segment`` with each tensor copied (one copy per tensor, however many fields hold it):
-    a collector reuses its buffers for the next segment, which a learner one segment behind
-    would otherwise see overwritten."""
-    copies: dict[int, torch.Tensor] = {}
-    fields = {}
-    for field in dataclasses.fields(segment):  # type: ignore[arg-type]
-        value = getattr(segment, field.name)
-        if isinstance(value, torch.Tensor):
-            if id(value) not in copies:
-                copies[id(value)] = value.clone()
-            fields[field.name] = copies[id(value)]
-    return dataclasses.replace(segment, **fields)  # type: ignore[type-var]
-
-
 class LearnerGone(Exception):
     """The process that started this collector process has ended."""
 
 
-def from_learner(requests: multiprocessing.Queue) -> Any:
-    """The learner's next message, waiting as long as the learner lives."""
-    while True:
-        try:
-            return requests.get(timeout=POLL_S)
-        except queue.Empty:
-            if not _learner_alive():
-                raise LearnerGone from None
+def from_learner(inbox: Connection) -> Any:
+    """The learner's next message on ``inbox``, waiting as long as the learner lives."""
+    while not inbox.poll(POLL_S):
+        if not _learner_alive():
+            raise LearnerGone
+    return inbox.recv()
 
 
 def to_learner(finished: multiprocessing.Queue, message: tuple[Any, ...]) -> None:
@@ -120,9 +105,21 @@ def to_learner(finished: multiprocessing.Queue, message: tuple[Any, ...]) -> Non
                 raise LearnerGone from None
 
 
+def to_process(outbox: Connection, message: Any) -> None:
+    """Send ``message`` to a collector process; one that has ended is found by ``take``."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        outbox.send(message)
+
+
 def _learner_alive() -> bool:
     parent = multiprocessing.parent_process()
     return parent is not None and parent.is_alive()
+
+
+def slot_count(lag: int) -> int:
+    """Shared-memory slots a process writes its segments into: as many as wait on its queue
+    (``max(lag, 1)``), the one it writes and the one its learner reads."""
+    return max(lag, 1) + 2
 
 
 def run_part(
@@ -133,17 +130,22 @@ def run_part(
     first: int,
     lag: int,
     newest: bool,
-    requests: multiprocessing.Queue,
+    requests: Connection,
     finished: multiprocessing.Queue,
+    freed: Connection,
 ) -> None:
     """A collector process: build the part, report its spaces, reset on the learner's word, then
-    collect segment after segment, each put on ``finished``: segment ``i`` as the learner's
-    request ``max(i - lag, 0)`` says, or (``newest``) as the newest request taken when it starts.
-    ``requests`` brings every request in order, with the weights it acts with when they are a new
-    version (else None); None instead of a request: stop. Whatever goes wrong is sent as
-    ``("error", message, is_user_error)``; the process ends with the learner, whichever way it
-    ended."""
+    collect segment after segment: segment ``i`` as the learner's request ``max(i - lag, 0)``
+    says, or (``newest``) as the newest request taken when it starts. ``requests`` brings every
+    request in order, with the weights it acts with when they are a new version (else None);
+    None instead of a request: stop. Each segment is written into a free shared-memory slot
+    (``collect.segment_slots``; the slots themselves sent once, before the first) and its slot's
+    index put on ``finished``; ``freed`` brings back the slots the learner has read. Whatever
+    goes wrong is sent as ``("error", message, is_user_error)``; the process ends with the
+    learner, whichever way it ended."""
     part: CollectorPart | None = None
+    slots: SegmentSlots | None = None
+    free: list[int] = []
     try:
         part = CollectorPart(cfg, seeds, noise_seed, noise_rows, first)
         to_learner(finished, ("spaces", part.spaces))
@@ -158,7 +160,7 @@ def run_part(
         while True:
             # Exact: take the requests up to the one this segment acts for, waiting for it.
             # Newest: take every request waiting, waiting only for the first.
-            while request is None or (not requests.empty() if newest else taken <= max(index - lag, 0)):
+            while request is None or (requests.poll() if newest else taken <= max(index - lag, 0)):
                 message = from_learner(requests)
                 if message is None:
                     return
@@ -166,7 +168,13 @@ def run_part(
                 weights = new_weights or weights
                 taken += 1
             assert weights is not None
-            to_learner(finished, ("segment", detached(part.collect(weights, request))))
+            segment = part.collect(weights, request)
+            if slots is None:
+                slots = SegmentSlots.like(segment, slot_count(lag))
+                free = list(range(len(slots.segments)))
+                to_learner(finished, ("slots", slots.segments))
+            slot = free.pop() if free else from_learner(freed)
+            to_learner(finished, ("segment", (slot, slots.write(slot, segment))))
             index += 1
     except LearnerGone:
         return
@@ -194,8 +202,12 @@ class CollectorProcesses:
         self.newest = newest
         self.max_age = max_age
         self.processes: list[multiprocessing.Process] = []
-        self.requests: list[multiprocessing.Queue] = []
+        self.requests: list[Connection] = []
+        """To each process: the learner's requests (a pipe: the learner's sends need no thread
+        of their own, whose queue would outlive ``stop``)."""
         self.finished: list[multiprocessing.Queue] = []
+        self.freed: list[Connection] = []
+        """To each process: the slots the learner has read."""
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
         if len(seeds) < self.count:
@@ -206,14 +218,19 @@ class CollectorProcesses:
         context = torch.multiprocessing.get_context("spawn")
         for i in range(self.count):
             first, count = even_split(len(seeds), i, self.count)
-            requests, finished = context.Queue(), context.Queue(maxsize=max(self.lag, 1))
+            (requests_in, requests), (freed_in, freed) = context.Pipe(False), context.Pipe(False)
+            finished = context.Queue(maxsize=max(self.lag, 1))
             part = seeds[first : first + count]
-            args = (cfg, part, noise_seed, len(seeds), first, self.lag, self.newest, requests, finished)
+            channels = (requests_in, finished, freed_in)
+            args = (cfg, part, noise_seed, len(seeds), first, self.lag, self.newest, *channels)
             process = context.Process(target=run_part, args=args, name=f"distrl-collector-{i}", daemon=True)
             process.start()
+            requests_in.close()  # the process's ends: a process that ended leaves them broken
+            freed_in.close()
             self.processes.append(process)
             self.requests.append(requests)
             self.finished.append(finished)
+            self.freed.append(freed)
         return [self.take(i, "spaces", START_TIMEOUT_S) for i in range(self.count)][0]
 
     def acting(
@@ -251,30 +268,38 @@ class CollectorProcesses:
     def send(self, message: tuple[CollectRequest, ActingWeights | None] | tuple[()] | None) -> None:
         """To every process: a request (with new weights or None), the word to reset, or None: stop."""
         for requests in self.requests:
-            requests.put(message)
+            to_process(requests, message)
+
+    def free(self, index: int, slot: int) -> None:
+        """Slot ``slot`` of process ``index`` was read: it may write it again."""
+        to_process(self.freed[index], slot)
 
     def stop(self) -> None:
-        """Tell every process to stop, taking what they still put so that none stays blocked on
-        a full queue; kill what has not ended within ``STOP_TIMEOUT_S``."""
+        """Tell every process to stop, taking what they still send so that none stays blocked on
+        a full queue or waiting for a slot; kill what has not ended within ``STOP_TIMEOUT_S``."""
         self.send(None)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for process, finished in zip(self.processes, self.finished, strict=True):
+        for index, (process, finished) in enumerate(zip(self.processes, self.finished, strict=True)):
             while process.is_alive() and time.monotonic() < deadline:
-                # A segment's tensors come through its sender's socket: one that has just ended
-                # leaves an unreadable message, which is dropped like the rest.
+                # The slots of segments dropped here are freed, so that no process waits for one
+                # before it reads the word to stop. A message with tensors comes through its
+                # sender's socket: one that has just ended leaves it unreadable, dropped likewise.
                 with contextlib.suppress(queue.Empty, OSError, EOFError):
-                    finished.get(timeout=0.05)
+                    kind, body, *_ = finished.get(timeout=0.05)
+                    if kind == "segment":
+                        self.free(index, body[0])
                 process.join(0.0)
             if process.is_alive():
                 process.kill()
             process.join()
-        for queue_ in (*self.requests, *self.finished):
-            queue_.close()
-            queue_.cancel_join_thread()  # what is still unsent has nobody to read it
+        for finished in self.finished:
+            finished.close()
+        for connection in (*self.requests, *self.freed):
+            connection.close()
         # Released now, not at interpreter exit, which distrl's command line skips (os._exit):
         # their semaphores would be reported as leaked. The queues sit in reference cycles:
         # collected now too.
-        self.processes, self.requests, self.finished = [], [], []
+        self.processes, self.requests, self.finished, self.freed = [], [], [], []
         gc.collect()
 
 
@@ -298,6 +323,8 @@ class LaggedCollection:
         """The newest version whose weights were sent."""
         self.dropped = 0
         """Segments of a process dropped for their age in this launch."""
+        self.slots: list[SegmentSlots | None] = [None] * processes.count
+        """Each process's shared-memory slots, sent before its first segment."""
 
     def reset(self) -> torch.Tensor:
         self.processes.send(())
@@ -318,22 +345,31 @@ class LaggedCollection:
                 self.published = request.policy_version
             self.processes.send((replace(request, should_stop=never), weights))
         with self.clock("collector_wait"):
-            parts = [self.fresh_segment(i, request.policy_version) for i in range(self.processes.count)]
-        return type(parts[0]).join(parts, self.device)
+            taken = [self.fresh_segment(i, request.policy_version) for i in range(self.processes.count)]
+        joined = type(taken[0][0]).join([segment for segment, _ in taken], self.device)
+        for index, (_, slot) in enumerate(taken):  # copied out by the join: written again next
+            self.processes.free(index, slot)
+        return joined
 
-    def fresh_segment(self, index: int, version: int) -> Segment:
-        """Process ``index``'s next segment at most ``max_age`` updates older than ``version``;
-        older ones are dropped, counted, and the envs' running episodes cut where they were
-        (``restarted``), as the episode statistics and replay's n-step returns need."""
+    def fresh_segment(self, index: int, version: int) -> tuple[Segment, int]:
+        """Process ``index``'s next segment at most ``max_age`` updates older than ``version``,
+        and its slot; older ones are dropped (their slots freed), counted, and the envs' running
+        episodes cut where they were (``restarted``), as the episode statistics and replay's
+        n-step returns need."""
         max_age, dropped = self.processes.max_age, False
         while True:
-            segment = self.processes.take(index, "segment")
+            slots = self.slots[index]
+            if slots is None:
+                slots = self.slots[index] = SegmentSlots(self.processes.take(index, "slots"))
+            slot, fields = self.processes.take(index, "segment")
+            segment = slots.read(slot, fields)
             if max_age is None or version - segment.policy_version <= max_age:
                 break
             self.dropped, dropped = self.dropped + 1, True
+            self.processes.free(index, slot)
         if dropped:  # the envs' episodes lost their steps in the dropped segment: cut them
             segment.restarted.fill_(True)
-        return segment
+        return segment, slot
 
     def counts(self) -> dict[str, float]:
         return {"dropped_segments": float(self.dropped)}
