@@ -2,7 +2,9 @@
 
 Runs, side by side: 2 ranks with no slow rank (reference); rank 1 slowed, no preemption;
 rank 1 slowed, ``train.straggler_threshold=0.5`` (with 2 ranks: rank 1 stops collecting once
-rank 0 is done, after at least a quarter of its rollout). Rank 1 is slowed by busy-waiting in
+rank 0 is done, after at least a quarter of its rollout); rank 1 slowed, APPO with each rank's
+envs stepped by a collector process one update ahead (``collect.processes=1 collect.lag=1``; 4
+busy processes on the machine's cores). Rank 1 is slowed by busy-waiting in
 every env step for twice what a whole env step costs on average in the reference run (policy
 forward and buffer writes included), so its collection takes ~3x as long, as on a slower machine.
 Prints the median iteration time, env steps per second and the share of the full rollout the
@@ -55,6 +57,9 @@ def iteration_stats(run_dir: Path) -> dict[str, float]:
     }
 
 
+APPO = ["algo.name=appo", "collect.processes=1", "collect.lag=1"]
+
+
 def run(tmp: Path, name: str, steps: int, rollout_steps: int, *overrides: str) -> dict[str, float]:
     run_dir = tmp / name
     args = [
@@ -92,6 +97,11 @@ def main() -> None:
                 args.rollout_steps,
                 *slow,
                 f"train.straggler_threshold={args.threshold}",
+            ),
+            # Each rank's envs stepped by a collector process one update ahead: the slow rank's
+            # collection overlaps its update instead of adding to it.
+            "rank 1 slowed 3x, APPO, 1 collector process per rank, collect.lag=1": run(
+                tmp, "appo", args.steps, args.rollout_steps, *slow, *APPO
             ),
         }
     print(

@@ -128,7 +128,7 @@ def local_workers(cfg: RunConfig) -> RemoteWorkers:
     if not collect.processes:
         return RemoteWorkers()
     processes = CollectorProcesses(
-        collect.processes, collect.lag, collect.weights == "newest", collect.max_age
+        collect.processes, collect.lag, collect.weights == "newest", collect.max_age, collect.max_restarts
     )
     return RemoteWorkers(groups={"env": processes})
 

@@ -156,17 +156,38 @@ def test_an_algorithm_without_env_collection_is_refused_in_one_line(tmp_path: Pa
     assert len(lines) == 1 and "collector processes step envs" in lines[0], lines
 
 
-@pytest.mark.slow
-def test_a_process_that_dies_stops_the_run_with_its_exit_code(tmp_path: Path) -> None:
-    crashing = ["--env", "tests.envs.toy:CrashingEnv", f"env.kwargs.marker={tmp_path / 'crashed'}",
-                "env.kwargs.crash_at=100", "env.num_envs=4", "algo.rollout_steps=16",
-                "algo.minibatch_size=32"]  # fmt: skip
-    result = distrl(
-        "train", *crashing, "--run-dir", str(tmp_path / "run"), *QUIET, "train.total_steps=4096",
+def crashing(tmp_path: Path, crashes: int) -> list[str]:
+    """A run whose collector process dies at its envs' 10th step (in its first segment of 16),
+    ``crashes`` times in all."""
+    return [
+        "--env", "tests.envs.toy:CrashingEnv", f"env.kwargs.marker={tmp_path / 'crashed'}",
+        "env.kwargs.crash_at=10", f"env.kwargs.crashes={crashes}", "env.num_envs=4", "algo.rollout_steps=16",
+        "algo.minibatch_size=32", "--run-dir", str(tmp_path / "run"), *QUIET, "train.total_steps=4096",
         "collect.processes=1", "collect.lag=1",
-    )  # fmt: skip
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "collector process 0 ended (exit code 1)" in result.stderr
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_process_that_dies_is_started_again_and_only_its_unfinished_segment_is_lost(tmp_path: Path) -> None:
+    # It dies twice in a row (the restarted process's envs reach their 10th step too): within the limit.
+    result = distrl("train", *crashing(tmp_path, crashes=2))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("distrl: collector process 0 ended (exit code 1); started again") == 2
+    assert "restart 2 of at most 3 in a row" in result.stderr and "Traceback" not in result.stderr
+    rows = metrics_rows(tmp_path / "run")
+    assert rows[-1]["collector_restarts"] == 2
+    # Every update trained on a whole segment: 64 updates of 64 samples, the budget exactly.
+    assert [row["global_step"] for row in rows] == list(range(64, 4097, 64))
+
+
+@pytest.mark.slow
+def test_a_process_that_dies_more_than_max_restarts_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    result = distrl("train", *crashing(tmp_path, crashes=1), "collect.max_restarts=0")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        "distrl: error: collector process 0 ended (exit code 1): 1 failure in a row, more than "
+        "collect.max_restarts=0"
+    ]
 
 
 @pytest.mark.slow

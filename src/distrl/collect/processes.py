@@ -30,6 +30,7 @@ import gc
 import math
 import multiprocessing
 import queue
+import sys
 import time
 import traceback
 from dataclasses import replace
@@ -133,8 +134,10 @@ def run_part(
     requests: Connection,
     finished: multiprocessing.Queue,
     freed: Connection,
+    generation: int = 0,
 ) -> None:
-    """A collector process: build the part, report its spaces, reset on the learner's word, then
+    """A collector process (its ``generation``-th start: fresh env seeds after a restart): build
+    the part, report its spaces, reset on the learner's word, then
     collect segment after segment: segment ``i`` as the learner's request ``max(i - lag, 0)``
     says, or (``newest``) as the newest request taken when it starts. ``requests`` brings every
     request in order, with the weights it acts with when they are a new version (else None);
@@ -147,7 +150,7 @@ def run_part(
     slots: SegmentSlots | None = None
     free: list[int] = []
     try:
-        part = CollectorPart(cfg, seeds, noise_seed, noise_rows, first)
+        part = CollectorPart(cfg, seeds, noise_seed, noise_rows, first, generation)
         to_learner(finished, ("spaces", part.spaces))
         if from_learner(requests) is None:
             return
@@ -191,16 +194,32 @@ def run_part(
             part.close()
 
 
+class CollectorDied(RuntimeError):
+    """A collector process ended without being told to."""
+
+    def __init__(self, index: int, exit_code: int | None) -> None:
+        super().__init__(f"collector process {index} ended (exit code {exit_code})")
+        self.index = index
+
+
 class CollectorProcesses:
     """A rank's collector processes (``collect.base.EnvWorkers``): ``count`` parts of its envs,
     ``lag`` segments ahead, or acting with the ``newest`` weights they have; segments more than
-    ``max_age`` updates old are dropped by the learner."""
+    ``max_age`` updates old are dropped by the learner; a process that dies is restarted up to
+    ``max_restarts`` times in a row."""
 
-    def __init__(self, count: int, lag: int, newest: bool = False, max_age: int | None = None) -> None:
+    def __init__(
+        self, count: int, lag: int, newest: bool = False, max_age: int | None = None, max_restarts: int = 0
+    ) -> None:
         self.count = count
         self.lag = lag
         self.newest = newest
         self.max_age = max_age
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        """Processes started again after dying, in this launch (each with fresh env seeds)."""
+        self.parts: list[tuple[Any, ...]] = []
+        """Each process's part: (config, env seeds, noise seed, the rank's envs, first env)."""
         self.processes: list[multiprocessing.Process] = []
         self.requests: list[Connection] = []
         """To each process: the learner's requests (a pipe: the learner's sends need no thread
@@ -215,23 +234,42 @@ class CollectorProcesses:
                 f"collect.processes={self.count} for this rank's {len(seeds)} envs: every collector "
                 "process needs at least one env (raise env.num_envs or lower collect.processes)"
             )
-        context = torch.multiprocessing.get_context("spawn")
         for i in range(self.count):
             first, count = even_split(len(seeds), i, self.count)
-            (requests_in, requests), (freed_in, freed) = context.Pipe(False), context.Pipe(False)
-            finished = context.Queue(maxsize=max(self.lag, 1))
-            part = seeds[first : first + count]
-            channels = (requests_in, finished, freed_in)
-            args = (cfg, part, noise_seed, len(seeds), first, self.lag, self.newest, *channels)
-            process = context.Process(target=run_part, args=args, name=f"distrl-collector-{i}", daemon=True)
-            process.start()
-            requests_in.close()  # the process's ends: a process that ended leaves them broken
-            freed_in.close()
-            self.processes.append(process)
-            self.requests.append(requests)
-            self.finished.append(finished)
-            self.freed.append(freed)
+            self.parts.append((cfg, seeds[first : first + count], noise_seed, len(seeds), first))
+            self.spawn(i)
         return [self.take(i, "spaces", START_TIMEOUT_S) for i in range(self.count)][0]
+
+    def spawn(self, index: int, generation: int = 0) -> None:
+        """Start process ``index`` (its ``generation``-th start) with channels of its own."""
+        context = torch.multiprocessing.get_context("spawn")
+        (requests_in, requests), (freed_in, freed) = context.Pipe(False), context.Pipe(False)
+        finished = context.Queue(maxsize=max(self.lag, 1))
+        channels = (requests_in, finished, freed_in)
+        args = (*self.parts[index], self.lag, self.newest, *channels, generation)
+        process = context.Process(target=run_part, args=args, name=f"distrl-collector-{index}", daemon=True)
+        process.start()
+        requests_in.close()  # the process's ends: a process that ended leaves them broken
+        freed_in.close()
+        for channels_of, channel in ((self.processes, process), (self.requests, requests),
+                                     (self.finished, finished), (self.freed, freed)):  # fmt: skip
+            if index < len(channels_of):
+                channels_of[index] = channel
+            else:
+                channels_of.append(channel)
+
+    def restart(self, index: int) -> None:
+        """Start process ``index`` again (fresh env seeds), its envs reset: it then collects as at
+        the launch's start, from the next request it is sent."""
+        self.processes[index].join(STOP_TIMEOUT_S)
+        self.finished[index].close()
+        self.requests[index].close()
+        self.freed[index].close()
+        self.restarts += 1
+        self.spawn(index, generation=self.restarts)
+        self.take(index, "spaces", START_TIMEOUT_S)
+        to_process(self.requests[index], ())
+        self.take(index, "obs", START_TIMEOUT_S)
 
     def acting(
         self, modules: dict[str, torch.nn.Module], device: torch.device, clock: PhaseClock | None = None
@@ -248,9 +286,7 @@ class CollectorProcesses:
                 break
             except queue.Empty:
                 if not process.is_alive():
-                    raise RuntimeError(
-                        f"collector process {index} ended (exit code {process.exitcode})"
-                    ) from None
+                    raise CollectorDied(index, process.exitcode) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"collector process {index} sent no {kind} within {timeout_s:g} s"
@@ -321,6 +357,8 @@ class LaggedCollection:
         self.clock = clock or PhaseClock()
         self.published = -1
         """The newest version whose weights were sent."""
+        self.weights: ActingWeights | None = None
+        """Those weights, in shared memory (a restarted process is sent them)."""
         self.dropped = 0
         """Segments of a process dropped for their age in this launch."""
         self.slots: list[SegmentSlots | None] = [None] * processes.count
@@ -335,35 +373,41 @@ class LaggedCollection:
         """Send ``request`` (with its version's weights when they are new: the learner's versions
         only grow within a launch), then join every process's next segment, which acts as the
         request ``collect.lag`` before this one asked."""
+        request = replace(request, should_stop=never)
         with self.clock("publish"):
-            weights = None
-            if request.policy_version > self.published:
-                weights = cpu_weights(request.policy_version, self.modules)
-                for tensors in weights.tensors.values():
+            new = request.policy_version > self.published
+            if new:
+                self.weights = cpu_weights(request.policy_version, self.modules)
+                for tensors in self.weights.tensors.values():
                     for tensor in tensors.values():
                         tensor.share_memory_()  # once: each process's queue then passes a handle
                 self.published = request.policy_version
-            self.processes.send((replace(request, should_stop=never), weights))
+            self.processes.send((request, self.weights if new else None))
         with self.clock("collector_wait"):
-            taken = [self.fresh_segment(i, request.policy_version) for i in range(self.processes.count)]
+            taken = [self.fresh_segment(i, request) for i in range(self.processes.count)]
         joined = type(taken[0][0]).join([segment for segment, _ in taken], self.device)
         for index, (_, slot) in enumerate(taken):  # copied out by the join: written again next
             self.processes.free(index, slot)
         return joined
 
-    def fresh_segment(self, index: int, version: int) -> tuple[Segment, int]:
-        """Process ``index``'s next segment at most ``max_age`` updates older than ``version``,
-        and its slot; older ones are dropped (their slots freed), counted, and the envs' running
-        episodes cut where they were (``restarted``), as the episode statistics and replay's
-        n-step returns need."""
-        max_age, dropped = self.processes.max_age, False
+    def fresh_segment(self, index: int, request: CollectRequest) -> tuple[Segment, int]:
+        """Process ``index``'s next segment at most ``max_age`` updates older than ``request``'s
+        version, and its slot; older ones are dropped (their slots freed), counted, and the envs'
+        running episodes cut where they were (``restarted``), as the episode statistics and
+        replay's n-step returns need. A process that died is restarted (``restart``)."""
+        max_age, dropped, failures = self.processes.max_age, False, 0
         while True:
-            slots = self.slots[index]
-            if slots is None:
-                slots = self.slots[index] = SegmentSlots(self.processes.take(index, "slots"))
-            slot, fields = self.processes.take(index, "segment")
+            try:
+                slots = self.slots[index]
+                if slots is None:
+                    slots = self.slots[index] = SegmentSlots(self.processes.take(index, "slots"))
+                slot, fields = self.processes.take(index, "segment")
+            except CollectorDied as died:
+                failures += 1
+                self.restart(died, failures, request)
+                continue
             segment = slots.read(slot, fields)
-            if max_age is None or version - segment.policy_version <= max_age:
+            if max_age is None or request.policy_version - segment.policy_version <= max_age:
                 break
             self.dropped, dropped = self.dropped + 1, True
             self.processes.free(index, slot)
@@ -371,8 +415,29 @@ class LaggedCollection:
             segment.restarted.fill_(True)
         return segment, slot
 
+    def restart(self, died: CollectorDied, failures: int, request: CollectRequest) -> None:
+        """Start the process that ``died`` again (fresh envs: the segment it was collecting is
+        lost, never trained on) and have it collect for ``request`` with its weights, as at the
+        launch's start; one line says so. More than ``collect.max_restarts`` failures in a row
+        stop the run with that line."""
+        limit = self.processes.max_restarts
+        if failures > limit:
+            raise UserError(
+                f"{died}: {failures} failure{'s' * (failures > 1)} in a row, more than "
+                f"collect.max_restarts={limit}"
+            )
+        print(
+            f"distrl: {died}; started again with fresh envs (restart {failures} of at most {limit} in "
+            "a row), the segment it was collecting lost",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.processes.restart(died.index)
+        self.slots[died.index] = None
+        to_process(self.processes.requests[died.index], (request, self.weights))
+
     def counts(self) -> dict[str, float]:
-        return {"dropped_segments": float(self.dropped)}
+        return {"dropped_segments": float(self.dropped), "collector_restarts": float(self.processes.restarts)}
 
     def close(self) -> None:
         self.processes.stop()

@@ -200,6 +200,10 @@ class CollectConfig(Section):
     ``newest``, the newest it has been sent when it starts a segment, never waiting for the
     learner (up to ``max(lag, 1)`` finished segments wait for it, and one more to be handed over;
     ages vary with the machine's timing)."""
+    max_restarts: NonNegativeInt = 3
+    """Times in a row a collector process that died (killed, out of memory, a crash in native
+    code) is started again with fresh envs before the run stops; the segment it was collecting is
+    lost (``collector_restarts`` counts the restarts). An error an env raises stops the run."""
     max_age: NonNegativeInt | None = None
     """The oldest segment the learner trains on, in updates (its version minus the segment's);
     older ones are dropped and counted (``dropped_segments``). Unset: none is dropped."""
