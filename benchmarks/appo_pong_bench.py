@@ -9,11 +9,13 @@ of 4 minibatches of 256, the Nature CNN, float32 everywhere, CPU:
   * distrl PPO on 2 torchrun ranks (4 envs each) and on 1 rank: lockstep, for reference;
   * Sample Factory 2.1.1's APPO (``sf_examples.envpool.atari.train_envpool_atari``, its own venv
     benchmarks/.sample-factory-venv: sample-factory 2.1.1, gymnasium 0.29, numpy<2, envpool
-    0.8.4, whose wheel ships the ROMs) with V-trace, 1 rollout worker stepping one EnvPool of 8
-    envs (``--env_agents 8``), rollout 128, ``--batch_size 256 --num_batches_per_epoch 4
-    --num_epochs 4``, its Atari defaults otherwise (its Nature-CNN encoder ``convnet_atari``,
-    lr 2.5e-4, clip 0.1). Its own processes: a learner, an inference worker and the rollout
-    worker.
+    0.8.4, whose wheel ships the ROMs, shimmy for EnvPool's gym spaces), 1 rollout worker stepping
+    one EnvPool of 8 envs (``--env_agents 8``), rollout 128, ``--batch_size 256
+    --num_batches_per_epoch 4 --num_epochs 4``, its Atari defaults otherwise (its Nature-CNN
+    encoder ``convnet_atari``, lr 2.5e-4, clip 0.1, GAE: ``with_vtrace`` off, as its Atari
+    examples run; with ``--with_vtrace True --recurrence 128`` its learner raises in 2.1.1
+    (``_record_summaries`` reads ``mb.advantages``, which V-trace does not set) and the run hangs).
+    Its own processes: a learner, an inference worker and the rollout worker.
 
 The rate is the steady state: distrl's from ``metrics.jsonl`` rows after the first fifth of the
 updates; Sample Factory's from its log's "Total num frames" lines (every 5 s, with their times;
@@ -58,16 +60,15 @@ DISTRL = {
     "distrl PPO, 2 torchrun ranks": (2, 1, []),
     "distrl PPO, 1 rank": (1, 2, []),
 }  # fmt: skip
-SAMPLE_FACTORY = "Sample Factory 2.1.1 APPO (V-trace)"
+SAMPLE_FACTORY = "Sample Factory 2.1.1 APPO"
 SF_LINE = re.compile(
     r"^\[(?P<time>[\d-]+ [\d:,]+)\].*Total num frames: (?P<frames>\d+).*avg: (?P<lag>[-\d.]+)"
 )
 
 
 def ensure_sample_factory() -> Path:
-    return ensure_venv(
-        SF_VENV, ["sample-factory==2.1.1", "gymnasium==0.29.1", "numpy<2", "envpool==0.8.4", "gym==0.26.2"]
-    )
+    packages = ["sample-factory==2.1.1", "gymnasium==0.29.1", "numpy<2", "envpool==0.8.4", "gym==0.26.2"]
+    return ensure_venv(SF_VENV, [*packages, "shimmy<2"])
 
 
 def steady(points: list[tuple[float, float]]) -> float:
@@ -93,7 +94,7 @@ def sample_factory_run(python: Path, updates: int, out: Path) -> tuple[float, fl
         [str(python), "-m", "sf_examples.envpool.atari.train_envpool_atari", "--env", "atari_pong",
          "--experiment", "pong", "--train_dir", str(out), "--device", "cpu", "--seed", "1",
          "--num_workers", "1", "--num_envs_per_worker", "1", "--env_agents", "8", "--rollout", "128",
-         "--batch_size", "256", "--num_batches_per_epoch", "4", "--num_epochs", "4", "--with_vtrace", "True",
+         "--batch_size", "256", "--num_batches_per_epoch", "4", "--num_epochs", "4",
          "--summaries_use_frameskip", "False", "--train_for_env_steps", str(STEPS_PER_UPDATE * updates),
          "--save_every_sec", "100000", "--save_best_every_sec", "100000"],
         REPO,
