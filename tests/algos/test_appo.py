@@ -5,6 +5,7 @@ is restored on resume; it learns CartPole from samples one update old."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import gymnasium as gym
@@ -163,3 +164,18 @@ def test_a_resumed_run_has_the_saved_target_network_and_its_cadence(tmp_path: Pa
     # Copied at update 3, not 4: the target is not the policy, and the next copy comes after update 6.
     assert algo.updates_done == 4
     assert not torch.equal(saved["target_policy.actor.0.weight"], saved["policy.actor.0.weight"])
+
+
+def test_between_copies_the_ratios_are_the_target_networks() -> None:
+    policy, rollout = policy_and_rollout()
+    algo = APPO(policy, CFG.model_copy(update={"target_update_every": 3}), CFG.num_minibatches)
+    algo.update(algo.vtrace_batch(rollout))  # the policy moved; the target network did not
+    batch = algo.vtrace_batch(rollout)
+    obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten()
+    with torch.no_grad():
+        target = algo.target.action_stats(obs, actions)[0]
+        current = policy.action_stats(obs, actions)
+    assert not torch.allclose(target, current[0], atol=1e-4)
+    mu = rollout.behaviour_log_probs.flatten()
+    torch.testing.assert_close(batch.behaviour_log_probs, torch.maximum(target, mu - math.log(2.0)))
+    torch.testing.assert_close(batch.values, current[2])  # values are always the policy's

@@ -54,8 +54,11 @@ class APPO(PPO):
         if rollout.memory_states.shape[-1]:
             memory = {"start_states": rollout.memory_states[0], "dones": rollout.dones.flatten()}
         with torch.no_grad():
-            target_log_probs = self.target.action_stats(obs, actions, **memory)[0].view_as(rollout.values)
-            values = self.policy.action_stats(obs, actions, **memory)[2].view_as(rollout.values)
+            log_probs, _, values = self.policy.action_stats(obs, actions, **memory)
+            # Right after a copy the target network is the policy: one pass gives both.
+            if self.updates_done % cfg.target_update_every:
+                log_probs = self.target.action_stats(obs, actions, **memory)[0]
+        target_log_probs, values = log_probs.view_as(rollout.values), values.view_as(rollout.values)
         log_rhos = target_log_probs - rollout.behaviour_log_probs
         targets, advantages = vtrace(
             rollout.rewards, values, rollout.dones, rollout.last_values, log_rhos, cfg.gamma,
