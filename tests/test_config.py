@@ -220,7 +220,7 @@ def test_an_algorithms_worker_groups_have_keys_of_their_own(capsys: pytest.Captu
     cfg = load_config(
         None, ["algo.name=grpo", "workers.verifier=4", "workers.cpus_per_verifier=0.5", "workers.prompt=2"]
     )
-    assert type(cfg.workers).group_names() == ["verifier", "eval", "prompt"]
+    assert type(cfg.workers).group_names() == ["verifier", "eval", "prompt", "generation"]
     assert (cfg.workers.verifier, cfg.workers.cpus_per_verifier, cfg.workers.prompt) == (4, 0.5, 2)
     written = cfg.model_dump(mode="json")
     assert {"verifier", "cpus_per_prompt", "eval"} <= written["workers"].keys()

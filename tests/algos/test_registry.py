@@ -37,7 +37,7 @@ def test_each_run_gets_its_runner(overrides: list[str], runner: str) -> None:
         (
             ["algo.name=dqn", "model.memory=lstm"],
             "model.memory=lstm: algo.name=dqn has no recurrent policies yet; use model.memory=none, "
-            "or ppo or a2c with ml_framework: torch",
+            "or ppo or a2c or appo with ml_framework: torch",
         ),
         (["ml_framework=jax", "model.memory=gru"], "model.memory=gru: the JAX learner has no recurrent"),
     ],

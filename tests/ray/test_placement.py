@@ -43,7 +43,8 @@ def test_every_worker_group_has_its_config_keys_and_every_config_group_its_actor
             assert declared.name == group and set(group_keys(group)) <= set(type(cfg.workers).model_fields)
             assert isinstance(load(declared.actor), type) and isinstance(load(declared.calls), type)
     grpo = run_groups(load_config(None, ["algo.name=grpo"]))
-    assert list(grpo) == ["verifier", "eval", "prompt"]  # each in the place of the group it replaces
+    # Each in the place of the group it replaces; its own generation workers after them.
+    assert list(grpo) == ["verifier", "eval", "prompt", "generation"]
     assert grpo["eval"] is WORKER_GROUPS["eval"]
     assert (grpo["verifier"].failures_metric, grpo["prompt"].failures_metric) == (
         "verifier_worker_failures",
