@@ -20,7 +20,7 @@ import torch
 
 from distrl.algos.registry import LOGGED_DATA, check_inputs, learns_from, runner_class
 from distrl.allocator import keep_freed_memory
-from distrl.collect.processes import CollectorProcesses, check_collector_processes
+from distrl.collect.processes import CollectorProcesses, Schedule, check_collector_processes
 from distrl.io import checkpoint as ckpt
 from distrl.io.run_dir import prepare_run_dir
 from distrl.io.train_state import launch_index
@@ -127,9 +127,8 @@ def local_workers(cfg: RunConfig) -> RemoteWorkers:
     collect = cfg.collect
     if not collect.processes:
         return RemoteWorkers()
-    processes = CollectorProcesses(
-        collect.processes, collect.lag, collect.weights == "newest", collect.max_age, collect.max_restarts
-    )
+    schedule = Schedule(collect.lag, collect.weights == "newest", collect.queue_full == "drop_oldest")
+    processes = CollectorProcesses(collect.processes, schedule, collect.max_age, collect.max_restarts)
     return RemoteWorkers(groups={"env": processes})
 
 

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from distrl.collect.base import CollectRequest
-from distrl.collect.processes import CollectorProcesses
+from distrl.collect.processes import CollectorProcesses, LaggedCollection, Schedule
 from distrl.config.run import load_config
+from distrl.models.actor_critic import ActorCritic
 from distrl.models.policies import acting_modules, ppo_actor_critic
 from tests.helpers import (
     CARTPOLE,
@@ -80,9 +81,10 @@ def test_at_lag_1_every_sample_is_one_update_old_and_runs_repeat(tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_with_the_newest_weights_segments_older_than_max_age_are_dropped_and_counted(tmp_path: Path) -> None:
+def test_newest_weights_drop_and_count_old_segments_and_a_full_queues_oldest(tmp_path: Path) -> None:
     """At ``max_age: 0`` every segment a process started before the learner's last update is too
-    old: at least one is dropped per update after the first, and the rest are trained on."""
+    old: at least one is dropped per update after the first, and the rest are trained on. A
+    process whose full queue drops its oldest segments has them counted too."""
     config, (*budget, _) = RUNS["ppo"]
     rows = train(
         tmp_path, config, *budget, "collect.processes=1", "collect.weights=newest", "collect.max_age=0"
@@ -91,6 +93,11 @@ def test_with_the_newest_weights_segments_older_than_max_age_are_dropped_and_cou
     assert rows[-1]["dropped_segments"] >= len(rows) - 1
     free = train(tmp_path / "free", config, *budget, "collect.processes=1", "collect.weights=newest")
     assert all(row["sample_age"] >= 0 for row in free) and free[-1]["dropped_segments"] == 0
+    # Dropping the oldest of a full queue: the process never waits, the learner counts its drops.
+    newest = ["collect.processes=1", "collect.weights=newest", "collect.queue_full=drop_oldest"]
+    dropping = train(tmp_path / "dropping", config, *budget, *newest)
+    assert dropping[-1]["dropped_segments"] > 0
+    assert [row["global_step"] for row in dropping] == [row["global_step"] for row in free]
 
 
 @pytest.mark.slow
@@ -98,7 +105,7 @@ def test_what_acted_is_what_the_learner_published() -> None:
     """A segment's behaviour log-probabilities, from the process's copy, are the learner's own
     log-probabilities of those actions at the version it published (fp32, 1e-6)."""
     cfg = load_config(CARTPOLE, ["env.num_envs=4", "algo.rollout_steps=8"])
-    processes = CollectorProcesses(count=2, lag=0)
+    processes = CollectorProcesses(count=2, schedule=Schedule(lag=0))
     observation_space, action_space = processes.start(cfg, [11, 12, 13, 14], [1, 0, 0, 1])
     policy = ppo_actor_critic(cfg, observation_space, action_space, torch.device("cpu"))
     collection = processes.acting(acting_modules(policy, None, None), torch.device("cpu"))
@@ -122,6 +129,45 @@ def test_what_acted_is_what_the_learner_published() -> None:
     assert all(not process.is_alive() for process in processes.processes)
 
 
+def started(schedule: Schedule) -> tuple[ActorCritic, LaggedCollection]:
+    """One collector process over 4 CartPole envs, 8 steps a segment, its envs reset."""
+    cfg = load_config(CARTPOLE, ["env.num_envs=4", "algo.rollout_steps=8"])
+    processes = CollectorProcesses(count=1, schedule=schedule)
+    observation_space, action_space = processes.start(cfg, [11, 12, 13, 14], [1, 0, 0, 1])
+    policy = ppo_actor_critic(cfg, observation_space, action_space, torch.device("cpu"))
+    collection = processes.acting(acting_modules(policy, None, None), torch.device("cpu"))
+    collection.reset()
+    return policy, collection
+
+
+@pytest.mark.parametrize("drop_oldest", [False, True])
+def test_a_full_queue_waits_for_the_learner_or_drops_its_oldest(drop_oldest: bool) -> None:
+    """While the learner is away, a process with the newest weights fills its queue: then it
+    waits, or writes over its oldest unread segments and goes on collecting. The learner counts
+    what was written over (the gap in the segments' numbers), cuts the envs' episodes there, and
+    never reads a slot being written: each segment it takes is one the process wrote whole (its
+    log-probabilities are those of its observations and actions)."""
+    policy, collection = started(Schedule(lag=1, newest=True, drop_oldest=drop_oldest))
+    try:
+        collection.collect(CollectRequest(policy_version=0))
+        time.sleep(2.0)  # a segment of 4 envs x 8 steps takes milliseconds: the queue fills
+        taken = [collection.collect(CollectRequest(policy_version=1)) for _ in range(20)]
+        dropped = collection.counts()["dropped_segments"]
+        last = collection.numbers[0]
+    finally:
+        collection.close()
+    assert last == 21 + dropped  # every segment the process made was taken or counted, once
+    if drop_oldest:
+        assert dropped > 20  # hundreds in 2 s; a waiting process drops none
+        assert bool(taken[0].restarted.all())  # its envs' episodes lost steps before it
+    else:
+        assert dropped == 0 and not bool(taken[0].restarted.any())
+    for segment in taken:
+        with torch.no_grad():
+            log_probs, _, _ = policy.action_stats(segment.obs.flatten(0, 1), segment.actions.flatten(0, 1))
+        torch.testing.assert_close(log_probs, segment.behaviour_log_probs.flatten(0, 1), rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -133,6 +179,7 @@ def test_what_acted_is_what_the_learner_published() -> None:
             "collect.weights=newest: Ray mode's env workers act with exact weights",
         ),
         (["collect.processes=1", "collect.lag=2", "collect.max_age=1"], "max_age=1 is below lag=2"),
+        (["collect.processes=1", "collect.queue_full=drop_oldest"], "drop_oldest needs weights=newest"),
         (["collect.processes=2", "env.num_envs=1"], "collect.processes=2 for this rank's 1 envs"),
         (
             ["collect.processes=1", "train.straggler_threshold=0.5"],

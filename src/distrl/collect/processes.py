@@ -17,10 +17,11 @@ correction is the algorithm's), and a run as deterministic as one without proces
 
 With ``collect.weights: newest`` a process instead starts each segment with the newest request
 it has been sent, never waiting for the learner (as Sample Factory's and RLlib's APPO collect),
-at most ``max(L, 1)`` finished segments ahead; ages then vary with timing. With
-``collect.max_age: K`` the learner drops (and counts, ``dropped_segments``) segments more than
-``K`` updates older than its weights. An off-policy algorithm explores (DQN's epsilon) as the
-request a segment acts for asks.
+at most ``max(L, 1)`` finished segments ahead (waiting for the learner to read one, or with
+``collect.queue_full: drop_oldest`` writing over the oldest it has not begun to read); ages then
+vary with timing. With ``collect.max_age: K`` the learner drops segments more than ``K`` updates
+older than its weights. Dropped segments of either kind are counted (``dropped_segments``). An
+off-policy algorithm explores (DQN's epsilon) as the request a segment acts for asks.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import queue
 import sys
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ import torch.multiprocessing  # registers torch's tensor pickling: tensors cross
 from distrl.algos.registry import ENVS, learns_from
 from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
-from distrl.collect.segment_slots import SegmentSlots
+from distrl.collect.segment_slots import SegmentSlots, SlotStates
 from distrl.errors import UserError
 from distrl.sharding import even_split
 from distrl.storage.segments import Segment
@@ -117,10 +118,30 @@ def _learner_alive() -> bool:
     return parent is not None and parent.is_alive()
 
 
-def slot_count(lag: int) -> int:
-    """Shared-memory slots a process writes its segments into: as many as wait on its queue
-    (``max(lag, 1)``), the one it writes and the one its learner reads."""
-    return max(lag, 1) + 2
+def learner_gone() -> None:
+    if not _learner_alive():
+        raise LearnerGone
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How a rank's collector processes run ahead of it (``collect.lag``, ``collect.weights``,
+    ``collect.queue_full``)."""
+
+    lag: int
+    newest: bool = False
+    drop_oldest: bool = False
+
+    @property
+    def queued(self) -> int:
+        """Finished segments that wait for the learner."""
+        return max(self.lag, 1)
+
+    @property
+    def slots(self) -> int:
+        """Shared-memory slots a process writes its segments into: the queued ones, the one it
+        writes and the one its learner reads."""
+        return self.queued + 2
 
 
 def run_part(
@@ -129,26 +150,27 @@ def run_part(
     noise_seed: list[int],
     noise_rows: int,
     first: int,
-    lag: int,
-    newest: bool,
+    schedule: Schedule,
     requests: Connection,
     finished: multiprocessing.Queue,
     freed: Connection,
+    states: SlotStates,
     generation: int = 0,
 ) -> None:
     """A collector process (its ``generation``-th start: fresh env seeds after a restart): build
     the part, report its spaces, reset on the learner's word, then
     collect segment after segment: segment ``i`` as the learner's request ``max(i - lag, 0)``
-    says, or (``newest``) as the newest request taken when it starts. ``requests`` brings every
-    request in order, with the weights it acts with when they are a new version (else None);
-    None instead of a request: stop. Each segment is written into a free shared-memory slot
-    (``collect.segment_slots``; the slots themselves sent once, before the first) and its slot's
-    index put on ``finished``; ``freed`` brings back the slots the learner has read. Whatever
-    goes wrong is sent as ``("error", message, is_user_error)``; the process ends with the
-    learner, whichever way it ended."""
+    says, or (``schedule.newest``) as the newest request taken when it starts. ``requests``
+    brings every request in order, with the weights it acts with when they are a new version
+    (else None); None instead of a request: stop. Each segment is written into a shared-memory
+    slot (``collect.segment_slots``; the slots themselves sent once, before the first) that
+    ``states`` says is free (or, ``schedule.drop_oldest``, holds the oldest queued segment), and
+    its slot and number put on ``finished``; ``freed`` wakes the process when the learner frees a
+    slot. Whatever goes wrong is sent as ``("error", message, is_user_error)``; the process ends
+    with the learner, whichever way it ended."""
     part: CollectorPart | None = None
     slots: SegmentSlots | None = None
-    free: list[int] = []
+    lag, newest = schedule.lag, schedule.newest
     try:
         part = CollectorPart(cfg, seeds, noise_seed, noise_rows, first, generation)
         to_learner(finished, ("spaces", part.spaces))
@@ -173,12 +195,16 @@ def run_part(
             assert weights is not None
             segment = part.collect(weights, request)
             if slots is None:
-                slots = SegmentSlots.like(segment, slot_count(lag))
-                free = list(range(len(slots.segments)))
+                slots = SegmentSlots.like(segment, schedule.slots)
                 to_learner(finished, ("slots", slots.segments))
-            slot = free.pop() if free else from_learner(freed)
-            to_learner(finished, ("segment", (slot, slots.write(slot, segment))))
+            while freed.poll():  # wake-ups from slots freed meanwhile: the states say which
+                freed.recv()
+            while (slot := states.slot_to_write(schedule.drop_oldest, learner_gone)) is None:
+                from_learner(freed)
+            fields = slots.write(slot, segment)
             index += 1
+            states.written(slot, index, learner_gone)
+            to_learner(finished, ("segment", (slot, index, fields)))
     except LearnerGone:
         return
     except BaseException as exc:
@@ -204,16 +230,14 @@ class CollectorDied(RuntimeError):
 
 class CollectorProcesses:
     """A rank's collector processes (``collect.base.EnvWorkers``): ``count`` parts of its envs,
-    ``lag`` segments ahead, or acting with the ``newest`` weights they have; segments more than
-    ``max_age`` updates old are dropped by the learner; a process that dies is restarted up to
-    ``max_restarts`` times in a row."""
+    running ahead as ``schedule`` says; segments more than ``max_age`` updates old are dropped by
+    the learner; a process that dies is restarted up to ``max_restarts`` times in a row."""
 
     def __init__(
-        self, count: int, lag: int, newest: bool = False, max_age: int | None = None, max_restarts: int = 0
+        self, count: int, schedule: Schedule, max_age: int | None = None, max_restarts: int = 0
     ) -> None:
         self.count = count
-        self.lag = lag
-        self.newest = newest
+        self.schedule = schedule
         self.max_age = max_age
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -226,7 +250,9 @@ class CollectorProcesses:
         of their own, whose queue would outlive ``stop``)."""
         self.finished: list[multiprocessing.Queue] = []
         self.freed: list[Connection] = []
-        """To each process: the slots the learner has read."""
+        """To each process: a word when the learner frees one of its slots."""
+        self.states: list[SlotStates] = []
+        """Each process's slot states, shared with it."""
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
         if len(seeds) < self.count:
@@ -244,15 +270,18 @@ class CollectorProcesses:
         """Start process ``index`` (its ``generation``-th start) with channels of its own."""
         context = torch.multiprocessing.get_context("spawn")
         (requests_in, requests), (freed_in, freed) = context.Pipe(False), context.Pipe(False)
-        finished = context.Queue(maxsize=max(self.lag, 1))
-        channels = (requests_in, finished, freed_in)
-        args = (*self.parts[index], self.lag, self.newest, *channels, generation)
+        # Dropping the oldest, a process never waits to queue: its stale messages are few and small.
+        finished = context.Queue(maxsize=0 if self.schedule.drop_oldest else self.schedule.queued)
+        states = SlotStates(self.schedule.slots, context.Lock(), POLL_S)
+        channels = (requests_in, finished, freed_in, states)
+        args = (*self.parts[index], self.schedule, *channels, generation)
         process = context.Process(target=run_part, args=args, name=f"distrl-collector-{index}", daemon=True)
         process.start()
         requests_in.close()  # the process's ends: a process that ended leaves them broken
         freed_in.close()
         for channels_of, channel in ((self.processes, process), (self.requests, requests),
-                                     (self.finished, finished), (self.freed, freed)):  # fmt: skip
+                                     (self.finished, finished), (self.freed, freed),
+                                     (self.states, states)):  # fmt: skip
             if index < len(channels_of):
                 channels_of[index] = channel
             else:
@@ -276,17 +305,21 @@ class CollectorProcesses:
     ) -> LaggedCollection:
         return LaggedCollection(self, modules, device, clock)
 
+    def check_alive(self, index: int) -> None:
+        process = self.processes[index]
+        if not process.is_alive():
+            raise CollectorDied(index, process.exitcode)
+
     def take(self, index: int, kind: str, timeout_s: float | None = None) -> Any:
         """Process ``index``'s next message, which must be of ``kind``; its error as the rank's.
         ``timeout_s``: how long it may take (None: as long as the process lives)."""
-        process, deadline = self.processes[index], time.monotonic() + (timeout_s or math.inf)
+        deadline = time.monotonic() + (timeout_s or math.inf)
         while True:
             try:
                 message = self.finished[index].get(timeout=POLL_S)
                 break
             except queue.Empty:
-                if not process.is_alive():
-                    raise CollectorDied(index, process.exitcode) from None
+                self.check_alive(index)
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"collector process {index} sent no {kind} within {timeout_s:g} s"
@@ -306,8 +339,14 @@ class CollectorProcesses:
         for requests in self.requests:
             to_process(requests, message)
 
+    def claim(self, index: int, slot: int, number: int) -> bool:
+        """Begin to read process ``index``'s segment ``number`` in ``slot``: False when the
+        process has written over it since (``SlotStates.claim``)."""
+        return self.states[index].claim(slot, number, lambda: self.check_alive(index))
+
     def free(self, index: int, slot: int) -> None:
-        """Slot ``slot`` of process ``index`` was read: it may write it again."""
+        """Slot ``slot`` of process ``index`` was read: it may write it again (woken, if waiting)."""
+        self.states[index].free(slot, lambda: self.check_alive(index))
         to_process(self.freed[index], slot)
 
     def stop(self) -> None:
@@ -320,9 +359,9 @@ class CollectorProcesses:
                 # The slots of segments dropped here are freed, so that no process waits for one
                 # before it reads the word to stop. A message with tensors comes through its
                 # sender's socket: one that has just ended leaves it unreadable, dropped likewise.
-                with contextlib.suppress(queue.Empty, OSError, EOFError):
+                with contextlib.suppress(queue.Empty, OSError, EOFError, CollectorDied):
                     kind, body, *_ = finished.get(timeout=0.05)
-                    if kind == "segment":
+                    if kind == "segment" and self.claim(index, *body[:2]):
                         self.free(index, body[0])
                 process.join(0.0)
             if process.is_alive():
@@ -335,7 +374,7 @@ class CollectorProcesses:
         # Released now, not at interpreter exit, which distrl's command line skips (os._exit):
         # their semaphores would be reported as leaked. The queues sit in reference cycles:
         # collected now too.
-        self.processes, self.requests, self.finished, self.freed = [], [], [], []
+        self.processes, self.requests, self.finished, self.freed, self.states = [], [], [], [], []
         gc.collect()
 
 
@@ -360,9 +399,11 @@ class LaggedCollection:
         self.weights: ActingWeights | None = None
         """Those weights, in shared memory (a restarted process is sent them)."""
         self.dropped = 0
-        """Segments of a process dropped for their age in this launch."""
+        """Segments dropped in this launch: too old, or written over in a full queue."""
         self.slots: list[SegmentSlots | None] = [None] * processes.count
         """Each process's shared-memory slots, sent before its first segment."""
+        self.numbers = [0] * processes.count
+        """The number of each process's last segment taken (the process numbers them from 1)."""
 
     def reset(self) -> torch.Tensor:
         self.processes.send(())
@@ -392,20 +433,26 @@ class LaggedCollection:
 
     def fresh_segment(self, index: int, request: CollectRequest) -> tuple[Segment, int]:
         """Process ``index``'s next segment at most ``max_age`` updates older than ``request``'s
-        version, and its slot; older ones are dropped (their slots freed), counted, and the envs'
-        running episodes cut where they were (``restarted``), as the episode statistics and
-        replay's n-step returns need. A process that died is restarted (``restart``)."""
+        version, and its slot. Older ones are dropped (their slots freed) and counted, as are those
+        the process wrote over in a full queue (the gaps in its numbers); then the envs' running
+        episodes are cut where they were (``restarted``), as the episode statistics and replay's
+        n-step returns need. A process that died is restarted (``restart``)."""
         max_age, dropped, failures = self.processes.max_age, False, 0
         while True:
             try:
                 slots = self.slots[index]
                 if slots is None:
                     slots = self.slots[index] = SegmentSlots(self.processes.take(index, "slots"))
-                slot, fields = self.processes.take(index, "segment")
+                slot, number, fields = self.processes.take(index, "segment")
+                if not self.processes.claim(index, slot, number):
+                    continue  # written over since it was queued: the gap counts it
             except CollectorDied as died:
                 failures += 1
                 self.restart(died, failures, request)
                 continue
+            if gap := number - self.numbers[index] - 1:
+                self.dropped, dropped = self.dropped + gap, True
+            self.numbers[index] = number
             segment = slots.read(slot, fields)
             if max_age is None or request.policy_version - segment.policy_version <= max_age:
                 break
@@ -433,7 +480,7 @@ class LaggedCollection:
             flush=True,
         )
         self.processes.restart(died.index)
-        self.slots[died.index] = None
+        self.slots[died.index], self.numbers[died.index] = None, 0
         to_process(self.processes.requests[died.index], (request, self.weights))
 
     def counts(self) -> dict[str, float]:

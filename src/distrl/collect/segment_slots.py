@@ -5,12 +5,16 @@ block and passes its file descriptor, every segment: for small envs that costs m
 stepping. Instead a collector process makes a few segment-shaped slots in shared memory once,
 sends them to the learner once, then copies each segment into a free slot and sends only the
 slot's index (and the segment's few numbers). The learner copies a slot out as it joins the
-parts of a rank's segment and frees it; the process writes a slot only once it is free again.
+parts of a rank's segment and frees it; the process writes a slot only once it is free again,
+or, when its queue may drop the oldest (``collect.queue_full: drop_oldest``), writes over the
+oldest segment the learner has not begun to read (``SlotStates`` keeps who may touch which slot).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -68,3 +72,63 @@ class SegmentSlots:
         """Slot ``index`` with the fields ``write`` returned: its tensors are the slot's own, valid
         until the slot is written again."""
         return dataclasses.replace(self.segments[index], **fields)  # type: ignore[type-var]
+
+
+FREE, READING, WRITING = 0, -1, -2
+"""A slot's state besides holding a queued segment, which is the segment's number (1, 2, ...)."""
+
+
+class SlotStates:
+    """Which of a collector process's slots is free, being written, being read, or holds which
+    queued segment (by the segment's number in the process): shared by the process and its
+    learner under one lock, so that a slot the learner has begun to read is never written over.
+    ``wait(gone)`` takes the lock, calling ``gone`` (which raises when the other side has ended)
+    each time it waits ``poll_s`` in vain: a side killed holding it never hangs the other."""
+
+    def __init__(self, count: int, lock: Any, poll_s: float) -> None:
+        self.states = torch.full((count,), FREE, dtype=torch.int64).share_memory_()
+        self.lock = lock
+        self.poll_s = poll_s
+
+    @contextlib.contextmanager
+    def locked(self, gone: Callable[[], None]) -> Iterator[torch.Tensor]:
+        while not self.lock.acquire(timeout=self.poll_s):
+            gone()
+        try:
+            yield self.states
+        finally:
+            self.lock.release()
+
+    def slot_to_write(self, drop_oldest: bool, gone: Callable[[], None]) -> int | None:
+        """The process's next slot to write, marked as being written: a free one, else (with
+        ``drop_oldest``) the one holding the oldest queued segment, which is lost (the learner
+        sees the gap in the numbers). None: every slot is queued or read, and the process waits
+        for one to be freed."""
+        with self.locked(gone) as states:
+            free = (states == FREE).nonzero()
+            if len(free):
+                slot = int(free[0])
+            elif drop_oldest and bool((queued := states > 0).any()):
+                slot = int(torch.where(queued, states, states.max() + 1).argmin())
+            else:
+                return None
+            states[slot] = WRITING
+            return slot
+
+    def written(self, slot: int, number: int, gone: Callable[[], None]) -> None:
+        """Slot ``slot`` now holds the process's segment ``number`` (from 1), queued."""
+        with self.locked(gone) as states:
+            states[slot] = number
+
+    def claim(self, slot: int, number: int, gone: Callable[[], None]) -> bool:
+        """The learner begins to read segment ``number`` in ``slot``: False when the process has
+        written over it since it was queued (its message is stale)."""
+        with self.locked(gone) as states:
+            if int(states[slot]) != number:
+                return False
+            states[slot] = READING
+            return True
+
+    def free(self, slot: int, gone: Callable[[], None]) -> None:
+        with self.locked(gone) as states:
+            states[slot] = FREE

@@ -200,6 +200,11 @@ class CollectConfig(Section):
     ``newest``, the newest it has been sent when it starts a segment, never waiting for the
     learner (up to ``max(lag, 1)`` finished segments wait for it, and one more to be handed over;
     ages vary with the machine's timing)."""
+    queue_full: Literal["wait", "drop_oldest"] = "wait"
+    """With ``weights: newest``, what a process does when its finished segments fill its queue:
+    ``wait`` for the learner to read one; ``drop_oldest``, write over the oldest one the learner
+    has not begun to read and go on collecting (never idle; the dropped ones are counted in
+    ``dropped_segments``, and the envs' episodes cut where their steps were lost)."""
     max_restarts: NonNegativeInt = 3
     """Times in a row a collector process that died (killed, out of memory, a crash in native
     code) is started again with fresh envs before the run stops; the segment it was collecting is
@@ -209,7 +214,12 @@ class CollectConfig(Section):
     older ones are dropped and counted (``dropped_segments``). Unset: none is dropped."""
 
     @model_validator(mode="after")
-    def _max_age_above_lag(self) -> CollectConfig:
+    def _consistent(self) -> CollectConfig:
+        if self.queue_full == "drop_oldest" and self.weights == "exact":
+            raise ValueError(
+                "queue_full=drop_oldest needs weights=newest: with exact weights every segment is "
+                "trained on, in order"
+            )
         if self.weights == "exact" and self.max_age is not None and self.max_age < self.lag:
             raise ValueError(
                 f"max_age={self.max_age} is below lag={self.lag}: with exact weights every segment is "
