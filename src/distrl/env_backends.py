@@ -37,6 +37,9 @@ ENV_BACKENDS: dict[str, EnvBackend] = {
     for backend in (
         EnvBackend("gymnasium", "distrl.envs.gymnasium_backend:make_gymnasium_vec_env", images=True),
         EnvBackend(
+            "gymnasium_async", "distrl.envs.gymnasium_backend:make_gymnasium_async_vec_env", images=True
+        ),
+        EnvBackend(
             "envpool",
             "distrl.envs.envpool_backend:make_envpool_vec_env",
             images=True,

@@ -125,8 +125,9 @@ def test_what_acted_is_what_the_learner_published() -> None:
                 for parameter in policy.parameters():
                     parameter.add_(0.1 * torch.randn_like(parameter))
     finally:
+        started = [running.process for running in processes.running]
         collection.close()
-    assert all(not process.is_alive() for process in processes.processes)
+    assert not any(process.is_alive() for process in started)
 
 
 def started(schedule: Schedule) -> tuple[ActorCritic, LaggedCollection]:

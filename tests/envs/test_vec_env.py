@@ -9,6 +9,7 @@ from distrl.errors import UserError
 from distrl.seeding import env_seeds
 from distrl.sharding import shard_envs
 from tests.helpers import REPO, distrl, run_python
+from tests.ray_cluster import param_digests
 
 
 def test_user_env_class_with_kwargs_and_time_limit() -> None:
@@ -81,3 +82,48 @@ def test_mujoco_warns_once_however_many_envs_are_built() -> None:
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
     assert (result.stdout + result.stderr).count("settotalmass") == 1
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        EnvConfig(id="CartPole-v1"),
+        EnvConfig(id="tests.envs.toy:CountingEnv", max_episode_steps=7),  # truncations: final_obs
+        EnvConfig(id="tests.envs.toy:DictCueEnv", kwargs={"image": True}, obs_keys=["frame", "flags"]),
+    ],
+    ids=["cartpole", "time-limit", "dict-image"],
+)
+def test_envs_stepped_in_processes_of_their_own_step_as_in_one(cfg: EnvConfig) -> None:
+    """``gymnasium_async``: the same seeds and actions give the same steps as ``gymnasium``."""
+    in_one = make_vec_env(cfg, [3, 4, 5])
+    in_processes = make_vec_env(cfg.model_copy(update={"backend": "gymnasium_async"}), [3, 4, 5])
+    try:
+        assert torch.equal(in_one.reset(), in_processes.reset())
+        actions = torch.Generator().manual_seed(0)
+        for _ in range(100):
+            action = torch.randint(0, 2, (3,), generator=actions)
+            for a, b in zip(in_one.step(action)[:5], in_processes.step(action)[:5], strict=True):
+                assert torch.equal(a, b)
+    finally:
+        in_one.close()
+        in_processes.close()
+
+
+@pytest.mark.slow
+def test_training_on_envs_in_processes_of_their_own_is_training_on_envs_in_one(tmp_path: Path) -> None:
+    """The rank (or its collector process) acting for envs that step in processes of their own
+    trains the same weights as with the envs in one process."""
+    quiet = ["train.stop_return=null", "log.tensorboard=false", "log.progress=false"]
+    quiet.append("train.total_steps=2048")
+    digests = []
+    for name, extra in [
+        ("in-one", []),
+        ("in-processes", ["env.backend=gymnasium_async"]),
+        ("collector-process", ["env.backend=gymnasium_async", "collect.processes=1"]),
+    ]:
+        run_dir = tmp_path / name
+        config = str(REPO / "configs" / "cartpole_ppo.yaml")
+        result = distrl("train", "--config", config, "--run-dir", str(run_dir), *quiet, *extra)
+        assert result.returncode == 0, result.stderr[-3000:]
+        digests.append(param_digests(run_dir))
+    assert digests[1] == digests[0] and digests[2] == digests[0]

@@ -228,6 +228,27 @@ class CollectorDied(RuntimeError):
         self.index = index
 
 
+@dataclass
+class CollectorProcess:
+    """A started collector process and the learner's ends of its channels."""
+
+    process: multiprocessing.Process
+    requests: Connection
+    """The learner's requests (a pipe: the learner's sends need no thread of their own, whose
+    queue would outlive ``stop``)."""
+    finished: multiprocessing.Queue
+    """From the process: its spaces, first observations, slots, segments and errors."""
+    freed: Connection
+    """A word when the learner frees one of its slots."""
+    states: SlotStates
+    """Its slots' states, shared with it."""
+
+    def close(self) -> None:
+        self.finished.close()
+        self.requests.close()
+        self.freed.close()
+
+
 class CollectorProcesses:
     """A rank's collector processes (``collect.base.EnvWorkers``): ``count`` parts of its envs,
     running ahead as ``schedule`` says; segments more than ``max_age`` updates old are dropped by
@@ -244,15 +265,7 @@ class CollectorProcesses:
         """Processes started again after dying, in this launch (each with fresh env seeds)."""
         self.parts: list[tuple[Any, ...]] = []
         """Each process's part: (config, env seeds, noise seed, the rank's envs, first env)."""
-        self.processes: list[multiprocessing.Process] = []
-        self.requests: list[Connection] = []
-        """To each process: the learner's requests (a pipe: the learner's sends need no thread
-        of their own, whose queue would outlive ``stop``)."""
-        self.finished: list[multiprocessing.Queue] = []
-        self.freed: list[Connection] = []
-        """To each process: a word when the learner frees one of its slots."""
-        self.states: list[SlotStates] = []
-        """Each process's slot states, shared with it."""
+        self.running: list[CollectorProcess] = []
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
         if len(seeds) < self.count:
@@ -263,10 +276,10 @@ class CollectorProcesses:
         for i in range(self.count):
             first, count = even_split(len(seeds), i, self.count)
             self.parts.append((cfg, seeds[first : first + count], noise_seed, len(seeds), first))
-            self.spawn(i)
+            self.running.append(self.spawn(i))
         return [self.take(i, "spaces", START_TIMEOUT_S) for i in range(self.count)][0]
 
-    def spawn(self, index: int, generation: int = 0) -> None:
+    def spawn(self, index: int, generation: int = 0) -> CollectorProcess:
         """Start process ``index`` (its ``generation``-th start) with channels of its own."""
         context = torch.multiprocessing.get_context("spawn")
         (requests_in, requests), (freed_in, freed) = context.Pipe(False), context.Pipe(False)
@@ -275,29 +288,22 @@ class CollectorProcesses:
         states = SlotStates(self.schedule.slots, context.Lock(), POLL_S)
         channels = (requests_in, finished, freed_in, states)
         args = (*self.parts[index], self.schedule, *channels, generation)
-        process = context.Process(target=run_part, args=args, name=f"distrl-collector-{index}", daemon=True)
+        # Not a daemon: its envs may step in processes of their own (env.backend: gymnasium_async).
+        process = context.Process(target=run_part, args=args, name=f"distrl-collector-{index}")
         process.start()
         requests_in.close()  # the process's ends: a process that ended leaves them broken
         freed_in.close()
-        for channels_of, channel in ((self.processes, process), (self.requests, requests),
-                                     (self.finished, finished), (self.freed, freed),
-                                     (self.states, states)):  # fmt: skip
-            if index < len(channels_of):
-                channels_of[index] = channel
-            else:
-                channels_of.append(channel)
+        return CollectorProcess(process, requests, finished, freed, states)
 
     def restart(self, index: int) -> None:
         """Start process ``index`` again (fresh env seeds), its envs reset: it then collects as at
         the launch's start, from the next request it is sent."""
-        self.processes[index].join(STOP_TIMEOUT_S)
-        self.finished[index].close()
-        self.requests[index].close()
-        self.freed[index].close()
+        self.running[index].process.join(STOP_TIMEOUT_S)
+        self.running[index].close()
         self.restarts += 1
-        self.spawn(index, generation=self.restarts)
+        self.running[index] = self.spawn(index, generation=self.restarts)
         self.take(index, "spaces", START_TIMEOUT_S)
-        to_process(self.requests[index], ())
+        self.send_to(index, ())
         self.take(index, "obs", START_TIMEOUT_S)
 
     def acting(
@@ -306,7 +312,7 @@ class CollectorProcesses:
         return LaggedCollection(self, modules, device, clock)
 
     def check_alive(self, index: int) -> None:
-        process = self.processes[index]
+        process = self.running[index].process
         if not process.is_alive():
             raise CollectorDied(index, process.exitcode)
 
@@ -316,7 +322,7 @@ class CollectorProcesses:
         deadline = time.monotonic() + (timeout_s or math.inf)
         while True:
             try:
-                message = self.finished[index].get(timeout=POLL_S)
+                message = self.running[index].finished.get(timeout=POLL_S)
                 break
             except queue.Empty:
                 self.check_alive(index)
@@ -336,45 +342,46 @@ class CollectorProcesses:
 
     def send(self, message: tuple[CollectRequest, ActingWeights | None] | tuple[()] | None) -> None:
         """To every process: a request (with new weights or None), the word to reset, or None: stop."""
-        for requests in self.requests:
-            to_process(requests, message)
+        for index in range(len(self.running)):
+            self.send_to(index, message)
+
+    def send_to(self, index: int, message: Any) -> None:
+        to_process(self.running[index].requests, message)
 
     def claim(self, index: int, slot: int, number: int) -> bool:
         """Begin to read process ``index``'s segment ``number`` in ``slot``: False when the
         process has written over it since (``SlotStates.claim``)."""
-        return self.states[index].claim(slot, number, lambda: self.check_alive(index))
+        return self.running[index].states.claim(slot, number, lambda: self.check_alive(index))
 
     def free(self, index: int, slot: int) -> None:
         """Slot ``slot`` of process ``index`` was read: it may write it again (woken, if waiting)."""
-        self.states[index].free(slot, lambda: self.check_alive(index))
-        to_process(self.freed[index], slot)
+        self.running[index].states.free(slot, lambda: self.check_alive(index))
+        to_process(self.running[index].freed, slot)
 
     def stop(self) -> None:
         """Tell every process to stop, taking what they still send so that none stays blocked on
         a full queue or waiting for a slot; kill what has not ended within ``STOP_TIMEOUT_S``."""
         self.send(None)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for index, (process, finished) in enumerate(zip(self.processes, self.finished, strict=True)):
+        for index, running in enumerate(self.running):
+            process = running.process
             while process.is_alive() and time.monotonic() < deadline:
                 # The slots of segments dropped here are freed, so that no process waits for one
                 # before it reads the word to stop. A message with tensors comes through its
                 # sender's socket: one that has just ended leaves it unreadable, dropped likewise.
                 with contextlib.suppress(queue.Empty, OSError, EOFError, CollectorDied):
-                    kind, body, *_ = finished.get(timeout=0.05)
+                    kind, body, *_ = running.finished.get(timeout=0.05)
                     if kind == "segment" and self.claim(index, *body[:2]):
                         self.free(index, body[0])
                 process.join(0.0)
             if process.is_alive():
                 process.kill()
             process.join()
-        for finished in self.finished:
-            finished.close()
-        for connection in (*self.requests, *self.freed):
-            connection.close()
+            running.close()
         # Released now, not at interpreter exit, which distrl's command line skips (os._exit):
         # their semaphores would be reported as leaked. The queues sit in reference cycles:
         # collected now too.
-        self.processes, self.requests, self.finished, self.freed, self.states = [], [], [], [], []
+        self.running = []
         gc.collect()
 
 
@@ -481,7 +488,7 @@ class LaggedCollection:
         )
         self.processes.restart(died.index)
         self.slots[died.index], self.numbers[died.index] = None, 0
-        to_process(self.processes.requests[died.index], (request, self.weights))
+        self.processes.send_to(died.index, (request, self.weights))
 
     def counts(self) -> dict[str, float]:
         return {"dropped_segments": float(self.dropped), "collector_restarts": float(self.processes.restarts)}

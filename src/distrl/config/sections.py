@@ -43,7 +43,9 @@ class EnvConfig(Section):
     """Instead of ``num_envs``: environments on every rank (DD-PPO's and Isaac Lab's weak
     scaling); the global batch then grows with the ranks."""
     backend: Literal[tuple(ENV_BACKENDS)] = "gymnasium"  # type: ignore[valid-type]
-    """Vectorisation backend: Gymnasium's SyncVectorEnv; ``envpool``: EnvPool's C++ vectorised
+    """Vectorisation backend: Gymnasium's SyncVectorEnv; ``gymnasium_async``: the same envs, each
+    stepped in a process of its own (Gymnasium's AsyncVectorEnv) while the process holding the
+    policy acts for all of them in one batched forward pass; ``envpool``: EnvPool's C++ vectorised
     envs (the ``envpool`` extra); ``gymnax``: gymnax's JAX envs, stepped jitted on JAX's CPU device
     (the ``jax`` extra); ``brax``: Brax's physics envs (``inverted_pendulum``, ``halfcheetah``,
     ...), likewise (the ``brax`` extra); with ``ml_framework: jax`` both instead step inside the

@@ -1,5 +1,11 @@
 """``env.backend: gymnasium``: Gymnasium's SyncVectorEnv (in-process; on few cores it beats
-subprocess vector envs), for a registered id or a user's ``gymnasium.Env`` class."""
+subprocess vector envs), for a registered id or a user's ``gymnasium.Env`` class.
+
+``env.backend: gymnasium_async``: the same envs, each stepped in a process of its own
+(Gymnasium's AsyncVectorEnv, observations through shared memory), while the process that holds
+the policy acts for all of them in one batched forward pass: Sample Factory's split of rollout
+workers and a policy worker, for envs whose steps cost more than the round trip. The same seeds
+give the same steps as ``gymnasium``."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.envs.dict_obs import PackedDict, packed
@@ -70,15 +76,27 @@ def show_mujoco_warnings_once() -> None:
 
 def make_gymnasium_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device) -> GymnasiumVecEnv:
     """Gymnasium steps on the host: ``device`` is ignored, the runner moves what it needs."""
+    return _vec_env(cfg, seeds, in_processes=False)
+
+
+def make_gymnasium_async_vec_env(
+    cfg: EnvConfig, seeds: Sequence[int], device: torch.device
+) -> GymnasiumVecEnv:
+    """``make_gymnasium_vec_env`` with each env stepped in a process of its own."""
+    return _vec_env(cfg, seeds, in_processes=True)
+
+
+def _vec_env(cfg: EnvConfig, seeds: Sequence[int], in_processes: bool) -> GymnasiumVecEnv:
     make_env = env_factory(cfg)
     try:
-        return GymnasiumVecEnv(make_env, seeds, cfg.id, cfg.obs_keys)
+        return GymnasiumVecEnv(make_env, seeds, cfg.id, cfg.obs_keys, in_processes)
     except (TypeError, gym.error.Error) as exc:
         raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
 
 
 class GymnasiumVecEnv:
-    """SyncVectorEnv with same-step auto-reset, seeded once with one distinct seed per env."""
+    """SyncVectorEnv (or AsyncVectorEnv: ``in_processes``) with same-step auto-reset, seeded once
+    with one distinct seed per env."""
 
     device = torch.device("cpu")
 
@@ -88,9 +106,18 @@ class GymnasiumVecEnv:
         seeds: Sequence[int],
         env_id: str = "",
         obs_keys: Sequence[str] = (),
+        in_processes: bool = False,
     ) -> None:
-        """``obs_keys``: for Dict observations, the keys packed into the one tensor handed over."""
-        self._env = SyncVectorEnv([make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
+        """``obs_keys``: for Dict observations, the keys packed into the one tensor handed over;
+        ``in_processes``: each env in a process of its own (started with ``spawn``: the caller
+        may hold threads, which ``fork`` would copy mid-lock)."""
+        self._env: VectorEnv
+        if in_processes:
+            self._env = AsyncVectorEnv(
+                [make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP, context="spawn"
+            )
+        else:
+            self._env = SyncVectorEnv([make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
         self._seeds = [int(s) for s in seeds]
         self.num_envs = len(self._seeds)
         self.observation_space = self._env.single_observation_space
