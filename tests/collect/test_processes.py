@@ -5,6 +5,7 @@ and counted; what acted is what the learner published; bad setups are one line."
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import time
@@ -152,17 +153,25 @@ def test_a_full_queue_waits_for_the_learner_or_drops_its_oldest(drop_oldest: boo
     try:
         collection.collect(CollectRequest(policy_version=0))
         time.sleep(2.0)  # a segment of 4 envs x 8 steps takes milliseconds: the queue fills
-        taken = [collection.collect(CollectRequest(policy_version=1)) for _ in range(20)]
+        taken, figures = [], []
+        for _ in range(20):
+            taken.append(collection.collect(CollectRequest(policy_version=1)))
+            figures.append(collection.figures())
         dropped = collection.counts()["dropped_segments"]
         last = collection.numbers[0]
     finally:
         collection.close()
     assert last == 21 + dropped  # every segment the process made was taken or counted, once
+    assert figures[0]["queue_depth"] >= 1  # what the process had ready after the 2 s
+    # Its share of time waiting for the learner, up to each segment taken.
+    idle = [row["collector_idle_share"] for row in figures]
     if drop_oldest:
         assert dropped > 20  # hundreds in 2 s; a waiting process drops none
         assert bool(taken[0].restarted.all())  # its envs' episodes lost steps before it
+        assert statistics.median(idle) < 0.5  # it went on collecting
     else:
         assert dropped == 0 and not bool(taken[0].restarted.any())
+        assert max(idle[:4]) > 0.5  # it waited for the learner most of the 2 s (the segment after)
     for segment in taken:
         with torch.no_grad():
             log_probs, _, _ = policy.action_stats(segment.obs.flatten(0, 1), segment.actions.flatten(0, 1))

@@ -75,6 +75,7 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     collection = learner["collection"]
     assert collection["sample_age"] == 1 and collection["time/publish"] > 0
     assert 0 <= collection["time/collector_wait"] < collection["time/update"]
+    assert collection["queue_depth"] in (0, 1, 2)  # of the 2 segments sent ahead, those finished
     # The driver's samples of every worker, and the learner's own usage in the metrics.
     samples = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
     assert {sample["worker"].split("-")[2] for sample in samples} == {"env", "eval"}
@@ -93,12 +94,13 @@ def test_learners_collecting_ahead_get_a_table_of_their_own(capsys: pytest.Captu
     learner = {
         "job": "abc", "name": "distrl-abc-policy-0", "group": "policy", "state": "ALIVE", "restarts": 0,
         "node": "127.0.0.1", "pid": 7, "death_cause": None,
-        "collection": {"sample_age": 1.0, "time/update": 0.25, "time/publish": 0.002, "time/generate": 0.05},
+        "collection": {"sample_age": 1.0, "queue_depth": 2.0, "time/update": 0.25, "time/publish": 0.002,
+                       "time/generate": 0.05},
     }  # fmt: skip
     print_report({"namespace": "distrl", "nodes": 1, "resources": {}, "workers": [learner]})
     shown = capsys.readouterr().out
     assert "collecting ahead of the learners" in shown
-    assert "distrl-abc-policy-0 │ 1          │ 0       │ 0.250    │ 0.002     │ 0.050" in shown
+    assert "distrl-abc-policy-0 │ 1   │ 0       │ 2      │ 0.250    │ 0.002     │ 0.050" in shown
 
 
 def test_memory_is_shown_in_gib() -> None:

@@ -71,6 +71,12 @@ class Collector(Protocol[SegmentT]):
         """Events of this rank's collection since the launch started (``IterationResult.counted``)."""
         ...
 
+    def figures(self) -> dict[str, float]:
+        """Figures of the segment just collected, averaged over ranks in its update's metrics row
+        (``IterationResult.averaged``): collectors apart from the rank say how full their queues
+        were and how much of their time they waited for the learner."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -159,6 +165,9 @@ class EnvCollector:
         return restarted
 
     def counts(self) -> dict[str, float]:
+        return {}
+
+    def figures(self) -> dict[str, float]:
         return {}
 
     def close(self) -> None:

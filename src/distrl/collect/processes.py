@@ -123,6 +123,27 @@ def learner_gone() -> None:
         raise LearnerGone
 
 
+class WaitClock:
+    """A collector process's time waiting for its learner (a context per wait), as a share of
+    the time since the last ``share()``."""
+
+    def __init__(self) -> None:
+        self.since = time.perf_counter()
+        self.waited_s = 0.0
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.waited_s += time.perf_counter() - self.started
+
+    def share(self) -> float:
+        now = time.perf_counter()
+        share = self.waited_s / max(now - self.since, 1e-9)
+        self.since, self.waited_s = now, 0.0
+        return share
+
+
 @dataclass(frozen=True)
 class Schedule:
     """How a rank's collector processes run ahead of it (``collect.lag``, ``collect.weights``,
@@ -182,11 +203,13 @@ def run_part(
         taken = 0
         """Requests taken from the queue."""
         index = 0
+        waited = WaitClock()
         while True:
             # Exact: take the requests up to the one this segment acts for, waiting for it.
             # Newest: take every request waiting, waiting only for the first.
             while request is None or (requests.poll() if newest else taken <= max(index - lag, 0)):
-                message = from_learner(requests)
+                with waited:
+                    message = from_learner(requests)
                 if message is None:
                     return
                 request, new_weights = message
@@ -200,11 +223,13 @@ def run_part(
             while freed.poll():  # wake-ups from slots freed meanwhile: the states say which
                 freed.recv()
             while (slot := states.slot_to_write(schedule.drop_oldest, learner_gone)) is None:
-                from_learner(freed)
+                with waited:
+                    from_learner(freed)
             fields = slots.write(slot, segment)
             index += 1
             states.written(slot, index, learner_gone)
-            to_learner(finished, ("segment", (slot, index, fields)))
+            with waited:
+                to_learner(finished, ("segment", (slot, index, fields, waited.share())))
     except LearnerGone:
         return
     except BaseException as exc:
@@ -353,6 +378,13 @@ class CollectorProcesses:
         process has written over it since (``SlotStates.claim``)."""
         return self.running[index].states.claim(slot, number, lambda: self.check_alive(index))
 
+    def queued(self, index: int) -> int:
+        """Process ``index``'s segments waiting for the learner (0 for a process that died)."""
+        try:
+            return self.running[index].states.queued(lambda: self.check_alive(index))
+        except CollectorDied:
+            return 0
+
     def free(self, index: int, slot: int) -> None:
         """Slot ``slot`` of process ``index`` was read: it may write it again (woken, if waiting)."""
         self.running[index].states.free(slot, lambda: self.check_alive(index))
@@ -411,6 +443,11 @@ class LaggedCollection:
         """Each process's shared-memory slots, sent before its first segment."""
         self.numbers = [0] * processes.count
         """The number of each process's last segment taken (the process numbers them from 1)."""
+        self.queue_depths = [0] * processes.count
+        """Segments each process had waiting when the learner asked for the last one."""
+        self.idle_shares = [0.0] * processes.count
+        """The share of each process's time it waited for the learner, up to its last segment
+        taken."""
 
     def reset(self) -> torch.Tensor:
         self.processes.send(())
@@ -445,12 +482,13 @@ class LaggedCollection:
         episodes are cut where they were (``restarted``), as the episode statistics and replay's
         n-step returns need. A process that died is restarted (``restart``)."""
         max_age, dropped, failures = self.processes.max_age, False, 0
+        self.queue_depths[index] = self.processes.queued(index)
         while True:
             try:
                 slots = self.slots[index]
                 if slots is None:
                     slots = self.slots[index] = SegmentSlots(self.processes.take(index, "slots"))
-                slot, number, fields = self.processes.take(index, "segment")
+                slot, number, fields, self.idle_shares[index] = self.processes.take(index, "segment")
                 if not self.processes.claim(index, slot, number):
                     continue  # written over since it was queued: the gap counts it
             except CollectorDied as died:
@@ -492,6 +530,13 @@ class LaggedCollection:
 
     def counts(self) -> dict[str, float]:
         return {"dropped_segments": float(self.dropped), "collector_restarts": float(self.processes.restarts)}
+
+    def figures(self) -> dict[str, float]:
+        count = self.processes.count
+        return {
+            "queue_depth": sum(self.queue_depths) / count,
+            "collector_idle_share": sum(self.idle_shares) / count,
+        }
 
     def close(self) -> None:
         self.processes.stop()

@@ -129,6 +129,11 @@ class SlotStates:
             states[slot] = READING
             return True
 
+    def queued(self, gone: Callable[[], None]) -> int:
+        """Segments written and not yet taken by the learner."""
+        with self.locked(gone) as states:
+            return int((states > 0).sum())
+
     def free(self, slot: int, gone: Callable[[], None]) -> None:
         with self.locked(gone) as states:
             states[slot] = FREE

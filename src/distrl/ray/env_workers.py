@@ -139,6 +139,8 @@ class RemoteCollection:
         self.clock = clock or PhaseClock()
         self.queued: deque[QueuedCall] = deque()
         """Segments sent to the workers and not yet taken, oldest first."""
+        self.queue_depth = 0
+        """Segments every worker had finished when the learner asked for the last one."""
 
     def reset(self) -> torch.Tensor:
         return torch.cat(self.workers.call_all("reset")).to(self.device)
@@ -157,6 +159,7 @@ class RemoteCollection:
             every = [(weights, request)] * len(self.workers.handles)
             while len(self.queued) <= self.lag:
                 self.queued.append(self.workers.send("collect", every))
+        self.queue_depth = sum(_finished(call) for call in self.queued)
         with self.clock("collector_wait"):
             parts = self.workers.take(self.queued.popleft(), self.queued)
         return type(parts[0]).join(parts, self.device)
@@ -164,5 +167,16 @@ class RemoteCollection:
     def counts(self) -> dict[str, float]:
         return self.workers.counts()
 
+    def figures(self) -> dict[str, float]:
+        return {"queue_depth": float(self.queue_depth)}
+
     def close(self) -> None:
         """The workers belong to the Ray job and end with it (segments still queued are dropped)."""
+
+
+def _finished(call: QueuedCall) -> bool:
+    """Every worker has finished ``call`` (without waiting)."""
+    import ray
+
+    done, _ = ray.wait(call.refs, num_returns=len(call.refs), timeout=0)
+    return len(done) == len(call.refs)

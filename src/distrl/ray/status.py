@@ -210,15 +210,17 @@ def print_report(report: dict[str, Any]) -> None:
 
 def print_collection(console: Any, job: str, workers: list[dict[str, Any]]) -> None:
     """The learners collecting ahead (``collect.lag``): the age of their last update's samples,
-    segments dropped for their age, and their last update's seconds publishing weights and
-    waiting for samples."""
+    segments dropped for their age, the segments their env workers had finished when they asked
+    (the queue's depth), and their last update's seconds publishing weights and waiting for
+    samples."""
     from rich.table import Table
 
     ahead = [w for w in workers if "sample_age" in w.get("collection", {})]
     if not ahead:
         return
     table = Table(title=f"job distrl-{job}: collecting ahead of the learners (last update)")
-    for column in ("learner", "sample age", "dropped", "update s", "publish s", "waited s"):
+    table.add_column("learner", no_wrap=True)
+    for column in ("age", "dropped", "queued", "update s", "publish s", "wait s"):
         table.add_column(column)
     for w in ahead:
         figures = w["collection"]
@@ -227,6 +229,7 @@ def print_collection(console: Any, job: str, workers: list[dict[str, Any]]) -> N
             w["name"],
             f"{figures['sample_age']:g}",
             f"{figures.get('dropped_segments', 0.0):g}",
+            f"{figures['queue_depth']:g}" if "queue_depth" in figures else "",
             f"{figures['time/update']:.3f}",
             f"{figures.get('time/publish', 0.0):.3f}",
             f"{waited:.3f}",

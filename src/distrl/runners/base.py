@@ -45,7 +45,7 @@ class EvalWorkers(Protocol):
 
 
 COLLECTION_FIGURES = (
-    "sample_age", "dropped_segments", "time/publish", "time/collector_wait", "time/generate",
+    "sample_age", "dropped_segments", "queue_depth", "time/publish", "time/collector_wait", "time/generate",
 )  # fmt: skip
 """A rank's figures of collection ahead of it, shown live (``StatusBoard``) where its update has them."""
 

@@ -154,6 +154,7 @@ class OnPolicyRunner(Runner):
                 **losses,
                 "collect_share": collect_s / (time.perf_counter() - start),
                 "sample_age": sample_age,
+                **self.collection.figures(),
             },
             replicated={
                 "learning_rate": lr,

@@ -122,6 +122,7 @@ class ReplayRunner(Runner):
                 **stats,
                 "collect_share": collect_s / (time.perf_counter() - start),
                 "sample_age": sample_age,
+                **self.collection.figures(),
             },
             replicated={"learning_rate": lr, self.exploration_metric: exploration, "skipped_steps": skipped},
             counted=self.collection.counts(),
