@@ -95,10 +95,13 @@ def test_newest_weights_drop_and_count_old_segments_and_a_full_queues_oldest(tmp
     free = train(tmp_path / "free", config, *budget, "collect.processes=1", "collect.weights=newest")
     assert all(row["sample_age"] >= 0 for row in free) and free[-1]["dropped_segments"] == 0
     # Dropping the oldest of a full queue: the process never waits, the learner counts its drops.
+    # Small segments and long updates (30 epochs): the process fills its queue during each update.
     newest = ["collect.processes=1", "collect.weights=newest", "collect.queue_full=drop_oldest"]
-    dropping = train(tmp_path / "dropping", config, *budget, *newest)
-    assert dropping[-1]["dropped_segments"] > 0
-    assert [row["global_step"] for row in dropping] == [row["global_step"] for row in free]
+    slow_learner = ["env.num_envs=8", "algo.rollout_steps=8", "algo.minibatch_size=32"]
+    slow_learner.append("algo.update_epochs=30")
+    dropping = train(tmp_path / "dropping", config, "train.total_steps=2048", *slow_learner, *newest)
+    assert dropping[-1]["dropped_segments"] > len(dropping)
+    assert [row["global_step"] for row in dropping] == list(range(64, 2049, 64))  # whole segments
 
 
 @pytest.mark.slow
