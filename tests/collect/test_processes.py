@@ -28,6 +28,7 @@ from tests.helpers import (
     children,
     clean_env,
     distrl,
+    run_python,
 )
 from tests.ray_cluster import metrics_rows, param_digests
 
@@ -248,6 +249,18 @@ def test_a_process_that_dies_more_than_max_restarts_stops_the_run_in_one_line(tm
         "distrl: error: collector process 0 ended (exit code 1): 1 failure in a row, more than "
         "collect.max_restarts=0"
     ]
+
+
+@pytest.mark.slow
+def test_a_learner_failing_before_training_ends_with_its_processes(tmp_path: Path) -> None:
+    """The envs' first reset fails, before the training loop (and its closing of the collector)
+    began: the learner still ends, its collector processes stopped at its exit (they are not
+    daemons, and ``multiprocessing`` would wait for them)."""
+    result = run_python(
+        "-m", "distrl", "train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), *QUIET,
+        "--env", "tests.envs.toy:FailingResetEnv", "collect.processes=1", timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1 and "a bug in the user's reset" in result.stderr
 
 
 @pytest.mark.slow

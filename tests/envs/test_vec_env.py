@@ -89,9 +89,11 @@ def test_mujoco_warns_once_however_many_envs_are_built() -> None:
     [
         EnvConfig(id="CartPole-v1"),
         EnvConfig(id="tests.envs.toy:CountingEnv", max_episode_steps=7),  # truncations: final_obs
+        # An id a package registers: each env process imports it (env.imports) before making it.
+        EnvConfig(id="DistrlToy/Counting-v0", imports=["tests.envs.registers_ids"]),
         EnvConfig(id="tests.envs.toy:DictCueEnv", kwargs={"image": True}, obs_keys=["frame", "flags"]),
     ],
-    ids=["cartpole", "time-limit", "dict-image"],
+    ids=["cartpole", "time-limit", "registered-id", "dict-image"],
 )
 def test_envs_stepped_in_processes_of_their_own_step_as_in_one(cfg: EnvConfig) -> None:
     """``gymnasium_async``: the same seeds and actions give the same steps as ``gymnasium``."""

@@ -84,6 +84,13 @@ class CrashingEnv(CountingEnv):
         return super().step(action)
 
 
+class FailingResetEnv(CountingEnv):
+    """Like CountingEnv, but its reset raises: a user's env with a bug, found at the first reset."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        raise ValueError("a bug in the user's reset")
+
+
 class BrightnessEnv(gym.Env):
     """A tiny image task: each step shows a uint8 image, bright or dark (a seeded coin), and pays
     1 for action 1 on a bright image and for action 0 on a dark one; 16 steps an episode. A

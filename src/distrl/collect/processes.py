@@ -18,7 +18,8 @@ correction is the algorithm's), and a run as deterministic as one without proces
 With ``collect.weights: newest`` a process instead starts each segment with the newest request
 it has been sent, never waiting for the learner (as Sample Factory's and RLlib's APPO collect),
 at most ``max(L, 1)`` finished segments ahead (waiting for the learner to read one, or with
-``collect.queue_full: drop_oldest`` writing over the oldest it has not begun to read); ages then
+``collect.queue_full: drop_oldest`` writing over the oldest it has not begun to read, of up to
+``max(L, 1) + 2``); ages then
 vary with timing. With ``collect.max_age: K`` the learner drops segments more than ``K`` updates
 older than its weights. Dropped segments of either kind are counted (``dropped_segments``). An
 off-policy algorithm explores (DQN's epsilon) as the request a segment acts for asks.
@@ -26,6 +27,7 @@ off-policy algorithm explores (DQN's epsilon) as the request a segment acts for 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import math
@@ -174,7 +176,6 @@ def run_part(
     schedule: Schedule,
     requests: Connection,
     finished: multiprocessing.Queue,
-    freed: Connection,
     states: SlotStates,
     generation: int = 0,
 ) -> None:
@@ -186,9 +187,10 @@ def run_part(
     (else None); None instead of a request: stop. Each segment is written into a shared-memory
     slot (``collect.segment_slots``; the slots themselves sent once, before the first) that
     ``states`` says is free (or, ``schedule.drop_oldest``, holds the oldest queued segment), and
-    its slot and number put on ``finished``; ``freed`` wakes the process when the learner frees a
-    slot. Whatever goes wrong is sent as ``("error", message, is_user_error)``; the process ends
-    with the learner, whichever way it ended."""
+    its slot and number put on ``finished``: waiting for room there is what holds a process back
+    (``schedule.slots`` leaves a slot free whenever there is room). Whatever goes wrong is sent as
+    ``("error", message, is_user_error)``; the process ends with the learner, whichever way it
+    ended."""
     part: CollectorPart | None = None
     slots: SegmentSlots | None = None
     lag, newest = schedule.lag, schedule.newest
@@ -220,14 +222,12 @@ def run_part(
             if slots is None:
                 slots = SegmentSlots.like(segment, schedule.slots)
                 to_learner(finished, ("slots", slots.segments))
-            while freed.poll():  # wake-ups from slots freed meanwhile: the states say which
-                freed.recv()
-            while (slot := states.slot_to_write(schedule.drop_oldest, learner_gone)) is None:
-                with waited:
-                    from_learner(freed)
+            slot = states.slot_to_write(schedule.drop_oldest, learner_gone)
             fields = slots.write(slot, segment)
             index += 1
             states.written(slot, index, learner_gone)
+            # The share sent is of the time up to now; waiting for room in the queue counts
+            # towards the next segment's.
             with waited:
                 to_learner(finished, ("segment", (slot, index, fields, waited.share())))
     except LearnerGone:
@@ -241,6 +241,9 @@ def run_part(
             while from_learner(requests) is not None:
                 pass
     finally:
+        # A learner that is gone reads nothing more: what is still buffered for it must not keep
+        # this process from ending (the queue's feeder would wait on a full pipe for ever).
+        finished.cancel_join_thread()
         if part is not None:
             part.close()
 
@@ -263,15 +266,12 @@ class CollectorProcess:
     queue would outlive ``stop``)."""
     finished: multiprocessing.Queue
     """From the process: its spaces, first observations, slots, segments and errors."""
-    freed: Connection
-    """A word when the learner frees one of its slots."""
     states: SlotStates
     """Its slots' states, shared with it."""
 
     def close(self) -> None:
         self.finished.close()
         self.requests.close()
-        self.freed.close()
 
 
 class CollectorProcesses:
@@ -298,6 +298,7 @@ class CollectorProcesses:
                 f"collect.processes={self.count} for this rank's {len(seeds)} envs: every collector "
                 "process needs at least one env (raise env.num_envs or lower collect.processes)"
             )
+        atexit.register(self.stop)  # registered after multiprocessing's exit hook: runs before it
         for i in range(self.count):
             first, count = even_split(len(seeds), i, self.count)
             self.parts.append((cfg, seeds[first : first + count], noise_seed, len(seeds), first))
@@ -307,18 +308,17 @@ class CollectorProcesses:
     def spawn(self, index: int, generation: int = 0) -> CollectorProcess:
         """Start process ``index`` (its ``generation``-th start) with channels of its own."""
         context = torch.multiprocessing.get_context("spawn")
-        (requests_in, requests), (freed_in, freed) = context.Pipe(False), context.Pipe(False)
+        requests_in, requests = context.Pipe(False)
         # Dropping the oldest, a process never waits to queue: its stale messages are few and small.
         finished = context.Queue(maxsize=0 if self.schedule.drop_oldest else self.schedule.queued)
         states = SlotStates(self.schedule.slots, context.Lock(), POLL_S)
-        channels = (requests_in, finished, freed_in, states)
+        channels = (requests_in, finished, states)
         args = (*self.parts[index], self.schedule, *channels, generation)
         # Not a daemon: its envs may step in processes of their own (env.backend: gymnasium_async).
         process = context.Process(target=run_part, args=args, name=f"distrl-collector-{index}")
         process.start()
-        requests_in.close()  # the process's ends: a process that ended leaves them broken
-        freed_in.close()
-        return CollectorProcess(process, requests, finished, freed, states)
+        requests_in.close()  # the process's end: a process that ended leaves it broken
+        return CollectorProcess(process, requests, finished, states)
 
     def restart(self, index: int) -> None:
         """Start process ``index`` again (fresh env seeds), its envs reset: it then collects as at
@@ -386,25 +386,26 @@ class CollectorProcesses:
             return 0
 
     def free(self, index: int, slot: int) -> None:
-        """Slot ``slot`` of process ``index`` was read: it may write it again (woken, if waiting)."""
-        self.running[index].states.free(slot, lambda: self.check_alive(index))
-        to_process(self.running[index].freed, slot)
+        """Slot ``slot`` of process ``index`` was read: it may write it again. A process that died
+        meanwhile is found (and restarted) by the next ``take``."""
+        with contextlib.suppress(CollectorDied):
+            self.running[index].states.free(slot, lambda: self.check_alive(index))
 
     def stop(self) -> None:
         """Tell every process to stop, taking what they still send so that none stays blocked on
-        a full queue or waiting for a slot; kill what has not ended within ``STOP_TIMEOUT_S``."""
+        a full queue; kill what has not ended within ``STOP_TIMEOUT_S``. Also run at the
+        interpreter's exit (before ``multiprocessing`` joins its children, which are not daemons)
+        when a launch ends on an error before its runner closed its collector."""
+        atexit.unregister(self.stop)
         self.send(None)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for index, running in enumerate(self.running):
+        for running in self.running:
             process = running.process
             while process.is_alive() and time.monotonic() < deadline:
-                # The slots of segments dropped here are freed, so that no process waits for one
-                # before it reads the word to stop. A message with tensors comes through its
-                # sender's socket: one that has just ended leaves it unreadable, dropped likewise.
-                with contextlib.suppress(queue.Empty, OSError, EOFError, CollectorDied):
-                    kind, body, *_ = running.finished.get(timeout=0.05)
-                    if kind == "segment" and self.claim(index, *body[:2]):
-                        self.free(index, body[0])
+                # A message with tensors comes through its sender's socket: one that has just
+                # ended leaves it unreadable, dropped likewise.
+                with contextlib.suppress(queue.Empty, OSError, EOFError):
+                    running.finished.get(timeout=0.05)
                 process.join(0.0)
             if process.is_alive():
                 process.kill()

@@ -99,11 +99,12 @@ class SlotStates:
         finally:
             self.lock.release()
 
-    def slot_to_write(self, drop_oldest: bool, gone: Callable[[], None]) -> int | None:
+    def slot_to_write(self, drop_oldest: bool, gone: Callable[[], None]) -> int:
         """The process's next slot to write, marked as being written: a free one, else (with
         ``drop_oldest``) the one holding the oldest queued segment, which is lost (the learner
-        sees the gap in the numbers). None: every slot is queued or read, and the process waits
-        for one to be freed."""
+        sees the gap in the numbers). A process that waits for room in its queue before it
+        writes again always finds a free slot (its queue, the slot the learner reads and the one
+        it writes are fewer than its slots)."""
         with self.locked(gone) as states:
             free = (states == FREE).nonzero()
             if len(free):
@@ -111,7 +112,7 @@ class SlotStates:
             elif drop_oldest and bool((queued := states > 0).any()):
                 slot = int(torch.where(queued, states, states.max() + 1).argmin())
             else:
-                return None
+                raise RuntimeError(f"no slot free to write: {states.tolist()}")
             states[slot] = WRITING
             return slot
 

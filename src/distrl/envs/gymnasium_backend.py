@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
+from distrl.envs import import_env_packages
 from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.envs.dict_obs import PackedDict, packed
 from distrl.envs.user_class import import_env_class, is_class_spec
@@ -54,7 +55,13 @@ def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
     if isinstance(entry_point, str):  # its module imports the simulator, if it has one
         importlib.import_module(entry_point.partition(":")[0])
     show_mujoco_warnings_once()
-    return lambda: gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+
+    def make_registered() -> gym.Env:
+        # An env process (gymnasium_async) starts fresh: the packages registering the id first.
+        import_env_packages(cfg.imports)
+        return gym.make(cfg.id, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs)
+
+    return make_registered
 
 
 _mujoco_warnings_shown: set[str] = set()
