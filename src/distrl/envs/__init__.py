@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -11,12 +9,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from distrl import extras
 from distrl.config.sections import EnvConfig
 from distrl.env_backends import ENV_BACKENDS
+from distrl.env_packages import import_env_packages
 from distrl.envs.base import StepResult, VecEnv
 from distrl.errors import UserError
-from distrl.extras import require_extra
 from distrl.user_code import load
 
 if TYPE_CHECKING:
@@ -37,20 +34,6 @@ def make_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device | No
     env = build(cfg, seeds, device or torch.device("cpu"))
     _check_spaces(cfg, env)
     return env
-
-
-def import_env_packages(modules: list[str]) -> None:
-    """Import ``env.imports`` (each registers its env ids when imported); one line for a module
-    that is not installed. An installed one that fails to import raises its own error."""
-    for module in modules:
-        if module in extras.ENV_PACKAGES:
-            require_extra(extras.ENV_PACKAGES[module], (module,), f"env.imports: {module}")
-        if importlib.util.find_spec(module) is None:
-            raise UserError(
-                f"env.imports: no module {module!r} is installed (install the package that "
-                "registers your env ids, or remove it from env.imports)"
-            )
-        importlib.import_module(module)
 
 
 def check_env(cfg: EnvConfig) -> None:

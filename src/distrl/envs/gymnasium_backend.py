@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
-from distrl.envs import import_env_packages
+from distrl.env_packages import import_env_packages
 from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.envs.dict_obs import PackedDict, packed
 from distrl.envs.user_class import import_env_class, is_class_spec
