@@ -54,11 +54,14 @@ def mean_age(rows: list[dict]) -> float:
     return statistics.mean(row.get("sample_age", 0.0) for row in rows)
 
 
-def print_speeds(speeds: dict[str, list[float]], ages: dict[str, float], steps: int, repeats: int) -> None:
-    base = statistics.median(speeds["ppo"])
-    print(f"\n## Collecting while learning, CartPole-v1, {steps:,} env steps, medians of {repeats} "
-          "interleaved runs\n")  # fmt: skip
-    print("| contender | env steps/s | vs ppo | mean sample age |")
+def print_speeds(
+    speeds: dict[str, list[float]], ages: dict[str, float], base_name: str, heading: str
+) -> None:
+    """A table of each contender's median env steps/s, as a multiple of ``base_name``'s, and its
+    mean sample age, under ``heading``."""
+    base = statistics.median(speeds[base_name])
+    print(f"\n## {heading}\n")
+    print(f"| contender | env steps/s | vs {base_name} | mean sample age |")
     print("| --- | --- | --- | --- |")
     for name, values in speeds.items():
         median = statistics.median(values)
@@ -83,7 +86,11 @@ def main() -> None:
                 ages[name] = mean_age(rows)
                 print(f"{name}: {steps / seconds:,.0f} env steps/s", flush=True)
         if args.repeats:
-            print_speeds(speeds, ages, args.steps, args.repeats)
+            heading = (
+                f"Collecting while learning, CartPole-v1, {args.steps:,} env steps, medians of "
+                f"{args.repeats} interleaved runs"
+            )
+            print_speeds(speeds, ages, "ppo", heading)
         if args.solve:
             print("\n| contender | seed | env steps to the stop return | loop seconds |")
             print("| --- | --- | --- | --- |")

@@ -22,11 +22,10 @@ Usage: python benchmarks/env_processes_bench.py [--steps 32768] [--work-us 500] 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
-from collector_processes_bench import APPO, CONFIG, mean_age, train
+from collector_processes_bench import APPO, CONFIG, mean_age, print_speeds, train
 
 ASYNC = "env.backend=gymnasium_async"
 CONTENDERS = {
@@ -59,15 +58,11 @@ def main() -> None:
                 speeds[name].append(steps / seconds)
                 ages[name] = mean_age(rows)
                 print(f"{name}: {steps / seconds:,.0f} env steps/s", flush=True)
-    base = statistics.median(speeds["PPO, envs in the rank"])
-    print(f"\n## Envs in processes of their own, {args.work_us:g} us of work a step, {args.steps:,} env "
-          f"steps, medians of {args.repeats} interleaved runs\n")  # fmt: skip
-    print("| contender | env steps/s | vs envs in the rank | mean sample age |")
-    print("| --- | --- | --- | --- |")
-    for name, values in speeds.items():
-        median = statistics.median(values)
-        print(f"| {name} | {median:,.0f} | {median / base:.2f}x | {ages[name]:.2f} |")
-
+    heading = (
+        f"Envs in processes of their own, {args.work_us:g} us of work a step, {args.steps:,} env steps, "
+        f"medians of {args.repeats} interleaved runs"
+    )
+    print_speeds(speeds, ages, "PPO, envs in the rank", heading)
 
 if __name__ == "__main__":
     main()
