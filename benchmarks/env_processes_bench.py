@@ -64,5 +64,6 @@ def main() -> None:
     )
     print_speeds(speeds, ages, "PPO, envs in the rank", heading)
 
+
 if __name__ == "__main__":
     main()
