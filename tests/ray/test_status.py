@@ -45,8 +45,13 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
             assert job.poll() is None, job.stderr.read()[-3000:]
             assert time.monotonic() < deadline, "the job wrote no metrics"
             time.sleep(0.2)
-        shown = distrl("status", "--ray-address", ray_head, "--json")
-        assert shown.returncode == 0, shown.stderr[-3000:]
+        # The learner publishes at most once a second, its first update at once (age 0 then): ask
+        # again until it has published a later one.
+        while True:
+            shown = distrl("status", "--ray-address", ray_head, "--json")
+            assert shown.returncode == 0, shown.stderr[-3000:]
+            if learner_sample_ages(shown.stdout) not in ([], [0]) or job.poll() is not None:
+                break
         _, stderr = job.communicate(timeout=300)
     finally:
         job.kill()
@@ -88,6 +93,11 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     assert traces == ["env", "env", "eval", "rank0.json"]
     for trace in (run_dir / "profile").iterdir():
         assert json.loads(trace.read_text())["traceEvents"]
+
+
+def learner_sample_ages(report: str) -> list[float]:
+    workers = json.loads(report)["workers"]
+    return [w.get("collection", {}).get("sample_age", 0) for w in workers if w["group"] == "policy"]
 
 
 def test_learners_collecting_ahead_get_a_table_of_their_own(capsys: pytest.CaptureFixture[str]) -> None:
