@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from distrl.algos.a2c_config import A2CConfig
-from distrl.algos.flat_gradients import FlatGradients, GradientSync, set_learning_rate
+from distrl.algos.flat_gradients import GradientSync, gradients_for, set_learning_rate
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch
 from distrl.timing import PhaseClock
@@ -41,7 +41,7 @@ class A2C:
         self.cfg = cfg
         self.gradient_sync = gradient_sync
         self.clock = clock or PhaseClock()
-        self.grads = FlatGradients(list(policy.parameters()), self.clock)
+        self.grads = gradients_for(list(policy.parameters()), self.clock)
         self.optimizer = torch.optim.RMSprop(
             policy.parameters(), lr=cfg.learning_rate, alpha=cfg.rms_prop_alpha, eps=cfg.rms_prop_eps
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
@@ -12,6 +12,8 @@ from distrl.algos.on_policy_config import OnPolicySection
 class A2CConfig(OnPolicySection):
     """Synchronous advantage actor-critic (Mnih et al. 2016, as SB3's A2C): one RMSprop step on
     each whole rollout, summed over ranks."""
+
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("sharding",)
 
     name: Literal["a2c"]
     """The algorithm: synchronous advantage actor-critic."""

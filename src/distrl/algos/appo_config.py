@@ -3,7 +3,7 @@ and the target network's cadence."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
@@ -14,6 +14,9 @@ class APPOConfig(PPOConfig):
     """Asynchronous PPO (RLlib's APPO): PPO's clipped surrogate on V-trace advantages, for samples
     acted by older weights (``collect.lag``); the surrogate's ratio is taken against a target
     network, and V-trace's importance ratios are the target network's over the policy that acted."""
+
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile",)
+    """Not ``sharding``: its target network is a copy of the whole policy."""
 
     name: Literal["appo"]  # type: ignore[assignment]
     """The algorithm: asynchronous PPO with V-trace."""

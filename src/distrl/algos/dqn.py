@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from distrl.algos.dqn_config import DQNConfig
-from distrl.algos.flat_gradients import FlatGradients, GradientSync, polyak_update_, set_learning_rate
+from distrl.algos.flat_gradients import GradientSync, gradients_for, polyak_update_, set_learning_rate
 from distrl.storage.replay import TransitionBatch
 from distrl.timing import PhaseClock
 
@@ -40,7 +40,7 @@ class DQN:
         self.params = list(q_network.parameters())
         self.clock = clock or PhaseClock()
         """Where the update's phases are timed (the training loop's clock)."""
-        self.grads = FlatGradients(self.params, self.clock)
+        self.grads = gradients_for(self.params, self.clock)
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
         self.gradient_steps_done = 0
 

@@ -10,15 +10,13 @@ sets them to ``None`` (``optimizer.zero_grad()`` would: use ``zero_()``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
 
+from distrl.comm.sharded import GradientSync, ShardedGradients, is_sharded
 from distrl.timing import PhaseClock
-
-GradientSync = Callable[[torch.Tensor], None]
-"""Sums a flat buffer over all ranks in place (in one process: leaves it as it is)."""
 
 
 class FlatGradients:
@@ -113,6 +111,17 @@ class FlatGradients:
         return norm
 
 
+Gradients = FlatGradients | ShardedGradients
+
+
+def gradients_for(params: Sequence[nn.Parameter], clock: PhaseClock | None = None) -> Gradients:
+    """The gradients of ``params``: one flat buffer, or FSDP's shards when the learner is sharded
+    (``train.sharding``); both take the same steps."""
+    if is_sharded(params):
+        return ShardedGradients(params, params[0].device_mesh.size(), clock)
+    return FlatGradients(params, clock)
+
+
 def set_learning_rate(optimizers: Iterable[torch.optim.Optimizer], lr: float) -> None:
     for optimizer in optimizers:
         for group in optimizer.param_groups:
@@ -141,11 +150,11 @@ class SeparateNetworks:
     ) -> None:
         self.sync = sync
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
-        self.grads: dict[str, FlatGradients] = {}
+        self.grads: dict[str, Gradients] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         for name, network in networks.items():
             params = list(network.parameters())
-            self.grads[name] = FlatGradients(params, clock)
+            self.grads[name] = gradients_for(params, clock)
             # The fused kernel is several times faster than the per-tensor loop for small networks.
             self.optimizers[name] = torch.optim.Adam(params, lr=lr, eps=adam_eps, fused=True)
 

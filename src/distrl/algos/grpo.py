@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from distrl import precision
-from distrl.algos.flat_gradients import FlatGradients, GradientSync, set_learning_rate
+from distrl.algos.flat_gradients import GradientSync, gradients_for, set_learning_rate
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.models.generate import chosen_log_probs_and_entropy, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
@@ -176,7 +176,7 @@ class GRPO:
         self.entropy_coef = cfg.entropy_coef
         """The entropy bonus's weight in the next update (``entropy_coefficient`` may raise it)."""
         params = list(policy.parameters())
-        self.grads = FlatGradients(params, self.clock)
+        self.grads = gradients_for(params, self.clock)
         self.optimizer = optimizer_for(
             params,
             lambda weights: torch.optim.AdamW(

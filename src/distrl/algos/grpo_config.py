@@ -114,6 +114,7 @@ class GRPOConfig(AlgorithmSection):
         "activation_checkpointing",
         "gradient_accumulation_steps",
         "optimizer_offload",
+        "sharding",
     )
     sections: ClassVar[dict[str, type[Section]]] = {"task": TaskConfig, "model": SequenceModelConfig}
     phases: ClassVar[tuple[str, ...]] = ("generate", "score", "log_probs")

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import torch
 
-from distrl.algos.flat_gradients import FlatGradients, GradientSync, set_learning_rate
+from distrl.algos.flat_gradients import GradientSync, gradients_for, set_learning_rate
 from distrl.algos.ppo_config import PPOConfig
 from distrl.compile import compiled_if
 from distrl.models.actor_critic import ActorCritic
@@ -67,7 +67,7 @@ class PPO:
         self.params = list(policy.parameters())
         self.clock = clock or PhaseClock()
         """Where the update's phases are timed (the training loop's clock)."""
-        self.grads = FlatGradients(self.params, self.clock)
+        self.grads = gradients_for(self.params, self.clock)
         # The fused kernel is several times faster than the per-tensor loop for small networks.
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
         self.loss_terms = compiled_if(compile_loss, self.loss, self.params[0].device)

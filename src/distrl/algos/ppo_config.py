@@ -16,7 +16,7 @@ DEFAULT_MINIBATCH_SIZE = 256
 class PPOConfig(OnPolicySection):
     """Clipped-surrogate PPO; ``algo.name: ppo`` (the default)."""
 
-    honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile",)
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile", "sharding")
 
     name: Literal["ppo"] = "ppo"
     """The algorithm: decentralized distributed PPO."""

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.comm.base import Comm
-from distrl.errors import PeerFailure
+from distrl.errors import PeerFailure, UserError
 from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
 from distrl.timing import PhaseClock
 
@@ -90,6 +90,10 @@ class TorchComm(Comm):
             t.copy_(flat[offset : offset + t.numel()].view_as(t))
             offset += t.numel()
 
+    def shard_(self, module: torch.nn.Module, sharding: str) -> None:
+        """Shard ``module``'s weights, gradients and optimiser state over the ranks (``comm.sharded``)
+        when ``sharding`` (``train.sharding``) asks; one process has nothing to shard over."""
+
     def _scalar_device(self) -> torch.device:
         return torch.device("cpu")
 
@@ -149,6 +153,26 @@ class TorchGroupComm(TorchComm):
             sums["socket"] = socket_sum.sum_
         self.sum_algorithm = sum_algorithm
         self._sum_ = sums[sum_algorithm]
+
+    ranks_per_node: int = 1
+    """Ranks on each node (the launcher's), for HSDP's mesh."""
+
+    def shard_(self, module: torch.nn.Module, sharding: str) -> None:
+        if sharding == "none":
+            return
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from distrl.comm.sharded import shard_module_
+
+        nodes, remainder = divmod(self.world_size, self.ranks_per_node)
+        if sharding == "hsdp" and (nodes < 2 or remainder):
+            raise UserError(
+                f"train.sharding=hsdp replicates across nodes and shards within each, so it needs 2 or "
+                f"more nodes of equal size; this run has {self.world_size} rank(s), {self.ranks_per_node} "
+                "per node: use train.sharding=fsdp"
+            )
+        shape = (nodes, self.ranks_per_node) if sharding == "hsdp" else (self.world_size,)
+        shard_module_(module, init_device_mesh(self._device.type, shape))
 
     @_collective
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -162,6 +162,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     cfg = config_from_dict(data, source)
     _check_switches_honoured(cfg, source)
     _check_collectors_apart(cfg, source)
+    _check_sharding(cfg, source)
     return cfg
 
 
@@ -176,12 +177,37 @@ def _check_collectors_apart(cfg: RunConfig, source: str) -> None:
         )
 
 
+def _check_sharding(cfg: RunConfig, source: str) -> None:
+    """What sharded learners cannot do yet, each said in one line: every rank must run the same
+    forward passes, and the weights exist whole only while the ranks gather them together."""
+    sharding = cfg.train.sharding
+    if sharding == "none":
+        return
+    refused = {
+        "ml_framework: jax (JAX learners are replicated)": cfg.ml_framework == "jax",
+        "train.compile=true": cfg.train.compile,
+        "train.optimizer_offload=true (FSDP's own offload is not wired in yet)": cfg.train.optimizer_offload,
+        f"train.straggler_threshold={cfg.train.straggler_threshold} (ranks must step alike)": (
+            cfg.train.straggler_threshold is not None
+        ),
+        f"collect.processes={cfg.collect.processes}": cfg.collect.processes > 0,
+        "Ray mode's env, generation or eval workers": collecting_workers(cfg) + cfg.workers.eval > 0,
+    }
+    for what, present in refused.items():
+        if present:
+            raise UserError(
+                f"{source}: train.sharding={sharding} does not work with {what}; use train.sharding=none"
+            )
+
+
 def collecting_workers(cfg: RunConfig) -> int:
     """Ray mode's workers that collect for the learners (env workers; GRPO's generation workers)."""
     return sum(getattr(cfg.workers, group, 0) for group in ("env", "generation"))
 
 
-TRAIN_SWITCHES = ("compile", "activation_checkpointing", "gradient_accumulation_steps", "optimizer_offload")
+TRAIN_SWITCHES = (
+    "compile", "activation_checkpointing", "gradient_accumulation_steps", "optimizer_offload", "sharding"
+)  # fmt: skip
 """``train`` keys an algorithm must honour to be given them (``honoured_train_switches``) unless
 they are at their defaults."""
 

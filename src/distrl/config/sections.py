@@ -172,6 +172,12 @@ class TrainConfig(Section):
     """Keep only each transformer block's input for the backward pass and recompute the rest
     there (GRPO's sequence policy; refused elsewhere): activation memory drops by more than half
     for about a third more compute."""
+    sharding: Literal["none", "fsdp", "hsdp"] = "none"
+    """How the learners hold the policy (PPO, A2C, APPO and GRPO with a torch learner; refused
+    elsewhere). ``none``: every rank holds all of it and ranks sum gradients; ``fsdp``: each rank
+    holds a shard of the weights, their gradients and the optimiser's state (FSDP2), gathering a
+    layer's weights only while it computes (docs/concepts/sharding.md); ``hsdp``: shards within
+    each node, replicas across nodes (2 or more nodes of equal size)."""
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""

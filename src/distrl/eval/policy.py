@@ -30,7 +30,7 @@ class LoadedPolicy:
 def load_policy(path: Path) -> LoadedPolicy:
     """Rebuild the deterministic policy stored in a checkpoint or run dir; no env is built."""
     checkpoint = ckpt.resolve_checkpoint(path)
-    saved = read_state(ckpt.load_checkpoint(checkpoint), str(checkpoint))
+    saved = read_state(ckpt.load_checkpoint(checkpoint), checkpoint)
     cfg, policy = policy_from_saved(saved, str(checkpoint / "state.json"))
     return LoadedPolicy(
         cfg, policy, saved.meta["algorithm"], saved.observation_space, checkpoint, saved.meta["global_step"]

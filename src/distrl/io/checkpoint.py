@@ -2,8 +2,10 @@
 
 A checkpoint is held in memory as ``{file name: bytes}``; on disk it is a directory
 ``checkpoints/step_<global step>/`` with those files plus ``manifest.json`` (sha256 of each
-file). It is written to a temporary directory and renamed into place, so a reader never sees a
-half-written checkpoint. The same bytes travel between ranks with ``pack``/``unpack``.
+file), and for a sharded learner folders of shards that each rank writes and reads itself
+(``io.shards``), never held in memory whole. It is written to a temporary directory and renamed
+into place, so a reader never sees a half-written checkpoint. The same bytes travel between
+ranks with ``pack``/``unpack``.
 """
 
 from __future__ import annotations
@@ -59,15 +61,27 @@ def checkpoint_dir_name(global_step: int) -> str:
     return f"{_PREFIX}{global_step:012d}"
 
 
-def save_checkpoint(root: Path, global_step: int, files: CheckpointFiles, keep_last: int) -> Path:
-    """Atomically write ``files`` as ``root/step_<global_step>`` and prune old checkpoints."""
+def shards_dir(root: Path, global_step: int) -> Path:
+    """Where every rank of a sharded learner writes its shards of a checkpoint (``io.shards``)
+    before rank 0 completes it (``save_checkpoint``): the same path on every rank."""
+    return root / f".{checkpoint_dir_name(global_step)}.tmp-shards"
+
+
+def save_checkpoint(
+    root: Path, global_step: int, files: CheckpointFiles, keep_last: int, shards: Path | None = None
+) -> Path:
+    """Atomically write ``files`` as ``root/step_<global_step>`` and prune old checkpoints;
+    ``shards``: the ``shards_dir`` the ranks wrote their folders of shards in, which becomes the
+    checkpoint (the manifest lists their files too)."""
     final = root / checkpoint_dir_name(global_step)
-    tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = shards or root / f".{final.name}.tmp-{os.getpid()}"
+    if shards is None:
+        shutil.rmtree(tmp, ignore_errors=True)
     manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
+        tmp.mkdir(exist_ok=shards is not None)
+        manifest.update(_file_digests(tmp))
         for name, data in {**files, MANIFEST: json_to_bytes(manifest)}.items():
             with open(tmp / name, "wb") as fh:
                 fh.write(data)
@@ -86,6 +100,16 @@ def save_checkpoint(root: Path, global_step: int, files: CheckpointFiles, keep_l
     return final
 
 
+def _file_digests(directory: Path) -> dict[str, str]:
+    """sha256 of every file in ``directory``'s folders (a sharded learner's shards), by path
+    relative to it, read a block at a time: no file is held whole."""
+    digests = {}
+    for file in sorted(p for p in directory.rglob("*") if p.is_file() and p.parent != directory):
+        with open(file, "rb") as fh:
+            digests[file.relative_to(directory).as_posix()] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return digests
+
+
 class BackgroundWriter:
     """Writes checkpoints on one background thread: rank 0 hands over bytes and keeps training,
     so the other ranks never wait at the next collective for rank 0's disk."""
@@ -96,9 +120,12 @@ class BackgroundWriter:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
         self._pending: Future[Path] | None = None
 
-    def submit(self, global_step: int, files: CheckpointFiles) -> None:
+    def submit(self, global_step: int, files: CheckpointFiles, shards: Path | None = None) -> None:
+        """``save_checkpoint`` of ``files`` (and the ``shards`` the ranks wrote) in the background."""
         self.wait()  # one write in flight at a time, and its errors surface here
-        self._pending = self._pool.submit(save_checkpoint, self.root, global_step, files, self.keep_last)
+        self._pending = self._pool.submit(
+            save_checkpoint, self.root, global_step, files, self.keep_last, shards
+        )
 
     def wait(self) -> Path | None:
         """Block until the pending write is on disk; return its directory."""
@@ -144,10 +171,15 @@ def load_checkpoint(path: Path) -> CheckpointFiles:
         file = path / name
         if not file.is_file():
             raise UserError(f"checkpoint {path}: file {name} listed in the manifest is missing")
-        data = file.read_bytes()
-        if hashlib.sha256(data).hexdigest() != digest:
+        if "/" in name:  # a rank's shards: checked here, read by each rank where it resumes
+            with open(file, "rb") as fh:
+                data, found = b"", hashlib.file_digest(fh, "sha256").hexdigest()
+        else:
+            data = file.read_bytes()
+            found = hashlib.sha256(data).hexdigest()
+            files[name] = data
+        if found != digest:
             raise UserError(f"checkpoint {path}: {name} does not match its checksum (corrupted)")
-        files[name] = data
     return files
 
 

@@ -15,6 +15,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -24,6 +25,7 @@ from torch import nn
 from distrl.envs.spaces import space_from_json, space_to_json
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
+from distrl.io import shards
 
 FORMAT_VERSION = 2
 
@@ -43,6 +45,11 @@ class TrainState(ABC):
     @abstractmethod
     def optimizer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """(``<optimiser>.<param index>.<state key>`` tensors, each optimiser's JSON settings)."""
+
+    def optimizer_params(self) -> dict[str, list[torch.Tensor]]:
+        """Each optimiser's parameters in the order its state is numbered; only a sharded
+        learner's state needs them (to shape the tensors a checkpoint is read into)."""
+        raise NotImplementedError(f"{type(self).__name__} holds no torch optimisers")
 
     @abstractmethod
     def load(
@@ -78,6 +85,12 @@ class ModuleTrainState(TrainState):
                     tensors[f"{optim_name}.{idx}.{key}"] = torch.as_tensor(value)
         return tensors, param_groups
 
+    def optimizer_params(self) -> dict[str, list[torch.Tensor]]:
+        return {
+            name: [p for group in optimizer.param_groups for p in group["params"]]
+            for name, optimizer in self.optimizers.items()
+        }
+
     def load(
         self, model: dict[str, torch.Tensor], optimizer: dict[str, torch.Tensor], settings: dict[str, Any]
     ) -> None:
@@ -110,8 +123,8 @@ class SavedState:
         return ckpt.strip_prefix(self.tensors, f"{name}.")
 
 
-def read_state(files: ckpt.CheckpointFiles, where: str) -> SavedState:
-    """Parse a checkpoint's files, refusing formats this version cannot read."""
+def read_meta(files: ckpt.CheckpointFiles, where: Path) -> dict[str, Any]:
+    """A checkpoint's ``state.json``, refusing formats this version cannot read."""
     meta = json.loads(files["state.json"])
     version = meta.get("format_version", 1)
     if version != FORMAT_VERSION:
@@ -119,7 +132,25 @@ def read_state(files: ckpt.CheckpointFiles, where: str) -> SavedState:
             f"checkpoint {where} has format {version}; this distrl reads format {FORMAT_VERSION} "
             "(retrain, or evaluate it with the distrl version that wrote it)"
         )
+    return meta
+
+
+def read_state(files: ckpt.CheckpointFiles, where: Path) -> SavedState:
+    """A checkpoint's ``state.json`` and whole model tensors (a sharded one's gathered from its
+    shards: one process)."""
+    meta = read_meta(files, where)
+    if meta.get("sharded"):
+        return SavedState(meta, shards.read_whole(where / shards.MODEL_DIR))
     return SavedState(meta, ckpt.tensors_from_bytes(files["model.safetensors"]))
+
+
+def saved_model(files: ckpt.CheckpointFiles, where: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's model tensors for ``first_difference``: a sharded one's as shapes only
+    (``meta`` tensors: no values read)."""
+    if json.loads(files["state.json"]).get("sharded"):
+        found = shards.shapes(where / shards.MODEL_DIR)
+        return {name: torch.empty(size, dtype=dtype, device="meta") for name, (size, dtype) in found.items()}
+    return ckpt.tensors_from_bytes(files["model.safetensors"])
 
 
 def launch_index(files: ckpt.CheckpointFiles | None) -> int:
@@ -128,18 +159,24 @@ def launch_index(files: ckpt.CheckpointFiles | None) -> int:
 
 
 def parameter_digest(state: TrainState) -> str:
-    """sha256 over every module's tensors: equal on all ranks when they hold the same state."""
+    """sha256 over every module's tensors but shards (each rank holds its own, and only one
+    copy): equal on all ranks when they hold the same state."""
     sha = hashlib.sha256()
     for name, tensor in state.model_tensors().items():
+        if shards.is_sharded({name: tensor}):
+            continue
         sha.update(name.encode())
         sha.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return sha.hexdigest()
 
 
 def state_files(state: TrainState, meta: dict[str, Any]) -> ckpt.CheckpointFiles:
-    """The checkpoint files of ``state`` plus the loop's ``meta`` (counters, config, ranks)."""
+    """The checkpoint files of ``state`` plus the loop's ``meta`` (counters, config, ranks); a
+    sharded learner's ``state.json`` only (its tensors: ``write_shards``)."""
     optim_tensors, settings = state.optimizer_state()
     header = {**_header(state), "optimizer_param_groups": settings}
+    if shards.is_sharded(state.model_tensors()):
+        return {"state.json": ckpt.json_to_bytes({**header, **meta, "sharded": True})}
     return {
         "model.safetensors": ckpt.tensors_to_bytes(state.model_tensors()),
         "optimizer.safetensors": ckpt.tensors_to_bytes(optim_tensors),
@@ -147,10 +184,20 @@ def state_files(state: TrainState, meta: dict[str, Any]) -> ckpt.CheckpointFiles
     }
 
 
+def write_shards(state: TrainState, directory: Path) -> None:
+    """Collective: this rank's shards of a sharded learner's ``state`` into ``directory``'s
+    folders (``io.shards``)."""
+    shards.write(directory / shards.MODEL_DIR, state.model_tensors())
+    shards.write(directory / shards.OPTIMIZER_DIR, state.optimizer_state()[0])
+
+
 def snapshot(state: TrainState, meta: dict[str, Any]) -> SavedState:
     """The model part of ``state`` as a checkpoint would read back, copied to the CPU: what a
-    policy is rebuilt from elsewhere (the algorithm registry's ``deployable_policy``) without files."""
-    tensors = {k: v.detach().to("cpu", copy=True) for k, v in state.model_tensors().items()}
+    policy is rebuilt from elsewhere (the algorithm registry's ``deployable_policy``) without
+    files. A sharded learner's is gathered whole: a collective."""
+    tensors = {
+        k: shards.full_tensor(v.detach()).to("cpu", copy=True) for k, v in state.model_tensors().items()
+    }
     return SavedState({**_header(state), **meta}, tensors)
 
 
@@ -163,13 +210,41 @@ def _header(state: TrainState) -> dict[str, Any]:
     }
 
 
-def restore(state: TrainState, saved: SavedState, files: ckpt.CheckpointFiles) -> dict[str, Any]:
-    """Load a checkpoint (``saved``, read from its ``files``) into ``state``; return its
+def restore(state: TrainState, files: ckpt.CheckpointFiles, where: Path) -> dict[str, Any]:
+    """Load checkpoint ``where`` (its small ``files`` read) into ``state``; return its
     ``state.json``. Check ``first_difference`` first: loading another network's tensors fails
-    part-way."""
-    optim_tensors = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
-    state.load(saved.tensors, optim_tensors, saved.meta["optimizer_param_groups"])
-    return saved.meta
+    part-way. A sharded checkpoint's tensors are read from its folders by every rank, each the
+    parts it holds (collective); a replicated one's come in ``files``, and a sharded learner
+    keeps its shard of each."""
+    meta = json.loads(files["state.json"])
+    settings = meta["optimizer_param_groups"]
+    model = state.model_tensors()
+    if meta.get("sharded"):
+        optimizer = optimizer_targets(state, shards.shapes(where / shards.OPTIMIZER_DIR))
+        shards.read_into(where / shards.MODEL_DIR, model)
+        shards.read_into(where / shards.OPTIMIZER_DIR, optimizer)
+    else:
+        saved = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
+        found = {name: (list(tensor.shape), tensor.dtype) for name, tensor in saved.items()}
+        model = shards.shard_like(model, ckpt.tensors_from_bytes(files["model.safetensors"]))
+        optimizer = shards.shard_like(optimizer_targets(state, found), saved)
+    state.load(model, optimizer, settings)
+    return meta
+
+
+def optimizer_targets(
+    state: TrainState, found: dict[str, tuple[list[int], torch.dtype]]
+) -> dict[str, torch.Tensor]:
+    """Zero tensors to read each ``<optimiser>.<param index>.<key>`` of ``found`` into, shaped
+    and sharded like its parameter (Adam's moments), or whole (its step count)."""
+    params = state.optimizer_params()
+    targets = {}
+    for name, (size, dtype) in found.items():
+        optimizer, index, _ = name.split(".", 2)
+        param = params[optimizer][int(index)]
+        like_param = list(param.shape) == size
+        targets[name] = torch.zeros_like(param, dtype=dtype) if like_param else torch.zeros(size, dtype=dtype)
+    return targets
 
 
 def first_difference(saved: dict[str, torch.Tensor], built: dict[str, torch.Tensor]) -> str | None:

@@ -72,6 +72,7 @@ def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> TorchC
         socket_sum = _socket_sum(store, topology, interface, timeout_s, spin_s)
     comm = TorchGroupComm(device, store, socket_sum)
     comm.time_sync_wait = cfg.time_sync_wait
+    comm.ranks_per_node = topology.local_world_size
     return comm
 
 

@@ -4,7 +4,7 @@ actor and a critic head."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -52,6 +52,10 @@ class ActorCritic(nn.Module):
     each (CleanRL's Atari PPO). With ``model.memory`` a recurrent core shared by both sits before
     the heads (MLPs take its output instead of the observation), and every call takes and gives
     the memory state (``[rows, state_size]``, width 0 without memory)."""
+
+    forward_methods: ClassVar[tuple[str, ...]] = ("action_stats",)
+    """Its methods that run training's forward passes (it has no ``forward``): a sharded learner
+    gathers the weights around them (``comm.sharded``)."""
 
     def __init__(
         self, observation: int | gym.spaces.Box, action_space: gym.spaces.Space, cfg: ModelConfig

@@ -8,6 +8,7 @@ checkpoints, resume, preemption) is the loop's.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -148,6 +149,8 @@ class IterationResult:
 
 class Runner(ABC):
     algorithm: str
+    sharded: bool = False
+    """Each rank holds a shard of the policy (``train.sharding``), not all of it."""
 
     @abstractmethod
     def start(self, fresh: bool) -> None:
@@ -164,6 +167,12 @@ class Runner(ABC):
     @abstractmethod
     def deployable_policy(self) -> nn.Module:
         """The live deterministic policy: raw observations in, env actions out."""
+
+    def whole_weights(self) -> AbstractContextManager[None]:
+        """A block in which every rank holds the policy's whole weights, so that each may run a
+        number of forward passes of its own (acting, evaluating): a sharded learner gathers them,
+        every rank entering together (``comm.sharded.gathered``)."""
+        return nullcontext()
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's own JSON state worth saving (a buffer position, a data cursor)."""

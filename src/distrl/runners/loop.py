@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import torch
 from distrl.algos.registry import evaluator, export, output_format, periodic_evaluator
 from distrl.config.run import describe_changes
 from distrl.errors import UserError
+from distrl.eval.policy import policy_from_saved
 from distrl.io import checkpoint as ckpt
 from distrl.io import train_state
 from distrl.io.metrics import MetricsLogger, truncate_metrics
@@ -174,7 +176,7 @@ class TrainingLoop:
                     with self.clock("checkpoint"):
                         self.save_checkpoint()
             self.save_checkpoint()
-            if output is not None and self.comm.is_main:
+            if output is not None:
                 self._write_output(output)
         finally:
             self.preemption.restore()
@@ -334,7 +336,8 @@ class TrainingLoop:
         episodes (episode i seeded ``seed + i``), each rank running its share; every rank gets the
         same sums."""
         first, count = even_split(episodes, self.comm.rank, self.comm.world_size)
-        values = evaluate(self.cfg, self.runner.deployable_policy(), count, seed + first)
+        with self.runner.whole_weights():
+            values = evaluate(self.cfg, self.runner.deployable_policy(), count, seed + first)
         return dict(zip(values, self.comm.sum_scalars([sum(v) for v in values.values()]), strict=True))
 
     def _returns(self, *args: Any) -> dict[str, list[float]]:
@@ -368,6 +371,13 @@ class TrainingLoop:
         digests = {r["param_sha256"] for r in ranks}
         if len(digests) != 1:
             raise RuntimeError(f"ranks hold different parameters at step {self.global_step}: {digests}")
+        shards = None
+        if self.runner.sharded:  # every rank writes its own shards first
+            shards = ckpt.shards_dir(self.run_dir / "checkpoints", self.global_step)
+            if self.comm.is_main:
+                shutil.rmtree(shards, ignore_errors=True)  # a crashed launch's
+            self.comm.barrier()
+            train_state.write_shards(state, shards)
         if self.checkpoint_writer is not None:
             meta = {
                 "global_step": self.global_step,
@@ -378,15 +388,22 @@ class TrainingLoop:
                 "config": self.cfg.model_dump(mode="json"),
                 "ranks": ranks,
             }
-            self.checkpoint_writer.submit(self.global_step, train_state.state_files(state, meta))
+            self.checkpoint_writer.submit(self.global_step, train_state.state_files(state, meta), shards)
         self._last_checkpoint = (self.global_step, time.monotonic())
 
     def _write_output(self, out: Path) -> None:
-        """The final policy written for deployment as its algorithm exports it (ReAgent's node 0
-        saving the model)."""
-        space = self.runner.train_state().observation_space
-        policy = self.runner.deployable_policy()
-        export(self.cfg, policy, space, output_format(self.cfg, out), out, "output.path")
+        """The final policy written for deployment by rank 0 as its algorithm exports it (ReAgent's
+        node 0 saving the model); a sharded learner's rebuilt from its weights gathered whole
+        (every rank takes part)."""
+        state = self.runner.train_state()
+        if self.runner.sharded:
+            whole = train_state.snapshot(state, {"config": self.cfg.model_dump(mode="json")})
+            policy = policy_from_saved(whole, "the trained policy")[1]
+        else:
+            policy = self.runner.deployable_policy()
+        if self.comm.is_main:
+            fmt = output_format(self.cfg, out)
+            export(self.cfg, policy, state.observation_space, fmt, out, "output.path")
 
     def _restore(self, files: ckpt.CheckpointFiles) -> None:
         """Load a checkpoint on every rank (the files came from rank 0, read from the run dir's
@@ -394,16 +411,17 @@ class TrainingLoop:
         had such a rank."""
         step = json.loads(files["state.json"])["global_step"]
         where = self.run_dir / "checkpoints" / ckpt.checkpoint_dir_name(step)
-        saved = train_state.read_state(files, str(where))
+        meta = train_state.read_meta(files, where)
         state = self.runner.train_state()
-        difference = train_state.first_difference(saved.tensors, state.model_tensors())
+        saved = train_state.saved_model(files, where)
+        difference = train_state.first_difference(saved, state.model_tensors())
         if difference is not None:
-            changes = describe_changes(saved.meta["config"], self.cfg, str(where))
+            changes = describe_changes(meta["config"], self.cfg, str(where))
             raise UserError(
                 f"checkpoint {where} {difference} ({changes}); resuming needs the same network "
                 "(use a new --run-dir to start over)"
             )
-        meta = train_state.restore(state, saved, files)
+        train_state.restore(state, files, where)
         if self.comm.is_main:
             print(f"distrl: resuming from {where}", file=sys.stderr)
         self.global_step = meta["global_step"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import torch
@@ -19,6 +20,7 @@ from torch import nn
 from distrl.algos.ppo import PPO, OnPolicyUpdate
 from distrl.collect.base import Collector, CollectRequest
 from distrl.collect.rollout import finite
+from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.actor_critic import deployable_actor
@@ -106,6 +108,8 @@ class OnPolicyRunner(Runner):
                 f"{cfg.model.memory}: a cut rollout would split the update's chunks; unset one of them"
             )
         comm.broadcast_parameters_(self.policy)
+        comm.shard_(self.policy, cfg.train.sharding)
+        self.sharded = is_sharded(self.policy.parameters())
         self.obs_rms, self.return_rms = ppo_normalizers(
             cfg, self.observation_space, self.action_space, device
         )
@@ -179,6 +183,9 @@ class OnPolicyRunner(Runner):
     def deployable_policy(self) -> nn.Module:
         return deployable_actor(self.policy, self.obs_rms, self.cfg.normalize.clip, self.action_space)
 
+    def whole_weights(self) -> AbstractContextManager[None]:
+        return gathered(self.policy)
+
     def close(self) -> None:
         self.collection.close()
 
@@ -188,7 +195,8 @@ class OnPolicyRunner(Runner):
         self.rollouts += 1
         self.stragglers.begin(self.rollouts)
         request = CollectRequest(self.policy_version, should_stop=self.stragglers.should_stop)
-        rollout = self.collection.collect(request)
+        with self.whole_weights():
+            rollout = self.collection.collect(request)
         self.stragglers.finish()
         self.episodes.add_rollout(rollout.env_rewards, rollout.episode_ends, rollout.restarted)
         return rollout

@@ -1,0 +1,134 @@
+"""Sharded learners: each rank holds a shard of the weights, their gradients and the optimiser's
+state (FSDP2's ``fully_shard``), and distrl's gradient weighting survives it.
+
+FSDP2 all-gathers a block's weights for its forward and backward passes and reduce-scatters its
+gradients, averaged over ranks, as the backward pass leaves the block. distrl wants each rank's
+gradient weighted by its share of the samples instead (ranks may hold different numbers, or
+none): a rank backpropagates its loss times its sample weight, so FSDP's average is
+``sum_r w_r g_r / world``, and one sum of the weights turns it into ``sum_r w_r g_r / sum_r w_r``,
+the gradient of the mean over all samples. Every rank must run the same forward and backward
+passes (each is a collective): a rank without samples runs them on an empty batch, at weight 0.
+
+Acting, generating and evaluating take each rank a different number of forward passes, so they
+run on weights gathered once (``gathered``), not through FSDP's per-pass collectives.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
+from torch.distributed.tensor import DTensor
+
+from distrl.io.shards import full_tensor
+from distrl.timing import PhaseClock
+
+GradientSync = Callable[[torch.Tensor], None]
+"""Sums a tensor over all ranks in place (``algos.flat_gradients.GradientSync``)."""
+
+
+def shard_module_(module: nn.Module, mesh: DeviceMesh) -> None:
+    """Shard ``module`` over ``mesh`` (one dimension: FSDP; two, replicate x shard: HSDP). Each
+    element of an ``nn.ModuleList`` (a transformer's layers) is a unit of its own, gathered only
+    while it computes; the rest of the module is one unit, gathered around ``forward`` and the
+    methods the module names in ``forward_methods``."""
+    # Said once per forward pass of a module whose outputs are views; distrl changes none in place.
+    warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor")
+    blocks = [block for child in module.modules() if isinstance(child, nn.ModuleList) for block in child]
+    for block in reversed(blocks):  # inner units first
+        fully_shard(block, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    for method in getattr(module, "forward_methods", ()):
+        register_fsdp_forward_method(module, method)
+
+
+def is_sharded(params: Iterable[torch.Tensor]) -> bool:
+    return any(isinstance(p, DTensor) for p in params)
+
+
+@contextmanager
+def gathered(module: nn.Module) -> Iterator[None]:
+    """Hold ``module``'s whole weights on every rank for the block: forward passes inside run no
+    collective, so ranks may run different numbers of them. Entering and leaving are collectives
+    (every rank enters). A module that is not sharded is left as it is."""
+    if not isinstance(module, FSDPModule):
+        yield
+        return
+    module.set_reshard_after_forward(False)
+    module.unshard()
+    try:
+        yield
+    finally:
+        module.reshard()
+        module.set_reshard_after_forward(True)
+
+
+class ShardedGradients:
+    """``FlatGradients``' steps for parameters sharded by FSDP2, with the same weighting: the
+    sample-weighted mean over ranks, clipped by the norm over all shards."""
+
+    def __init__(
+        self, params: Sequence[nn.Parameter], world_size: int, clock: PhaseClock | None = None
+    ) -> None:
+        self.clock = clock or PhaseClock()
+        self.params = [p for p in params if p.requires_grad]
+        self.world_size = world_size
+        """FSDP divides the sum of the ranks' gradients by this."""
+
+    def step(
+        self,
+        loss: torch.Tensor | None,
+        optimizer: torch.optim.Optimizer,
+        sync: GradientSync | None,
+        weight: float,
+        max_grad_norm: float,
+    ) -> float:
+        """``FlatGradients.step``: ``loss``, a mean over ``weight`` local samples (0: an empty
+        batch's loss, still computed, for the collectives of its passes)."""
+        if loss is None:
+            raise ValueError("a sharded learner runs every pass: give the loss of an empty batch, weight 0")
+        return self.accumulated_step([(loss, weight)], optimizer, sync, max_grad_norm)
+
+    def accumulated_step(
+        self,
+        losses: Iterable[tuple[torch.Tensor, float]],
+        optimizer: torch.optim.Optimizer,
+        sync: GradientSync | None,
+        max_grad_norm: float,
+    ) -> float:
+        """``FlatGradients.accumulated_step``; every rank must yield as many micro-batches (FSDP
+        reduce-scatters each one's gradients as its backward pass ends)."""
+        for p in self.params:
+            p.grad = None
+        local_weight = 0.0
+        for loss, weight in losses:
+            with self.clock("backward"):
+                # No ``inputs=``: the graph holds the gathered weights, not these shards.
+                (loss * weight).backward()
+            local_weight += weight
+        total = torch.tensor([local_weight], dtype=torch.float64)
+        if sync is not None:
+            sync(total)
+        grads = [p.grad.to_local() for p in self.params if p.grad is not None]
+        if total.item() > 0:
+            torch._foreach_mul_(grads, self.world_size / total.item())
+        with self.clock("optimizer"):
+            norm = self.clip_norm_(max_grad_norm)
+            if not math.isfinite(norm):
+                return math.nan
+            optimizer.step()
+        return norm
+
+    def clip_norm_(self, max_norm: float) -> float:
+        """``FlatGradients.clip_norm_`` over every rank's shards (one all-reduce of the squares)."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norm = float(full_tensor(torch.nn.utils.get_total_norm(grads)))
+        if norm > max_norm and norm != float("inf"):
+            torch._foreach_mul_([g.to_local() for g in grads], max_norm / (norm + 1e-6))
+        return norm

@@ -1,0 +1,91 @@
+"""Checkpoint tensors that no rank holds whole: a sharded learner's (``train.sharding``).
+
+Every rank writes its own shards with torch's distributed checkpoint in safetensors files
+(``HuggingFaceStorageWriter``: a file per rank, each tensor's offsets in the file's header;
+tensors every rank holds whole are written once), into ``model/`` and ``optimizer/`` of the
+checkpoint directory, beside the ``state.json`` and manifest of ``io.checkpoint``. Reading
+fills given tensors: shards (each rank reads only the slices it holds, so a checkpoint resumes
+on any number of ranks) or whole tensors (one process, or a replicated learner). A replicated
+checkpoint's ``model.safetensors`` and ``optimizer.safetensors`` are read the same way, so a
+sharded learner resumes from either.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceStorageWriter
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+MODEL_DIR = "model"
+OPTIMIZER_DIR = "optimizer"
+
+
+def is_sharded(tensors: dict[str, torch.Tensor]) -> bool:
+    return any(isinstance(t, DTensor) for t in tensors.values())
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a shard (a collective: every rank calls it), or the tensor itself."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def shard_like(targets: dict[str, torch.Tensor], whole: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``whole`` tensors, each cut to the shard this rank holds of its target (no collective:
+    every rank has them whole); those whose target is whole as they are."""
+    cut = dict(whole)
+    for name, tensor in whole.items():
+        target = targets.get(name)
+        if isinstance(target, DTensor):
+            cut[name] = distribute_tensor(tensor, target.device_mesh, target.placements, src_data_rank=None)
+    return cut
+
+
+def write(directory: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Collective: every rank writes its part of ``tensors`` as safetensors files in ``directory``."""
+    dcp.save(tensors, storage_writer=HuggingFaceStorageWriter(str(directory), save_distributed=True))
+
+
+def shapes(directory: Path) -> dict[str, tuple[list[int], torch.dtype]]:
+    """Each tensor's whole shape and dtype in the safetensors files of ``directory``."""
+    metadata = HuggingFaceStorageReader(str(directory)).read_metadata()
+    return {
+        name: (list(entry.size), entry.properties.dtype)
+        for name, entry in metadata.state_dict_metadata.items()
+        if isinstance(entry, TensorStorageMetadata)
+    }
+
+
+def missing_part(directory: Path) -> str | None:
+    """The first tensor whose shards in ``directory`` do not cover it whole (a rank's file lost),
+    said as a phrase; None when every tensor is whole."""
+    metadata = HuggingFaceStorageReader(str(directory)).read_metadata()
+    for name, entry in metadata.state_dict_metadata.items():
+        held = sum(math.prod(chunk.sizes) for chunk in entry.chunks)
+        if held != math.prod(entry.size):
+            return f"{name} has {held} of its {math.prod(entry.size)} values"
+    return None
+
+
+def read_into(directory: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Fill ``tensors`` (shards or whole tensors, as this process holds them) in place from the
+    safetensors files of ``directory``; collective in a process group."""
+    dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(directory)))
+
+
+def read_whole(directory: Path, prefix: str = "") -> dict[str, torch.Tensor]:
+    """The whole tensors of ``directory`` whose names start with ``prefix`` (one process)."""
+    wanted = {
+        name: torch.empty(size, dtype=dtype)
+        for name, (size, dtype) in shapes(directory).items()
+        if name.startswith(prefix)
+    }
+    with warnings.catch_warnings():  # that it reads in one process, which is what it is for
+        warnings.filterwarnings("ignore", "torch.distributed is disabled")
+        dcp.load(wanted, storage_reader=HuggingFaceStorageReader(str(directory)), no_dist=True)
+    return wanted
