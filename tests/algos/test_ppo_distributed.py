@@ -1,7 +1,8 @@
 """DD-PPO math: 2 ranks holding parts of a batch take exactly the step 1 rank takes on all of it,
 also when the parts differ in size (a straggler's rollout was cut short, or uneven env shares),
 for MLP policies (categorical, Gaussian), a Nature-CNN policy on uint8 images, and policies with
-memory (a CNN with an LSTM, an MLP with a GRU) updated on chunks of consecutive steps."""
+memory (a CNN with an LSTM, an MLP with a GRU) updated on chunks of consecutive steps; and when
+the ranks hold shards of the policy (``train.sharding=fsdp``), not all of it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from distrl.algos.ppo import PPO
 from distrl.algos.ppo_config import PPOConfig
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
+from distrl.io.shards import full_tensor
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.memory import reset_ended
 from distrl.runners.on_policy import advantage_sums, normalize_advantages
@@ -104,12 +106,14 @@ def rank_part(rank: int, split: int, total: int) -> tuple[int, int, int]:
 
 
 def flat_params(policy: ActorCritic) -> np.ndarray:
-    return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]).numpy()
+    """All weights, a sharded policy's gathered whole (a collective)."""
+    return torch.cat([full_tensor(p.detach()).reshape(-1) for p in policy.parameters()]).numpy()
 
 
-def _rank_update(comm: TorchComm, kind: str, split: int, out: Path) -> None:
+def _rank_update(comm: TorchComm, kind: str, split: int, out: Path, sharding: str = "none") -> None:
     policy = make_policy(kind)
     batch = full_batch(policy)
+    comm.shard_(policy, sharding)  # after the batch: it was acted whole
     start, end, seed = rank_part(comm.rank, split, batch.num_chunks)
     batch = batch.chunks(torch.arange(start, end))
     global_sums = comm.sum_scalars(advantage_sums(batch.advantages))
@@ -120,25 +124,36 @@ def _rank_update(comm: TorchComm, kind: str, split: int, out: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "split", "cpu_sum"),
+    ("kind", "split", "cpu_sum", "sharding"),
     [
-        ("categorical", TOTAL // 2, "socket"),
-        ("categorical", 61, "socket"),
-        ("gaussian", TOTAL // 2, "socket"),
-        ("gaussian", 61, "socket"),
-        ("cnn", 61, "socket"),
+        ("categorical", TOTAL // 2, "socket", "none"),
+        ("categorical", 61, "socket", "none"),
+        ("gaussian", TOTAL // 2, "socket", "none"),
+        ("gaussian", 61, "socket", "none"),
+        ("cnn", 61, "socket", "none"),
         # The same math over gloo's collectives (comm.cpu_sum=gloo, the fallback for other groups).
-        ("categorical", 61, "gloo"),
-        ("gaussian", 61, "gloo"),
+        ("categorical", 61, "gloo", "none"),
+        ("gaussian", 61, "gloo", "none"),
         # Parts of whole chunks: 15 and 9 of the 24.
-        ("cnn-lstm", 15, "socket"),
-        ("mlp-gru", 15, "socket"),
+        ("cnn-lstm", 15, "socket", "none"),
+        ("mlp-gru", 15, "socket", "none"),
+        # Sharded (FSDP2 averages the ranks' gradients; ``ShardedGradients`` makes that the mean
+        # over all samples), also with a rank that has none and runs its passes on empty batches.
+        ("categorical", 61, "socket", "fsdp"),
+        ("gaussian", 61, "socket", "fsdp"),
+        ("mlp-gru", 15, "socket", "fsdp"),
+        ("categorical", TOTAL, "socket", "fsdp"),
     ],
-    ids=lambda v: {TOTAL // 2: "equal-parts", 61: "unequal-parts", 15: "unequal-chunks"}.get(v, v),
+    ids=lambda v: {
+        TOTAL // 2: "equal-parts",
+        61: "unequal-parts",
+        15: "unequal-chunks",
+        TOTAL: "rank-1-empty",
+    }.get(v, v),
 )
 @pytest.mark.slow
 def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
-    tmp_path: Path, kind: str, split: int, cpu_sum: str
+    tmp_path: Path, kind: str, split: int, cpu_sum: str, sharding: str
 ) -> None:
     policy = make_policy(kind)
     before = flat_params(policy)
@@ -148,7 +163,7 @@ def test_two_ranks_with_parts_of_a_batch_match_one_rank_with_the_whole_batch(
     PPO(policy, CFG, MINIBATCHES).update(batch, sampler)
     expected = flat_params(policy)
 
-    run_ranks(_rank_update, 2, kind, split, tmp_path, cpu_sum=cpu_sum)
+    run_ranks(_rank_update, 2, kind, split, tmp_path, sharding, cpu_sum=cpu_sum)
     rank0, rank1 = (np.load(tmp_path / f"rank{r}.npy") for r in range(2))
     np.testing.assert_array_equal(rank0, rank1)  # bit-identical across ranks
     assert np.abs(expected - before).max() > 1e-3  # the update really moved the weights

@@ -57,15 +57,18 @@ def gathered(module: nn.Module) -> Iterator[None]:
     """Hold ``module``'s whole weights on every rank for the block: forward passes inside run no
     collective, so ranks may run different numbers of them. Entering and leaving are collectives
     (every rank enters). A module that is not sharded is left as it is."""
-    if not isinstance(module, FSDPModule):
+    units = [unit for unit in module.modules() if isinstance(unit, FSDPModule)]
+    if not units:
         yield
         return
     module.set_reshard_after_forward(False)
-    module.unshard()
+    for unit in units:  # each unit's own weights: a block's are not the module's
+        unit.unshard()
     try:
         yield
     finally:
-        module.reshard()
+        for unit in units:
+            unit.reshard()
         module.set_reshard_after_forward(True)
 
 

@@ -171,8 +171,13 @@ class TorchGroupComm(TorchComm):
                 f"more nodes of equal size; this run has {self.world_size} rank(s), {self.ranks_per_node} "
                 "per node: use train.sharding=fsdp"
             )
-        shape = (nodes, self.ranks_per_node) if sharding == "hsdp" else (self.world_size,)
-        shard_module_(module, init_device_mesh(self._device.type, shape))
+        if sharding == "hsdp":
+            mesh = init_device_mesh(
+                self._device.type, (nodes, self.ranks_per_node), mesh_dim_names=("replicate", "shard")
+            )
+        else:
+            mesh = init_device_mesh(self._device.type, (self.world_size,))
+        shard_module_(module, mesh)
 
     @_collective
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:

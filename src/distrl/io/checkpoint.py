@@ -24,6 +24,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from distrl.errors import UserError
+from distrl.io import shards as sharded_files
 
 CheckpointFiles = dict[str, bytes]
 MANIFEST = "manifest.json"
@@ -81,6 +82,8 @@ def save_checkpoint(
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp.mkdir(exist_ok=shards is not None)
+        if shards is not None:
+            _check_whole(tmp, final, json.loads(files["state.json"])["shapes"])
         manifest.update(_file_digests(tmp))
         for name, data in {**files, MANIFEST: json_to_bytes(manifest)}.items():
             with open(tmp / name, "wb") as fh:
@@ -98,6 +101,21 @@ def save_checkpoint(
     # Only now that the new checkpoint is complete may old ones go.
     _prune(root, keep_last)
     return final
+
+
+def _check_whole(directory: Path, final: Path, whole: dict[str, dict[str, list[int]]]) -> None:
+    """Refuse to complete a checkpoint whose shards do not add up to the tensors ``whole`` names
+    by folder (a rank wrote its file where this rank cannot see it: a node without the shared
+    file system)."""
+    for folder, shapes in whole.items():
+        missing = sharded_files.missing_part(directory / folder, shapes)
+        if missing is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise UserError(
+                f"writing checkpoint {final} failed: in {folder}/, {missing} (a rank's shards are "
+                "not in this directory: every rank needs the run dir on a shared file system); earlier "
+                "checkpoints are intact"
+            )
 
 
 def _file_digests(directory: Path) -> dict[str, str]:

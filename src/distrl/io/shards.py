@@ -61,14 +61,15 @@ def shapes(directory: Path) -> dict[str, tuple[list[int], torch.dtype]]:
     }
 
 
-def missing_part(directory: Path) -> str | None:
-    """The first tensor whose shards in ``directory`` do not cover it whole (a rank's file lost),
-    said as a phrase; None when every tensor is whole."""
-    metadata = HuggingFaceStorageReader(str(directory)).read_metadata()
-    for name, entry in metadata.state_dict_metadata.items():
-        held = sum(math.prod(chunk.sizes) for chunk in entry.chunks)
-        if held != math.prod(entry.size):
-            return f"{name} has {held} of its {math.prod(entry.size)} values"
+def missing_part(directory: Path, whole: dict[str, list[int]]) -> str | None:
+    """The first tensor of ``whole`` (name: shape) that the shards in ``directory`` do not cover
+    (a rank's file is not there), said as a phrase; None when every one is whole."""
+    metadata = HuggingFaceStorageReader(str(directory)).read_metadata().state_dict_metadata
+    for name, shape in whole.items():
+        entry = metadata.get(name)
+        held = 0 if entry is None else sum(math.prod(chunk.sizes) for chunk in entry.chunks)
+        if held != math.prod(shape):
+            return f"{name} has {held} of its {math.prod(shape)} values"
     return None
 
 

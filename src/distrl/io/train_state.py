@@ -175,10 +175,16 @@ def state_files(state: TrainState, meta: dict[str, Any]) -> ckpt.CheckpointFiles
     sharded learner's ``state.json`` only (its tensors: ``write_shards``)."""
     optim_tensors, settings = state.optimizer_state()
     header = {**_header(state), "optimizer_param_groups": settings}
-    if shards.is_sharded(state.model_tensors()):
-        return {"state.json": ckpt.json_to_bytes({**header, **meta, "sharded": True})}
+    model = state.model_tensors()
+    if shards.is_sharded(model):
+        # What the ranks' shards must add up to: checked before the checkpoint is completed.
+        whole = {
+            shards.MODEL_DIR: {name: list(tensor.shape) for name, tensor in model.items()},
+            shards.OPTIMIZER_DIR: {name: list(tensor.shape) for name, tensor in optim_tensors.items()},
+        }
+        return {"state.json": ckpt.json_to_bytes({**header, **meta, "sharded": True, "shapes": whole})}
     return {
-        "model.safetensors": ckpt.tensors_to_bytes(state.model_tensors()),
+        "model.safetensors": ckpt.tensors_to_bytes(model),
         "optimizer.safetensors": ckpt.tensors_to_bytes(optim_tensors),
         "state.json": ckpt.json_to_bytes({**header, **meta}),
     }

@@ -1,0 +1,141 @@
+"""Sharded learners end to end (``train.sharding``): training that matches replicated training,
+checkpoints each rank writes its shards of and any number of ranks resumes from, a commit that
+notices a missing shard, and what sharding refuses in one line."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distrl.errors import UserError
+from distrl.io import checkpoint as ckpt
+from distrl.io import shards
+from tests.helpers import CARTPOLE, PENDULUM_SAC, distrl, train_ranks
+
+# 3 envs over 2 ranks: rank 0 holds twice rank 1's samples in every minibatch.
+RUN = [
+    "--config", str(CARTPOLE), "env.num_envs=3", "algo.rollout_steps=32", "algo.minibatch_size=32",
+    "algo.update_epochs=2", "train.total_steps=960", "train.stop_return=null", "log.tensorboard=false",
+    "log.progress=false", "checkpoint.interval_steps=480", "checkpoint.keep_last=5",
+]  # fmt: skip
+"""10 updates of 96 env steps."""
+
+
+def newest(run_dir: Path) -> Path:
+    return ckpt.list_checkpoints(run_dir / "checkpoints")[-1]
+
+
+def model_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's whole model tensors, sharded or not."""
+    if (checkpoint / shards.MODEL_DIR).is_dir():
+        return shards.read_whole(checkpoint / shards.MODEL_DIR)
+    return ckpt.tensors_from_bytes((checkpoint / "model.safetensors").read_bytes())
+
+
+def optimizer_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    if (checkpoint / shards.OPTIMIZER_DIR).is_dir():
+        return shards.read_whole(checkpoint / shards.OPTIMIZER_DIR)
+    return ckpt.tensors_from_bytes((checkpoint / "optimizer.safetensors").read_bytes())
+
+
+def assert_same(saved: dict[str, torch.Tensor], other: dict[str, torch.Tensor], atol: float = 0.0) -> None:
+    assert saved.keys() == other.keys()
+    for name, tensor in saved.items():
+        np.testing.assert_allclose(other[name].numpy(), tensor.numpy(), atol=atol, rtol=0, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("sharded") / "run"
+    done = train_ranks(2, *RUN, "--run-dir", str(run_dir), "train.sharding=fsdp")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+def test_sharded_training_takes_the_replicated_steps_and_no_rank_writes_the_whole(
+    sharded_run: Path, tmp_path: Path
+) -> None:
+    replicated = tmp_path / "replicated"
+    done = train_ranks(2, *RUN, "--run-dir", str(replicated))
+    assert done.returncode == 0, done.stderr[-3000:]
+    checkpoint = newest(sharded_run)
+    assert not (checkpoint / "model.safetensors").exists()
+    files = sorted(p.relative_to(checkpoint).as_posix() for p in checkpoint.rglob("*.safetensors"))
+    assert len(files) == 4 and {f.split("/")[0] for f in files} == {"model", "optimizer"}  # a file a rank
+    whole = model_tensors(checkpoint)
+    assert_same(model_tensors(newest(replicated)), whole, atol=1e-6)
+    assert_same(optimizer_tensors(newest(replicated)), optimizer_tensors(checkpoint), atol=1e-6)
+    first = model_tensors(ckpt.list_checkpoints(sharded_run / "checkpoints")[0])
+    assert max(float((whole[k] - first[k]).abs().max()) for k in whole) > 1e-3  # it trained
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_a_sharded_checkpoint_resumes_on_another_number_of_ranks(
+    sharded_run: Path, tmp_path: Path, ranks: int
+) -> None:
+    """Resumed at its last step, the run only checkpoints again: on 3 ranks in 3 shards, on 1
+    in one file, holding what the 2 ranks saved."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(sharded_run, run_dir)
+    saved = newest(run_dir)
+    model, optimizer = model_tensors(saved), optimizer_tensors(saved)
+    args = (*RUN, "--run-dir", str(run_dir), "--resume", "train.sharding=fsdp")
+    done = train_ranks(ranks, *args) if ranks > 1 else distrl("train", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from" in done.stderr
+    again = newest(run_dir)
+    assert len(list(again.rglob("shard-*.safetensors"))) == (2 * ranks if ranks > 1 else 0)
+    assert_same(model, model_tensors(again))
+    assert_same(optimizer, optimizer_tensors(again))
+    evaluated = distrl("eval", "--checkpoint", str(sharded_run), "--episodes", "2")
+    assert evaluated.returncode == 0 and "over 2 deterministic episodes" in evaluated.stdout
+
+
+def test_a_checkpoint_missing_a_ranks_shards_is_not_completed(sharded_run: Path, tmp_path: Path) -> None:
+    written = tmp_path / "checkpoints" / ".step_000000000960.tmp-shards"
+    for folder in (shards.MODEL_DIR, shards.OPTIMIZER_DIR):
+        shutil.copytree(newest(sharded_run) / folder, written / folder)
+    (written / shards.MODEL_DIR / "shard-00002-model-00001-of-00001.safetensors").unlink()
+    state = (newest(sharded_run) / "state.json").read_bytes()
+    with pytest.raises(UserError, match=r"in model/, .* has \d+ of its \d+ values .* shared file system"):
+        ckpt.save_checkpoint(tmp_path / "checkpoints", 960, {"state.json": state}, 2, written)
+    assert not written.exists() and not ckpt.list_checkpoints(tmp_path / "checkpoints")
+
+
+def test_a_lost_shard_file_makes_resume_fall_back_to_the_previous_checkpoint(
+    sharded_run: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(sharded_run, run_dir)
+    next(newest(run_dir).glob("optimizer/shard-*")).unlink()
+    done = train_ranks(2, *RUN, "--run-dir", str(run_dir), "--resume", "train.sharding=fsdp")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        "is missing" in done.stderr and "resuming from" in done.stderr and "step_000000000480" in done.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["train.sharding=hsdp"], "train.sharding=hsdp replicates across nodes and shards within each"),
+        (["train.sharding=fsdp", "collect.processes=1"], "does not work with collect.processes=1"),
+        (["train.sharding=fsdp", "ml_framework=jax"], "does not work with ml_framework: jax"),
+    ],
+    ids=["hsdp-on-one-node", "collector-processes", "jax"],
+)
+def test_what_sharding_cannot_do_is_one_line(tmp_path: Path, overrides: list[str], said: str) -> None:
+    done = train_ranks(2, *RUN, "--run-dir", str(tmp_path / "run"), *overrides)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if said in line]
+    assert lines and "Traceback" not in done.stderr
+
+
+def test_sharding_is_refused_by_an_algorithm_that_does_not_honour_it(tmp_path: Path) -> None:
+    done = distrl("train", "--config", str(PENDULUM_SAC), "train.sharding=fsdp", "--run-dir", str(tmp_path))
+    assert done.returncode == 2
+    assert "train.sharding=fsdp is not supported by algo.name=sac" in done.stderr
