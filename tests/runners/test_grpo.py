@@ -15,6 +15,7 @@ from distrl.comm.torch_comm import TorchComm
 from distrl.config.run import load_config
 from distrl.entry import build_training
 from distrl.io import checkpoint as ckpt
+from distrl.io.shards import full_tensor
 from tests.distributed import run_ranks
 from tests.helpers import DEVICES, GRPO_REVERSE, distrl, train_ranks
 
@@ -45,10 +46,10 @@ def _train(comm: TorchComm, overrides: list[str], run_dir: Path, out: Path) -> N
     cfg = load_config(GRPO_REVERSE, overrides)
     loop = build_training(cfg, comm, torch.device("cpu"), run_dir / f"world{comm.world_size}")
     policy = loop.runner.policy
-    start = torch.cat([p.detach().reshape(-1) for p in policy.parameters()])
+    start = torch.cat([full_tensor(p.detach()).reshape(-1) for p in policy.parameters()])
     loop.run()
+    end = torch.cat([full_tensor(p.detach()).reshape(-1) for p in policy.parameters()])  # every rank
     if comm.is_main:
-        end = torch.cat([p.detach().reshape(-1) for p in policy.parameters()])
         np.save(out, torch.stack([start, end]).numpy())
 
 
@@ -62,8 +63,16 @@ DYNAMIC_SAMPLING = [
 
 @pytest.mark.parametrize(
     "extra",
-    [["algo.loss_normalization=token"], ["algo.loss_normalization=sequence"], DYNAMIC_SAMPLING],
-    ids=["token", "sequence", "dynamic_sampling"],
+    [
+        ["algo.loss_normalization=token"],
+        ["algo.loss_normalization=sequence"],
+        DYNAMIC_SAMPLING,
+        # Each rank holds a shard of the policy and of its reference; with dynamic sampling a
+        # rank may train on no prompt of a minibatch (it runs its passes on an empty batch).
+        ["algo.loss_normalization=token", "algo.kl_coef=0.05", "train.sharding=fsdp"],
+        [*DYNAMIC_SAMPLING, "train.sharding=fsdp"],
+    ],
+    ids=["token", "sequence", "dynamic_sampling", "sharded-kl", "sharded-dynamic_sampling"],
 )
 @pytest.mark.slow
 def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, extra: list[str]) -> None:
@@ -78,8 +87,9 @@ def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, extra: list[st
     assert [r["episode_return_mean"] for r in rows] == pytest.approx(
         [r["episode_return_mean"] for r in rows2]
     )
-    assert rows[-1]["global_step"] == (54 if extra is DYNAMIC_SAMPLING else 45)
-    assert all(r["trained_prompts"] <= (3 if extra is DYNAMIC_SAMPLING else 5) for r in rows)
+    dynamic = "algo.dynamic_sampling=true" in extra
+    assert rows[-1]["global_step"] == (54 if dynamic else 45)
+    assert all(r["trained_prompts"] <= (3 if dynamic else 5) for r in rows)
     assert rows[0]["approx_kl"] > 0.0  # a second epoch ran against the generating policy
     assert [r["entropy_coef"] for r in rows] == pytest.approx([r["entropy_coef"] for r in rows2])
     # The loop scores held-out prompts every eval.every updates, split over the ranks.

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from distrl import precision
 from distrl.algos.flat_gradients import GradientSync, gradients_for, set_learning_rate
 from distrl.algos.grpo_config import GRPOConfig
+from distrl.comm.sharded import is_sharded
 from distrl.models.generate import chosen_log_probs_and_entropy, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
@@ -79,7 +80,7 @@ def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Ten
     are fed in up to two parts (``_completions_fed``)."""
     new = batch.new_tokens
     lengths = batch.completion_mask.sum(1)
-    longest = int(lengths.max())
+    longest = int(lengths.max()) if len(batch) else 1  # an empty batch (a rank with none): 1 step
     prompts, prompt_mask = batch.sequences[:, :-new], batch.attention_mask[:, :-new]
     # The completion tokens that predict later ones: all but the last of the longest.
     fed, fed_mask = (
@@ -89,8 +90,12 @@ def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Ten
     # On a GPU the prompt's own pass launches as many kernels again, which cost more than the
     # arithmetic it saves at the sizes measured (BENCHMARKS.md). Under activation checkpointing
     # the copied keys and values would be kept as every block's inputs: the memory it is for.
+    # A sharded model's passes are collectives, which every rank must run alike: one pass each.
     counts = None
-    if batch.sequences.device.type == "cpu" and model.repeatable_cache and not model.activation_checkpointing:
+    shared_prompts = (
+        model.repeatable_cache and not model.activation_checkpointing and not is_sharded(model.parameters())
+    )
+    if batch.sequences.device.type == "cpu" and shared_prompts:
         # Grouped on tokens and mask alike: a prompt's text may hold the padding token itself.
         marked = prompts.masked_fill(~prompt_mask, -1)
         counts = torch.unique_consecutive(marked, dim=0, return_counts=True)[1]
@@ -201,12 +206,13 @@ class GRPO:
 
     def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
         """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global
-        minibatch; a rank with none joins the step with weight 0); mean statistics."""
+        minibatch; a rank with none joins the step with an empty batch, at weight 0); mean
+        statistics."""
         totals: dict[str, float] = {}
         steps = 0
         for epoch in plan:
             for rows in epoch:
-                stats = self.minibatch_step(batch.rows(rows) if len(rows) else None)
+                stats = self.minibatch_step(batch.rows(rows))
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 steps += 1
@@ -217,9 +223,11 @@ class GRPO:
         names += ("kl",) if self.cfg.kl_coef > 0.0 else ()
         return {"skipped_minibatches": skipped, **{k: totals.get(k, 0.0) / max(steps, 1) for k in names}}
 
-    def minibatch_step(self, mb: CompletionBatch | None) -> dict[str, float]:
+    def minibatch_step(self, mb: CompletionBatch) -> dict[str, float]:
         """One optimiser step on ``mb``, through ``micro_batches`` parts whose gradients add up to
-        the whole one's (gradient accumulation); statistics are means weighted like the loss."""
+        the whole one's (gradient accumulation); statistics are means weighted like the loss.
+        Every part runs, empty ones too (at weight 0), so every rank runs the same passes (a
+        sharded learner's passes are collectives)."""
         sums: dict[str, float] = {}
         weights = 0.0
 
@@ -228,8 +236,9 @@ class GRPO:
             for part in self._micro_batches(mb):
                 with self.clock("forward"):
                     loss, weight, terms = self.loss(part)
-                for key, value in terms.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) * weight
+                if weight:  # an empty part's terms are 0/0
+                    for key, value in terms.items():
+                        sums[key] = sums.get(key, 0.0) + float(value) * weight
                 weights += weight
                 yield loss, weight
 
@@ -239,12 +248,9 @@ class GRPO:
         stats = {key: value / weights for key, value in sums.items()}
         return {**stats, "grad_norm": grad_norm, "skipped_minibatches": float(math.isnan(grad_norm))}
 
-    def _micro_batches(self, mb: CompletionBatch | None) -> Iterator[CompletionBatch]:
-        if mb is None:
-            return
+    def _micro_batches(self, mb: CompletionBatch) -> Iterator[CompletionBatch]:
         for rows in torch.arange(len(mb)).tensor_split(self.accumulation_steps):
-            if len(rows):
-                yield mb.rows(rows.to(mb.sequences.device))
+            yield mb.rows(rows.to(mb.sequences.device))
 
     def loss(self, mb: CompletionBatch) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
         """The clipped surrogate (plus the KL penalty) normalised over this rank's tokens or

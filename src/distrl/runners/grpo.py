@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import functools
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -26,6 +28,7 @@ from torch import nn
 
 from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages
 from distrl.collect.completions import CompletionSource, LocalGeneration
+from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.sequence_policy import SequencePolicy, sequence_model, sequence_tokenizer
@@ -80,6 +83,10 @@ class GRPORunner(Runner):
         comm.broadcast_parameters_(self.policy)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False) if cfg.algo.kl_coef > 0 else None
         """The frozen initial policy the KL penalty keeps close to."""
+        for module in (self.policy, self.reference):
+            if module is not None:
+                comm.shard_(module, cfg.train.sharding)
+        self.sharded = is_sharded(self.policy.parameters())
         self.autocast = low_precision(cfg.train.mixed_precision, device, heavy_model=True)
         self.algo = GRPO(
             self.policy,
@@ -118,43 +125,46 @@ class GRPORunner(Runner):
         step = global_step // self.completions_per_step
         lr = scheduled_learning_rate(cfg, global_step)
         self.algo.set_learning_rate(lr)
-        start = time.perf_counter()
-        generated = self.generation.completions(step, self.policy_version)
-        generate_s = time.perf_counter() - start
-        done, examples = generated.completions, generated.examples
-        age = self.policy_version - generated.policy_version
-        with self.clock("score"):
-            texts = [self.tokenizer.decode(row) for row in done.tokens.tolist()]
-            grouped = [example for example in examples for _ in range(self.group_size)]
-            scores = self.reward_functions.score(grouped, texts, done.ended.tolist())
-        rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, self.group_size)
-        advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
-        dtype = next(self.policy.parameters()).dtype
-        # The ratios compare with the generating policy's log-probabilities, kept as it sampled
-        # in full precision (taken again below in low precision).
-        batch = CompletionBatch(
-            *done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype), done.log_probs
-        )
-        entropy = done.entropy
-        kept = self.kept_prompts(advantages)
-        if cfg.algo.dynamic_sampling:
-            rows = self.local_rows(self.local_positions(kept)).to(self.device)
-            batch, entropy = batch.rows(rows), None if entropy is None else entropy[rows]
-        generation_log_probs = None
-        if self.measure_generation and len(batch):
-            generation_log_probs, batch.old_log_probs = batch.old_log_probs, None
-        if len(batch) and batch.old_log_probs is None:
-            # In low precision, generation's one-token steps and the loss's passes round apart:
-            # the ratios compare with log-probabilities from a pass like the loss's own. Generated
-            # ahead, by older weights: they compare with the learner's policy.
-            with self.clock("log_probs"):
-                batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
-        generation = {}
-        if self.measure_generation:
-            generation = self.generation_lag(batch, generation_log_probs, age)
-        if len(batch) and self.reference is not None:
-            with self.clock("log_probs"):
-                batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
+        # Every pass before the update runs on weights gathered once (a sharded learner's), so
+        # ranks may run as many as their completions need.
+        with self.whole_weights():
+            start = time.perf_counter()
+            generated = self.generation.completions(step, self.policy_version)
+            generate_s = time.perf_counter() - start
+            done, examples = generated.completions, generated.examples
+            age = self.policy_version - generated.policy_version
+            with self.clock("score"):
+                texts = [self.tokenizer.decode(row) for row in done.tokens.tolist()]
+                grouped = [example for example in examples for _ in range(self.group_size)]
+                scores = self.reward_functions.score(grouped, texts, done.ended.tolist())
+            rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, self.group_size)
+            advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
+            dtype = next(self.policy.parameters()).dtype
+            # The ratios compare with the generating policy's log-probabilities, kept as it sampled
+            # in full precision (taken again below in low precision).
+            batch = CompletionBatch(
+                *done.sequences(), done.mask, advantages.view(-1).to(self.device, dtype), done.log_probs
+            )
+            entropy = done.entropy
+            kept = self.kept_prompts(advantages)
+            if cfg.algo.dynamic_sampling:
+                rows = self.local_rows(self.local_positions(kept)).to(self.device)
+                batch, entropy = batch.rows(rows), None if entropy is None else entropy[rows]
+            generation_log_probs = None
+            if self.measure_generation and len(batch):
+                generation_log_probs, batch.old_log_probs = batch.old_log_probs, None
+            if batch.old_log_probs is None:
+                # In low precision, generation's one-token steps and the loss's passes round apart:
+                # the ratios compare with log-probabilities from a pass like the loss's own. Generated
+                # ahead, by older weights: they compare with the learner's policy.
+                with self.clock("log_probs"):
+                    batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
+            generation = {}
+            if self.measure_generation:
+                generation = self.generation_lag(batch, generation_log_probs, age)
+            if self.reference is not None:
+                with self.clock("log_probs"):
+                    batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
         self.algo.entropy_coef = entropy_coefficient(cfg.algo, self.global_entropy(entropy, batch))
         start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step, kept))
@@ -286,6 +296,11 @@ class GRPORunner(Runner):
 
     def deployable_policy(self) -> nn.Module:
         return SequencePolicy(self.policy, self.tokenizer, self.cfg.algo.max_new_tokens)
+
+    @contextmanager
+    def whole_weights(self) -> Iterator[None]:
+        with gathered(self.policy), gathered(self.reference) if self.reference is not None else nullcontext():
+            yield
 
     def close(self) -> None:
         pass
