@@ -12,10 +12,13 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from distrl.errors import REPORTED, UserError, exit_status
 from distrl.launch.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from distrl.config.run import RunConfig
 
 DESCRIPTION = """\
 Train reinforcement-learning policies with one config on one process or many: torchrun, SLURM,
@@ -239,7 +242,24 @@ def command_config(args: argparse.Namespace) -> int:
     print(f"# sizes of algo.name={cfg.algo.name} on {ranks} rank(s): the run's, then each rank's")
     for size in sizes:
         print(f"#   {size.name:<{width}}  {size.total:>9,}  {rank_shares(size.per_rank)}")
+    if cfg.algo.name == "grpo":
+        _print_learner_memory(cfg, ranks)
     return 0
+
+
+def _print_learner_memory(cfg: RunConfig, ranks: int) -> None:
+    """Each rank's bytes for the sequence model's weights, gradients and optimiser state under
+    ``train.sharding`` (``comm.memory``); the model is counted, not built."""
+    from distrl.comm.memory import learner_bytes
+    from distrl.models.sequence_policy import sequence_model_parameters
+
+    parameters = sequence_model_parameters(cfg)
+    sharding = cfg.train.sharding
+    print(f"# memory of each rank's learner: {parameters:,} parameters, float32, train.sharding={sharding}")
+    figures = learner_bytes(parameters, sharding, ranks, cfg.cluster.num_nodes)
+    width = max(len(name) for name in figures)
+    for name, held in figures.items():
+        print(f"#   {name:<{width}}  {held / 2**20:>10,.1f} MiB")
 
 
 def _config_and_overrides(config: Path | None, overrides: list[str]) -> tuple[Path | None, list[str]]:

@@ -1,43 +1,69 @@
-"""A local Hugging Face causal LM as the sequence policy (``model.transformer.pretrained``): a
-tiny randomly initialised GPT-2 and a character tokenizer saved to a temporary directory, loaded
-offline; it pads, caches and trains as distrl's own transformer does."""
+"""A local Hugging Face causal LM as the sequence policy (``model.transformer.pretrained``): tiny
+randomly initialised GPT-2, Llama and Qwen2 models built in code (``models.local_lm``) with a
+character tokenizer, saved to a temporary directory and loaded offline; they pad, cache and train
+as distrl's own transformer does, also sharded over ranks."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 import torch
 
+from distrl.comm.torch_comm import TorchComm
+from distrl.config.run import load_config
+from distrl.entry import build_training
+from distrl.io.shards import full_tensor
 from distrl.models.generate import Sampling, generate, left_padded
+from distrl.models.local_lm import ARCHITECTURES
+from distrl.models.pretrained import PretrainedLM, PretrainedTokenizer
 from distrl.tasks.prompts import ALPHABETS
 from distrl.tasks.tokenizer import CharTokenizer
+from tests.distributed import run_ranks
 from tests.helpers import GRPO_REVERSE, distrl
 
 transformers = pytest.importorskip("transformers", reason="the transformers extra is installed by make test")
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A GPT-2 of 2 small layers with dropout (the policy turns it off), random weights."""
+def local_model(directory: Path, architecture: str) -> Path:
+    """A model of ``architecture`` of 2 small layers, random weights, with the reverse task's
+    character tokenizer; Qwen2, which ``transformers`` always gives its own byte-level tokenizer
+    class, with a byte-level BPE of 300 tokens trained on the task's kind of text."""
+    from distrl.models.local_lm import LMShape, bpe_tokenizer, write_local_lm
     from distrl.models.transformers_export import hf_tokenizer
 
-    directory = tmp_path_factory.mktemp("tiny-gpt2")
-    tokenizer = CharTokenizer(ALPHABETS["reverse"])
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=tokenizer.vocab_size, n_positions=32, n_embd=32, n_layer=2, n_head=4,
-        eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id,
-    )  # fmt: skip
-    transformers.GPT2LMHeadModel(config).save_pretrained(directory)
-    hf_tokenizer(tokenizer).save_pretrained(directory)
+    if architecture == "qwen2":
+        rng = random.Random(0)
+        tokenizer = bpe_tokenizer([f"rev {n}={str(n)[::-1]}" for n in rng.sample(range(10**6), 2000)], 300)
+    else:
+        tokenizer = hf_tokenizer(CharTokenizer(ALPHABETS["reverse"]))
+    shape = LMShape(width=32, layers=2, heads=4, kv_heads=2, context=32, mlp_width=64)
+    write_local_lm(directory, architecture, shape, tokenizer)
     return directory
 
 
-def test_a_row_does_not_depend_on_its_batch_and_the_shared_cache_changes_nothing(model_dir: Path) -> None:
+def loaded(directory: Path) -> tuple[PretrainedLM, PretrainedTokenizer]:
     from distrl.models.pretrained import load_pretrained_model, load_pretrained_tokenizer
 
-    model, tokenizer = load_pretrained_model(str(model_dir)), load_pretrained_tokenizer(str(model_dir))
+    return load_pretrained_model(str(directory)), load_pretrained_tokenizer(str(directory))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GPT-2 (with dropout, which the policy turns off)."""
+    return local_model(tmp_path_factory.mktemp("tiny-gpt2"), "gpt2")
+
+
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def any_model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model of each architecture distrl builds locally: GPT-2, Llama and Qwen2 (grouped-query
+    attention, rotary positions)."""
+    return local_model(tmp_path_factory.mktemp(f"tiny-{request.param}"), request.param)
+
+
+def test_a_row_does_not_depend_on_its_batch_and_the_shared_cache_changes_nothing(any_model_dir: Path) -> None:
+    model, tokenizer = loaded(any_model_dir)
     rows = [tokenizer.encode(text, "test") for text in ("rev 1=", "rev 31415=")]
     tokens, mask = left_padded(rows, tokenizer.pad_id, torch.device("cpu"))
     with torch.no_grad():
@@ -53,12 +79,12 @@ def test_a_row_does_not_depend_on_its_batch_and_the_shared_cache_changes_nothing
     assert tokenizer.decode([*rows[1], tokenizer.eos_id, *rows[0]]) == "rev 31415="
 
 
-def test_ended_completions_leave_its_cache_and_change_nothing(model_dir: Path) -> None:
+@pytest.mark.parametrize("any_model_dir", ["gpt2", "llama"], indirect=True)  # 300 tokens: few ends
+def test_ended_completions_leave_its_cache_and_change_nothing(any_model_dir: Path) -> None:
     from distrl.algos.grpo import token_log_probs
-    from distrl.models.pretrained import load_pretrained_model, load_pretrained_tokenizer
     from distrl.storage.completions import CompletionBatch
 
-    model, tokenizer = load_pretrained_model(str(model_dir)), load_pretrained_tokenizer(str(model_dir))
+    model, tokenizer = loaded(any_model_dir)
     rows = [tokenizer.encode(text, "test") for text in ("rev 1=", "rev 31415=")]
     tokens, mask = left_padded(rows, tokenizer.pad_id, torch.device("cpu"))
     eos, pad, seeds = tokenizer.eos_id, tokenizer.pad_id, [5, 6]
@@ -75,12 +101,11 @@ def test_ended_completions_leave_its_cache_and_change_nothing(model_dir: Path) -
     torch.testing.assert_close(done.log_probs, log_probs, atol=1e-5, rtol=0)
 
 
-def test_the_loss_pass_feeds_a_shared_prompt_once_with_the_same_numbers(model_dir: Path) -> None:
+def test_the_loss_pass_feeds_a_shared_prompt_once_with_the_same_numbers(any_model_dir: Path) -> None:
     from distrl.algos.grpo import token_log_probs
-    from distrl.models.pretrained import load_pretrained_model, load_pretrained_tokenizer
     from distrl.storage.completions import CompletionBatch
 
-    model, tokenizer = load_pretrained_model(str(model_dir)), load_pretrained_tokenizer(str(model_dir))
+    model, tokenizer = loaded(any_model_dir)
     assert model.repeatable_cache  # GPT-2 caches keys and values only
     rows = [tokenizer.encode(text, "test") for text in ("rev 1=", "rev 31415=")]
     tokens, mask = left_padded(rows, tokenizer.pad_id, torch.device("cpu"))
@@ -131,3 +156,27 @@ def test_bad_directories_are_one_line(model_dir: Path, tmp_path: Path) -> None:
     refused = distrl("train", "--config", str(GRPO_REVERSE), f"model.transformer.pretrained={no_pad}")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "needs an end token and a padding token apart from it" in refused.stderr
+
+
+def _grpo_rank(comm: TorchComm, overrides: list[str], run_dir: Path, out: Path) -> None:
+    loop = build_training(load_config(GRPO_REVERSE, overrides), comm, torch.device("cpu"), run_dir)
+    loop.run()
+    weights = torch.cat([full_tensor(p.detach()).reshape(-1) for p in loop.runner.policy.parameters()])
+    if comm.is_main:
+        torch.save(weights, out)  # a test's own scratch file, read back below
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_sharded_grpo_trains_llama_and_qwen2_as_one_rank_does(architecture: str, tmp_path: Path) -> None:
+    directory = local_model(tmp_path / architecture, architecture)
+    overrides = [
+        f"model.transformer.pretrained={directory}", "algo.num_prompts_per_step=5",
+        "algo.num_generations_per_prompt=3", "algo.max_new_tokens=6", "train.total_steps=45",
+        "log.progress=false", "log.tensorboard=false", "train.stop_return=null", "eval.every=1000",
+    ]  # fmt: skip
+    run_ranks(_grpo_rank, 1, overrides, tmp_path / "one", tmp_path / "one.pt")
+    run_ranks(_grpo_rank, 2, [*overrides, "train.sharding=fsdp"], tmp_path / "two", tmp_path / "two.pt")
+    start = torch.cat([p.reshape(-1) for p in loaded(directory)[0].parameters()]).detach()
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert float((one - start).abs().max()) > 1e-4  # three updates moved the weights
+    torch.testing.assert_close(two, one, atol=1e-6, rtol=0)

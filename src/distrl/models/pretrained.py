@@ -134,6 +134,14 @@ def load_pretrained_model(path: str) -> PretrainedLM:
     return PretrainedLM(_loaded(AutoModelForCausalLM, path, "causal LM", dtype=torch.float32))
 
 
+def pretrained_on_meta(path: str) -> nn.Module:
+    """The causal LM of ``path`` built from its config alone, its weights neither made nor read
+    (call on the meta device)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(_loaded(AutoConfig, path, "model config"))
+
+
 def pretrained_context(path: str) -> int:
     """The positions the model reads, from its config alone."""
     from transformers import AutoConfig

@@ -17,6 +17,7 @@ from distrl.models.pretrained import (
     load_pretrained_model,
     load_pretrained_tokenizer,
     pretrained_context,
+    pretrained_on_meta,
 )
 from distrl.models.transformer import TransformerLM
 from distrl.tasks.prompts import task_tokenizer
@@ -83,6 +84,19 @@ def sequence_model(cfg: RunConfig, tokenizer: Tokenizer) -> SequenceModel:
         if pretrained
         else TransformerLM(tokenizer.vocab_size, cfg.model.transformer)
     )
+
+
+def sequence_model_parameters(cfg: RunConfig) -> int:
+    """The parameters of the config's sequence model, counted on the meta device: no weights are
+    made or read."""
+    pretrained = cfg.model.transformer.pretrained
+    with torch.device("meta"):
+        model = (
+            pretrained_on_meta(pretrained)
+            if pretrained
+            else TransformerLM(task_tokenizer(cfg.task).vocab_size, cfg.model.transformer)
+        )
+    return sum(p.numel() for p in model.parameters())
 
 
 def sequence_context(cfg: RunConfig) -> tuple[int, str]:
