@@ -1,0 +1,98 @@
+"""Sharded learners (``train.sharding``) against replicated ones: each rank's peak memory over a
+whole GRPO step (generation included) and the step time, on a Llama-architecture policy built in
+code (``models/local_lm.py``: random weights, a byte-level BPE tokenizer of 32k tokens trained on
+made-up text; nothing is downloaded).
+
+Each contender is ``torchrun`` of ``distrl.train`` on ``configs/grpo_reverse.yaml`` with the model
+as ``model.transformer.pretrained``, float32 and Adam, a few small GRPO steps. Read from its
+``metrics.jsonl``: ``usage/rank<r>/peak_rss_mb``, each rank's resident-set high-water mark since
+the previous update (reset after each reading), so the first update, which also covers loading the
+model, is left out; the figure is the largest over the later updates and the ranks. Step time:
+the median ``time/update`` of the later updates. FSDP's ``reshard_after_forward`` is on (each
+block's weights are freed after its forward pass); generation and the log-probability passes run
+on the weights gathered whole once per step (``comm.sharded.gathered``).
+
+Contenders run one at a time (2 cores), ``--repeats`` times interleaved; medians reported.
+
+Usage: python benchmarks/sharding_bench.py [--layers 16] [--width 768] [--repeats 2] [--steps 4]
+       [--ranks 1:none 2:none 2:fsdp 4:fsdp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / "benchmarks" / ".cache"
+COMPLETIONS_PER_STEP = 16
+
+
+def local_llama(layers: int, width: int) -> tuple[Path, int]:
+    """The benchmark's model directory (made once, kept under benchmarks/.cache) and its size."""
+    from distrl.models.local_lm import LMShape, bpe_tokenizer, synthetic_text, write_local_lm
+
+    directory = CACHE / f"llama-{layers}x{width}"
+    marker = directory / "parameters.txt"
+    if not marker.exists():
+        tokenizer = bpe_tokenizer(synthetic_text(200_000), 32_000)
+        heads = width // 64
+        shape = LMShape(width, layers, heads, max(heads // 3, 1), context=256, mlp_width=8 * width // 3)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(write_local_lm(directory, "llama", shape, tokenizer)))
+    return directory, int(marker.read_text())
+
+
+def run(ranks: int, sharding: str, model: Path, steps: int) -> dict[str, float]:
+    """One torchrun launch: the peak RSS (MiB) of the most loaded rank over the updates after the
+    first, and their median update time."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        command = [
+            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--nnodes=1",
+            "--master_addr=127.0.0.1", "--master_port=29633", "-m", "distrl.train",
+            "--config", str(REPO / "configs" / "grpo_reverse.yaml"), "--run-dir", run_dir, "--distributed",
+            f"model.transformer.pretrained={model}", f"train.sharding={sharding}",
+            "train.mixed_precision=fp32", "algo.num_prompts_per_step=4", "algo.num_generations_per_prompt=4",
+            "algo.max_new_tokens=16", "algo.update_epochs=1", "algo.num_minibatches=1",
+            f"train.total_steps={steps * COMPLETIONS_PER_STEP}", "train.stop_return=null", "eval.every=1000",
+            "log.progress=false", "log.tensorboard=false", "checkpoint.interval_steps=1000000",
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+        if done.returncode != 0:
+            sys.exit(f"{ranks} rank(s), sharding {sharding} failed:\n{done.stderr[-3000:]}")
+        rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()][1:]
+    peaks = [row[f"usage/rank{r}/peak_rss_mb"] for row in rows for r in range(ranks)]
+    return {"peak_rss_mb": max(peaks), "update_s": statistics.median(row["time/update"] for row in rows)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--width", type=int, default=768)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4, help="GRPO updates per launch (the first is left out)")
+    parser.add_argument("--ranks", nargs="+", default=["1:none", "2:none", "2:fsdp", "4:fsdp"])
+    args = parser.parse_args()
+    model, parameters = local_llama(args.layers, args.width)
+    contenders = [(int(n), sharding) for n, sharding in (spec.split(":") for spec in args.ranks)]
+    results: dict[tuple[int, str], list[dict[str, float]]] = {c: [] for c in contenders}
+    for _ in range(args.repeats):
+        for ranks, sharding in contenders:
+            results[(ranks, sharding)].append(run(ranks, sharding, model, args.steps))
+    base = statistics.median(r["peak_rss_mb"] for r in results[contenders[0]])
+    print(f"Llama {args.layers} layers x {args.width}: {parameters / 1e6:.1f}M parameters, float32, Adam")
+    print("| ranks | train.sharding | peak RSS per rank, MiB | vs first | update s |")
+    print("| --- | --- | --- | --- | --- |")
+    for ranks, sharding in contenders:
+        peak = statistics.median(r["peak_rss_mb"] for r in results[(ranks, sharding)])
+        update = statistics.median(r["update_s"] for r in results[(ranks, sharding)])
+        print(f"| {ranks} | {sharding} | {peak:,.0f} | {peak / base:.2f}x | {update:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
