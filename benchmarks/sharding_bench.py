@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=4, help="GRPO updates per launch (the first is left out)")
+    parser.add_argument("--steps", type=int, default=4, help="GRPO updates a launch (the first left out)")
     parser.add_argument("--ranks", nargs="+", default=["1:none", "2:none", "2:fsdp", "4:fsdp"])
     args = parser.parse_args()
     model, parameters = local_llama(args.layers, args.width)
