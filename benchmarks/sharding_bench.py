@@ -9,13 +9,14 @@ as ``model.transformer.pretrained``, float32 and Adam, a few small GRPO steps. R
 the previous update (reset after each reading), so the first update, which also covers loading the
 model, is left out; the figure is the largest over the later updates and the ranks. Step time:
 the median ``time/update`` of the later updates. FSDP's ``reshard_after_forward`` is on (each
-block's weights are freed after its forward pass); generation and the log-probability passes run
-on the weights gathered whole once per step (``comm.sharded.gathered``).
+block's weights are freed after its forward pass). ``algo.generation_weights``: generation (and
+the log-probability passes) on the weights gathered whole once per step, or on the shards, a
+layer gathered at a time, the ranks decoding in lockstep.
 
 Contenders run one at a time (2 cores), ``--repeats`` times interleaved; medians reported.
 
 Usage: python benchmarks/sharding_bench.py [--layers 16] [--width 768] [--repeats 2] [--steps 4]
-       [--ranks 1:none 2:none 2:fsdp 4:fsdp]
+       [--ranks 1:none 2:none 2:fsdp:gathered 2:fsdp:sharded 4:fsdp:sharded]
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def local_llama(layers: int, width: int) -> tuple[Path, int]:
     return directory, int(marker.read_text())
 
 
-def run(ranks: int, sharding: str, model: Path, steps: int) -> dict[str, float]:
+def run(ranks: int, sharding: str, generation: str, model: Path, steps: int) -> dict[str, float]:
     """One torchrun launch: the peak RSS (MiB) of the most loaded rank over the updates after the
     first, and their median update time."""
     with tempfile.TemporaryDirectory() as run_dir:
@@ -57,6 +58,7 @@ def run(ranks: int, sharding: str, model: Path, steps: int) -> dict[str, float]:
             "--master_addr=127.0.0.1", "--master_port=29633", "-m", "distrl.train",
             "--config", str(REPO / "configs" / "grpo_reverse.yaml"), "--run-dir", run_dir, "--distributed",
             f"model.transformer.pretrained={model}", f"train.sharding={sharding}",
+            f"algo.generation_weights={generation}",
             "train.mixed_precision=fp32", "algo.num_prompts_per_step=4", "algo.num_generations_per_prompt=4",
             "algo.max_new_tokens=16", "algo.update_epochs=1", "algo.num_minibatches=1",
             f"train.total_steps={steps * COMPLETIONS_PER_STEP}", "train.stop_return=null", "eval.every=1000",
@@ -64,7 +66,7 @@ def run(ranks: int, sharding: str, model: Path, steps: int) -> dict[str, float]:
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
         if done.returncode != 0:
-            sys.exit(f"{ranks} rank(s), sharding {sharding} failed:\n{done.stderr[-3000:]}")
+            sys.exit(f"{ranks} rank(s), sharding {sharding}, {generation} failed:\n{done.stderr[-3000:]}")
         rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()][1:]
     peaks = [row[f"usage/rank{r}/peak_rss_mb"] for row in rows for r in range(ranks)]
     return {"peak_rss_mb": max(peaks), "update_s": statistics.median(row["time/update"] for row in rows)}
@@ -76,22 +78,34 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4, help="GRPO updates a launch (the first left out)")
-    parser.add_argument("--ranks", nargs="+", default=["1:none", "2:none", "2:fsdp", "4:fsdp"])
+    parser.add_argument(
+        "--ranks",
+        nargs="+",
+        default=["1:none", "2:none", "2:fsdp:gathered", "2:fsdp:sharded", "4:fsdp:sharded"],
+        help="contenders, RANKS:SHARDING[:GENERATION_WEIGHTS]",
+    )
     args = parser.parse_args()
     model, parameters = local_llama(args.layers, args.width)
-    contenders = [(int(n), sharding) for n, sharding in (spec.split(":") for spec in args.ranks)]
-    results: dict[tuple[int, str], list[dict[str, float]]] = {c: [] for c in contenders}
+    contenders = [
+        (int(n), sharding, *(rest or ["gathered"]))
+        for n, sharding, *rest in (s.split(":") for s in args.ranks)
+    ]
+    results: dict[tuple, list[dict[str, float]]] = {c: [] for c in contenders}
     for _ in range(args.repeats):
-        for ranks, sharding in contenders:
-            results[(ranks, sharding)].append(run(ranks, sharding, model, args.steps))
+        for contender in contenders:
+            results[contender].append(run(*contender, model, args.steps))
     base = statistics.median(r["peak_rss_mb"] for r in results[contenders[0]])
     print(f"Llama {args.layers} layers x {args.width}: {parameters / 1e6:.1f}M parameters, float32, Adam")
-    print("| ranks | train.sharding | peak RSS per rank, MiB | vs first | update s |")
-    print("| --- | --- | --- | --- | --- |")
-    for ranks, sharding in contenders:
-        peak = statistics.median(r["peak_rss_mb"] for r in results[(ranks, sharding)])
-        update = statistics.median(r["update_s"] for r in results[(ranks, sharding)])
-        print(f"| {ranks} | {sharding} | {peak:,.0f} | {peak / base:.2f}x | {update:.2f} |")
+    print(
+        "| ranks | train.sharding | algo.generation_weights | peak RSS per rank, MiB | vs first | update s |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for contender in contenders:
+        ranks, sharding, generation = contender
+        peak = statistics.median(r["peak_rss_mb"] for r in results[contender])
+        update = statistics.median(r["update_s"] for r in results[contender])
+        shown = generation if sharding != "none" else "-"
+        print(f"| {ranks} | {sharding} | {shown} | {peak:,.0f} | {peak / base:.2f}x | {update:.2f} |")
 
 
 if __name__ == "__main__":

@@ -71,8 +71,17 @@ DYNAMIC_SAMPLING = [
         # rank may train on no prompt of a minibatch (it runs its passes on an empty batch).
         ["algo.loss_normalization=token", "algo.kl_coef=0.05", "train.sharding=fsdp"],
         [*DYNAMIC_SAMPLING, "train.sharding=fsdp"],
+        # Generation on the shards, a layer gathered at a time: the ranks decode in lockstep.
+        ["algo.loss_normalization=token", "train.sharding=fsdp", "algo.generation_weights=sharded"],
     ],
-    ids=["token", "sequence", "dynamic_sampling", "sharded-kl", "sharded-dynamic_sampling"],
+    ids=[
+        "token",
+        "sequence",
+        "dynamic_sampling",
+        "sharded-kl",
+        "sharded-dynamic_sampling",
+        "sharded-generation",
+    ],
 )
 @pytest.mark.slow
 def test_two_ranks_end_with_the_parameters_of_one(tmp_path: Path, extra: list[str]) -> None:

@@ -139,6 +139,11 @@ class GRPOConfig(AlgorithmSection):
     max_new_tokens: PositiveInt = 16
     """The longest completion, its end token included; one that has not ended by then is
     unfinished (``task.unfinished_reward``)."""
+    generation_weights: Literal["gathered", "sharded"] = "gathered"
+    """With ``train.sharding``: the weights generation's forward passes take. ``gathered``: the
+    whole weights, gathered once per step and freed after (a whole copy while generating; each
+    rank decodes on its own); ``sharded``: a layer's weights gathered for each pass and freed
+    after it (no whole copy; the ranks decode in lockstep, a collective per layer and token)."""
     temperature: PositiveFloat = 1.0
     """Sampling temperature; the log-probabilities of the loss use the same scaling."""
     top_k: PositiveInt | None = None

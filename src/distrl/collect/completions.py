@@ -58,9 +58,11 @@ def generate_step(
     device: torch.device,
     dtype: torch.dtype | None,
     keep_log_probs: bool,
+    any_running: Callable[[int], bool] | None = None,
 ) -> Completions:
     """G sampled completions of each prompt, with the noise of its global index and the step
-    (completion j its j-th draw), the prompt fed once for all G; run in ``dtype`` (autocast)."""
+    (completion j its j-th draw), the prompt fed once for all G; run in ``dtype`` (autocast);
+    ``any_running``: ``generate``'s, for ranks decoding in lockstep."""
     rows = [tokenizer.encode(prompt, "task prompt") for prompt in prompts]
     tokens, prompt_mask = left_padded(rows, tokenizer.pad_id, device)
     seeds = [completion_seed(cfg.train.seed, step, i) for i in indices]
@@ -69,6 +71,7 @@ def generate_step(
         return generate(
             model, tokens, prompt_mask, cfg.algo.max_new_tokens, tokenizer.eos_id, tokenizer.pad_id,
             sampling, seeds, copies=cfg.algo.num_generations_per_prompt, keep_log_probs=keep_log_probs,
+            any_running=any_running,
         )  # fmt: skip
 
 
@@ -108,10 +111,13 @@ class LocalGeneration:
         device: torch.device,
         dtype: torch.dtype | None,
         clock: PhaseClock,
+        any_running: Callable[[int], bool] | None = None,
     ) -> None:
+        """``any_running``: ``generate``'s, for ranks decoding in lockstep (a sharded model)."""
         self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
         self.step_prompts = step_prompts
         self.device, self.dtype, self.clock = device, dtype, clock
+        self.any_running = any_running
 
     def completions(self, step: int, policy_version: int) -> Generated:
         indices, examples = self.step_prompts(step)
@@ -119,6 +125,6 @@ class LocalGeneration:
             # In low precision the loss's own pass gives the ratios' log-probabilities (GRPORunner).
             done = generate_step(
                 self.cfg, self.model, self.tokenizer, step, indices, [e.prompt for e in examples],
-                self.device, self.dtype, keep_log_probs=self.dtype is None,
+                self.device, self.dtype, keep_log_probs=self.dtype is None, any_running=self.any_running,
             )  # fmt: skip
         return Generated(done, examples, policy_version)

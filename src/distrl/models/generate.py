@@ -19,7 +19,7 @@ policy GRPO's ratios compare with), so no second pass over the completions is ne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -131,12 +131,16 @@ def generate(
     use_cache: bool = True,
     copies: int = 1,
     keep_log_probs: bool = False,
+    any_running: Callable[[int], bool] | None = None,
 ) -> Completions:
     """``copies`` completions of each prompt row, up to ``max_new_tokens`` tokens each: rows
     ``i * copies`` to ``(i + 1) * copies - 1`` of the result are prompt i's. Sampled with prompt
     i's noise from ``seeds[i]``, or greedy without ``seeds``. ``use_cache=False`` feeds every
     completion's whole sequence every step (the reference the cached path is tested against).
-    ``keep_log_probs``: keep each token's log-probability and entropy (``Completions``)."""
+    ``keep_log_probs``: keep each token's log-probability and entropy (``Completions``).
+    ``any_running``: given how many of this process's rows are still running, whether any row of
+    any rank is: ranks that decode in lockstep (a sharded model's passes are collectives) run
+    until every rank's rows have ended."""
     dtype = next(model.parameters()).dtype
     rows, row_mask = prompts.repeat_interleave(copies, 0), prompt_mask.repeat_interleave(copies, 0)
     batch, device = rows.shape[0], prompts.device
@@ -158,8 +162,9 @@ def generate(
     fed: slice | torch.Tensor = slice(None)
     cache: KVCache | PretrainedCache | None = None
     # Inference mode skips autograd's bookkeeping on every operation; what leaves holds only
-    # tensors made outside it, which training may use.
-    with torch.inference_mode():
+    # tensors made outside it, which training may use. Ranks in lockstep run a sharded model,
+    # whose gathering of weights inference mode refuses.
+    with torch.inference_mode() if any_running is None else torch.no_grad():
         for step in range(max_new_tokens):
             if not use_cache:
                 so_far = torch.cat([rows, tokens[:, :step]], 1), torch.cat([row_mask, mask[:, :step]], 1)
@@ -185,7 +190,7 @@ def generate(
             still = going & (chosen != eos_id)
             running[fed] = still
             remaining = int(still.sum())  # one read of the device's result per step
-            if remaining == 0:
+            if not (any_running(remaining) if any_running is not None else remaining):
                 break
             # Copying the cache's rows costs about what a quarter of the rows' next step would.
             if use_cache and model.repeatable_cache and remaining <= 0.75 * len(still):

@@ -102,9 +102,11 @@ class GRPORunner(Runner):
         generation_workers: RayGenerationWorkers | None = ctx.workers.group("generation")
         self.generation: CompletionSource
         if generation_workers is None:
+            lockstep = self.sharded and cfg.algo.generation_weights == "sharded"
             self.generation = LocalGeneration(
-                cfg, self.policy, self.tokenizer, self.step_prompts, device, self.autocast, ctx.clock
-            )
+                cfg, self.policy, self.tokenizer, self.step_prompts, device, self.autocast, ctx.clock,
+                any_running=(lambda running: comm.sum_scalars([running])[0] > 0) if lockstep else None,
+            )  # fmt: skip
         else:
             self.generation = generation_workers.start(cfg).acting(
                 self.policy, self.step_prompts, self.tokenizer.pad_id, cfg.collect.lag, device, ctx.clock
@@ -126,8 +128,10 @@ class GRPORunner(Runner):
         lr = scheduled_learning_rate(cfg, global_step)
         self.algo.set_learning_rate(lr)
         # Every pass before the update runs on weights gathered once (a sharded learner's), so
-        # ranks may run as many as their completions need.
-        with self.whole_weights():
+        # ranks may run as many as their completions need; or, generating on the shards, on
+        # weights gathered a layer at a time, every rank running the same passes.
+        gathered_once = self.cfg.algo.generation_weights == "gathered"
+        with self.whole_weights() if gathered_once else nullcontext():
             start = time.perf_counter()
             generated = self.generation.completions(step, self.policy_version)
             generate_s = time.perf_counter() - start
