@@ -30,6 +30,11 @@ def completion_seed(seed: int, step: int, prompt_index: int) -> int:
     return int(np.random.SeedSequence([seed, 1, step, prompt_index]).generate_state(1)[0])
 
 
+def draw_seed(seed: int, draw: int) -> int:
+    """The sampling noise's seed of a prompt's ``draw``-th completion (``seed``: the prompt's)."""
+    return int(np.random.SeedSequence([seed, 3, draw]).generate_state(1)[0])
+
+
 def minibatch_seed(seed: int, step: int, epoch: int) -> int:
     """The seed of an update epoch's shuffle of the global batch (the same on every rank)."""
     return int(np.random.SeedSequence([seed, 2, step, epoch]).generate_state(1)[0])

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 from distrl.algos.grpo import token_log_probs
 from distrl.algos.grpo_config import TransformerConfig
-from distrl.models import generate as generate_module
 from distrl.models.generate import Sampling, filter_scaled_logits, generate, left_padded, policy_log_softmax
 from distrl.models.transformer import TransformerLM, one_query_attention
 from distrl.storage.completions import CompletionBatch
@@ -45,10 +44,13 @@ def completions_of(
     seeds=None,
     copies: int = 1,
     keep_log_probs: bool = True,
+    max_new_tokens: int = 10,
 ):
     tokens, mask = prompts(texts, next(net.parameters()).device)
     eos, pad = TOKENIZER.eos_id, TOKENIZER.pad_id
-    return generate(net, tokens, mask, 10, eos, pad, sampling, seeds, use_cache, copies, keep_log_probs)
+    return generate(
+        net, tokens, mask, max_new_tokens, eos, pad, sampling, seeds, use_cache, copies, keep_log_probs
+    )
 
 
 def log_probs_of(net: TransformerLM, done) -> torch.Tensor:
@@ -89,15 +91,14 @@ def test_a_completion_does_not_depend_on_its_batch_or_padding() -> None:
     assert not torch.equal(other.tokens[0], alone.tokens[0])
 
 
-def test_sampling_noise_does_not_depend_on_how_many_seeds_are_drawn_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_completions_noise_does_not_depend_on_how_many_are_drawn_or_how_long_they_may_grow() -> None:
     net, seeds = model(3), [41, 42, 43]
-    together = completions_of(net, PROMPTS, True, Sampling(), seeds, copies=2)
-    monkeypatch.setattr(generate_module, "_GUMBEL_CHUNK", 1)  # one seed at a time
-    assert torch.equal(
-        completions_of(net, PROMPTS, True, Sampling(), seeds, copies=2).tokens, together.tokens
-    )
+    two = completions_of(net, PROMPTS, True, Sampling(), seeds, copies=2)
+    three = completions_of(net, PROMPTS, True, Sampling(), seeds, copies=3, max_new_tokens=12)
+    width = two.tokens.shape[1]
+    for prompt in range(len(PROMPTS)):
+        for draw in range(2):
+            assert torch.equal(three.tokens[3 * prompt + draw, :width], two.tokens[2 * prompt + draw])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from distrl.models.transformer import KVCache, normalised, repeat_rows
+from distrl.seeding import draw_seed
 
 if TYPE_CHECKING:
     from distrl.models.pretrained import PretrainedCache
@@ -144,10 +145,7 @@ def generate(
     dtype = next(model.parameters()).dtype
     rows, row_mask = prompts.repeat_interleave(copies, 0), prompt_mask.repeat_interleave(copies, 0)
     batch, device = rows.shape[0], prompts.device
-    noise = None
-    if seeds is not None:
-        vocab = model.vocab_size
-        noise = _gumbel(seeds, copies, max_new_tokens, vocab, dtype).to(device)
+    noise = None if seeds is None else GumbelNoise(seeds, copies, model.vocab_size, dtype, device)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(batch, max_new_tokens, dtype=torch.bool, device=device)
     log_probs = entropy = None
@@ -179,7 +177,7 @@ def generate(
             if noise is None:
                 chosen = scaled.argmax(-1)
             else:
-                chosen = (filter_scaled_logits(scaled, sampling) + noise[fed, step]).argmax(-1)
+                chosen = (filter_scaled_logits(scaled, sampling) + noise.next_step()[fed]).argmax(-1)
             going = running[fed]
             tokens[fed, step] = torch.where(going, chosen, pad_id)
             mask[fed, step] = going
@@ -209,23 +207,25 @@ def prompts_fed_once(
     return repeat_rows(logits[:, -1:], copies), cache.repeat_rows(copies)
 
 
-_GUMBEL_CHUNK = 4 * 1024 * 1024
-"""Float64 uniforms drawn at a time by ``_gumbel``."""
+class GumbelNoise:
+    """Gumbel noise for sampling, one decoding step at a time (``[rows, vocab]`` held, not a row's
+    every step: with a large vocabulary and long completions that would be gigabytes). Row
+    ``i * draws + j`` (seed i's draw j) comes from a generator of its own, so a completion's noise
+    is the same however many completions are drawn with it and however long they may grow."""
 
+    def __init__(
+        self, seeds: Sequence[int], draws: int, vocab: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
+        self.generators = [
+            torch.Generator().manual_seed(draw_seed(seed, draw)) for seed in seeds for draw in range(draws)
+        ]
+        self.uniform = torch.empty(len(self.generators), vocab, dtype=torch.float64)
+        self.dtype, self.device = dtype, device
 
-def _gumbel(seeds: Sequence[int], draws: int, steps: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
-    """``[len(seeds) * draws, steps, vocab]`` Gumbel noise, rows ``i * draws`` on from ``seeds[i]``'s
-    generator; draw j of a seed is the same however many follow it. The uniforms are drawn seed by
-    seed and the logarithms taken for many seeds at once (on a CPU each operation's fixed cost,
-    paid per seed, outweighed its arithmetic), in float64 chunks of whole seeds, up to 32 MiB
-    unless one seed needs more (a large vocabulary's noise would otherwise be held twice over)."""
-    noise = torch.empty(len(seeds) * draws, steps, vocab, dtype=dtype)
-    chunk = max(1, _GUMBEL_CHUNK // (draws * steps * vocab))
-    for first in range(0, len(seeds), chunk):
-        part = seeds[first : first + chunk]
-        uniform = torch.empty(len(part), draws, steps, vocab, dtype=torch.float64)
-        for rows, seed in zip(uniform, part, strict=True):
-            rows.uniform_(generator=torch.Generator().manual_seed(seed))
-        gumbel = uniform.clamp_(1e-20, 1.0 - 1e-16).log_().neg_().log_().neg_()
-        noise[first * draws : (first + len(part)) * draws] = gumbel.view(-1, steps, vocab)
-    return noise
+    def next_step(self) -> torch.Tensor:
+        """Every row's noise for the next decoding step (drawn for rows that ended too, so each
+        row's sequence of draws never depends on the others)."""
+        for row, generator in zip(self.uniform, self.generators, strict=True):
+            row.uniform_(generator=generator)
+        gumbel = self.uniform.clamp(1e-20, 1.0 - 1e-16).log_().neg_().log_().neg_()
+        return gumbel.to(self.device, self.dtype)
