@@ -71,8 +71,14 @@ DYNAMIC_SAMPLING = [
         # rank may train on no prompt of a minibatch (it runs its passes on an empty batch).
         ["algo.loss_normalization=token", "algo.kl_coef=0.05", "train.sharding=fsdp"],
         [*DYNAMIC_SAMPLING, "train.sharding=fsdp"],
-        # Generation on the shards, a layer gathered at a time: the ranks decode in lockstep.
-        ["algo.loss_normalization=token", "train.sharding=fsdp", "algo.generation_weights=sharded"],
+        # Generation on the shards, a layer gathered at a time: the ranks decode in lockstep;
+        # each block's activations recomputed in the backward pass, its weights gathered again.
+        [
+            "algo.loss_normalization=token",
+            "train.sharding=fsdp",
+            "algo.generation_weights=sharded",
+            "train.activation_checkpointing=true",
+        ],
     ],
     ids=[
         "token",
