@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -36,12 +37,17 @@ COMPLETIONS_PER_STEP = 16
 
 def local_llama(layers: int, width: int) -> tuple[Path, int]:
     """The benchmark's model directory (made once, kept under benchmarks/.cache) and its size."""
+    from transformers import PreTrainedTokenizerFast
+
     from distrl.models.local_lm import LMShape, bpe_tokenizer, synthetic_text, write_local_lm
 
     directory = CACHE / f"llama-{layers}x{width}"
     marker = directory / "parameters.txt"
     if not marker.exists():
-        tokenizer = bpe_tokenizer(synthetic_text(200_000), 32_000)
+        vocabulary = CACHE / "bpe-32k"
+        if not vocabulary.exists():
+            bpe_tokenizer(synthetic_text(200_000), 32_000).save_pretrained(vocabulary)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(vocabulary)
         heads = width // 64
         shape = LMShape(width, layers, heads, max(heads // 3, 1), context=256, mlp_width=8 * width // 3)
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -49,9 +55,12 @@ def local_llama(layers: int, width: int) -> tuple[Path, int]:
     return directory, int(marker.read_text())
 
 
-def run(ranks: int, sharding: str, generation: str, model: Path, steps: int) -> dict[str, float]:
+def run(
+    ranks: int, sharding: str, generation: str, model: Path, steps: int, cap: Path | None = None
+) -> dict[str, float] | None:
     """One torchrun launch: the peak RSS (MiB) of the most loaded rank over the updates after the
-    first, and their median update time."""
+    first, and their median update time; ``cap``: a memory cgroup the launch runs in, None when it
+    ran out of memory there."""
     with tempfile.TemporaryDirectory() as run_dir:
         command = [
             sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--nnodes=1",
@@ -64,12 +73,44 @@ def run(ranks: int, sharding: str, generation: str, model: Path, steps: int) -> 
             f"train.total_steps={steps * COMPLETIONS_PER_STEP}", "train.stop_return=null", "eval.every=1000",
             "log.progress=false", "log.tensorboard=false", "checkpoint.interval_steps=1000000",
         ]  # fmt: skip
+        if cap is not None:  # the launch and every rank it starts in the cgroup
+            command = ["sh", "-c", f'echo $$ > {cap}/cgroup.procs && exec "$@"', "sh", *command]
         done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+        if done.returncode != 0 and cap is not None:
+            return None
         if done.returncode != 0:
             sys.exit(f"{ranks} rank(s), sharding {sharding}, {generation} failed:\n{done.stderr[-3000:]}")
         rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()][1:]
     peaks = [row[f"usage/rank{r}/peak_rss_mb"] for row in rows for r in range(ranks)]
     return {"peak_rss_mb": max(peaks), "update_s": statistics.median(row["time/update"] for row in rows)}
+
+
+def largest(sharding: str, generation: str, width: int, cap_gib: float, steps: int) -> tuple[int, int]:
+    """The most layers (and their parameters) of a Llama of ``width`` that 2 ranks train with
+    ``sharding`` inside a memory cgroup of ``cap_gib`` for the whole launch (doubling, then
+    bisecting)."""
+    cap = Path(f"/sys/fs/cgroup/memory/distrl-sharding-bench-{os.getpid()}")
+    try:
+        cap.mkdir()
+        (cap / "memory.limit_in_bytes").write_text(str(int(cap_gib * 2**30)))
+    except OSError as exc:
+        sys.exit(f"--largest needs a writable cgroup-v1 memory controller ({exc})")
+
+    def trains(layers: int) -> bool:
+        return run(2, sharding, generation, local_llama(layers, width)[0], steps, cap) is not None
+
+    try:
+        if not trains(1):
+            return 0, 0
+        low, high = 1, 2
+        while trains(high):
+            low, high = high, 2 * high
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if trains(middle) else (low, middle)
+        return low, local_llama(low, width)[1]
+    finally:
+        cap.rmdir()
 
 
 def main() -> None:
@@ -84,7 +125,22 @@ def main() -> None:
         default=["1:none", "2:none", "2:fsdp:gathered", "2:fsdp:sharded", "4:fsdp:sharded"],
         help="contenders, RANKS:SHARDING[:GENERATION_WEIGHTS]",
     )
+    parser.add_argument(
+        "--largest", type=float, metavar="GIB",
+        help="instead: the largest model 2 ranks train, replicated and sharded, in a memory cgroup of GIB",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.largest:
+        print(
+            f"2 ranks, Llama of width {args.width}, the whole launch in a memory cgroup of {args.largest} GiB"
+        )
+        print("| train.sharding | algo.generation_weights | layers | parameters |")
+        print("| --- | --- | --- | --- |")
+        for sharding, generation in (("none", "gathered"), ("fsdp", "gathered"), ("fsdp", "sharded")):
+            layers, parameters = largest(sharding, generation, args.width, args.largest, 2)
+            shown = generation if sharding != "none" else "-"
+            print(f"| {sharding} | {shown} | {layers} | {parameters / 1e6:.0f}M |")
+        return
     model, parameters = local_llama(args.layers, args.width)
     contenders = [
         (int(n), sharding, *(rest or ["gathered"]))
