@@ -7,7 +7,9 @@ Each contender is ``torchrun`` of ``distrl.train`` on ``configs/grpo_reverse.yam
 as ``model.transformer.pretrained``, float32 and Adam, a few small GRPO steps. Read from its
 ``metrics.jsonl``: ``usage/rank<r>/peak_rss_mb``, each rank's resident-set high-water mark since
 the previous update (reset after each reading), so the first update, which also covers loading the
-model, is left out; the figure is the largest over the later updates and the ranks. Step time:
+model, is left out; the figure is the largest over the later updates and the ranks. Each
+minibatch of 16 completions is 4 micro-batches (``train.gradient_accumulation_steps``), so that
+activations (about 1 GB for all 16 at once) do not hide what sharding saves. Step time:
 the median ``time/update`` of the later updates. FSDP's ``reshard_after_forward`` is on (each
 block's weights are freed after its forward pass). ``algo.generation_weights``: generation (and
 the log-probability passes) on the weights gathered whole once per step, or on the shards, a
@@ -70,6 +72,7 @@ def run(
             f"algo.generation_weights={generation}",
             "train.mixed_precision=fp32", "algo.num_prompts_per_step=4", "algo.num_generations_per_prompt=4",
             "algo.max_new_tokens=16", "algo.update_epochs=1", "algo.num_minibatches=1",
+            "train.gradient_accumulation_steps=4",
             f"train.total_steps={steps * COMPLETIONS_PER_STEP}", "train.stop_return=null", "eval.every=1000",
             "log.progress=false", "log.tensorboard=false", "checkpoint.interval_steps=1000000",
         ]  # fmt: skip

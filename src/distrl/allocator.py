@@ -13,6 +13,7 @@ PyTorch's CPU tuning guide gets the same from jemalloc or tcmalloc, which need a
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -39,3 +40,12 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     thresholds = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return all(mallopt(option, value) == 1 for option, value in thresholds)
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the kernel now (``malloc_trim``): after a one-off large
+    free, such as the whole weights a rank loaded before keeping only its shard of them, which
+    would otherwise stay resident for the rest of the run."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).malloc_trim(0)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from distrl.allocator import release_freed_memory
 from distrl.comm.base import Comm
 from distrl.errors import PeerFailure, UserError
 from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
@@ -178,6 +179,7 @@ class TorchGroupComm(TorchComm):
         else:
             mesh = init_device_mesh(self._device.type, (self.world_size,))
         shard_module_(module, mesh)
+        release_freed_memory()  # the whole weights each rank held until now
 
     @_collective
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
