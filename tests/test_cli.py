@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CARTPOLE, distrl
+from tests.helpers import CARTPOLE, GRPO_REVERSE, distrl
 
 
 def assert_user_error(result, *fragments: str) -> None:
@@ -130,3 +130,31 @@ def test_config_prints_the_resolved_config_and_each_ranks_sizes() -> None:
         " ".join(line.split()).replace("# ", "#   ") for line in sizes
     ]
     assert any("samples per update" in line and "ranks 0-1: 176, rank 2: 160" in line for line in sizes)
+
+
+def test_config_prints_each_ranks_learner_memory_by_sharding() -> None:
+    """GRPO's sequence model counted on the meta device: the count is the built model's, and a
+    rank holds half of each state on 2 sharded ranks, plus the whole weights while generating."""
+    import torch
+
+    from distrl.config.run import load_config
+    from distrl.models.sequence_policy import sequence_model, sequence_tokenizer
+
+    cfg = load_config(GRPO_REVERSE)
+    built = sum(p.numel() for p in sequence_model(cfg, sequence_tokenizer(cfg)).parameters())
+    shown = {}
+    for sharding in ("none", "fsdp"):
+        done = distrl("config", str(GRPO_REVERSE), "--ranks", "2", f"train.sharding={sharding}")
+        assert done.returncode == 0, done.stderr
+        header = next(line for line in done.stdout.splitlines() if "memory of each rank's learner" in line)
+        assert f"{built:,} parameters" in header
+        lines = done.stdout.split(header)[1].strip().splitlines()
+        shown[sharding] = {line[1:].rsplit(" ", 2)[0].strip(): float(line.split()[-2]) for line in lines}
+    whole = built * torch.finfo(torch.float32).bits / 8 / 2**20
+    assert shown["none"] == pytest.approx(
+        {"weights": whole, "gradients": whole, "optimizer state (Adam)": 2 * whole}, abs=0.06
+    )
+    assert shown["fsdp"] == pytest.approx(
+        {"weights": whole / 2, "gradients": whole / 2, "optimizer state (Adam)": whole,
+         "whole weights while generating or acting (gathered)": whole}, abs=0.06,
+    )  # fmt: skip
