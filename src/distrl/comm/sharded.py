@@ -10,7 +10,9 @@ the gradient of the mean over all samples. Every rank must run the same forward 
 passes (each is a collective): a rank without samples runs them on an empty batch, at weight 0.
 
 Acting, generating and evaluating take each rank a different number of forward passes, so they
-run on weights gathered once (``gathered``), not through FSDP's per-pass collectives.
+run on weights gathered once (``gathered``), not through FSDP's per-pass collectives; or, for
+GRPO's generation on the shards, with every rank stepping until all ranks are done
+(``models.generate``'s ``any_running``).
 """
 
 from __future__ import annotations
