@@ -31,6 +31,20 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNA
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds for this process; False where nothing changed: the C
     library is not glibc, or the user set malloc's thresholds themselves."""
+    return _set_thresholds(((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD)))
+
+
+def hand_back_freed_memory() -> bool:
+    """Fix glibc's mmap threshold at its starting 128 KiB for this process: larger blocks are
+    mapped when allocated and unmapped when freed. Left to itself glibc raises the threshold (up to
+    32 MiB) as such blocks are freed, after which they come from the heap and stay resident when
+    freed: a sharded learner's gather and scatter buffers then fragment it (GRPO on a 150M Llama,
+    2 ranks: 4.1 GB peak per rank against 2.2 GB with the threshold fixed). False where nothing
+    changed, as ``keep_freed_memory``."""
+    return _set_thresholds(((_M_MMAP_THRESHOLD, 128 << 10),))
+
+
+def _set_thresholds(thresholds: tuple[tuple[int, int], ...]) -> bool:
     if not sys.platform.startswith("linux") or any(name in os.environ for name in USER_SETTINGS):
         return False
     try:
@@ -38,7 +52,6 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    thresholds = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return all(mallopt(option, value) == 1 for option, value in thresholds)
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from distrl.algos.registry import LOGGED_DATA, check_inputs, learns_from, runner_class
-from distrl.allocator import keep_freed_memory
+from distrl.allocator import hand_back_freed_memory, keep_freed_memory
 from distrl.collect.processes import CollectorProcesses, Schedule, check_collector_processes
 from distrl.io import checkpoint as ckpt
 from distrl.io.run_dir import prepare_run_dir
@@ -138,10 +138,9 @@ def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:
     apply_cuda_options(cfg.train, device, topology.rank)
     torch.set_num_threads(cfg.train.torch_threads)
     if cfg.train.sharding == "none":
-        # Not for sharded learners: FSDP's gather and scatter buffers, tens of MiB each, would
-        # fragment a heap that keeps them (GRPO on a 150M Llama: 4.1 GB peak per rank, 2.2 GB
-        # with glibc's defaults; benchmarks/sharding_bench.py).
         keep_freed_memory()
+    else:  # FSDP's gather and scatter buffers, tens of MiB each, would fragment a heap keeping them
+        hand_back_freed_memory()
     # Annealed learning rates drive Adam's moments towards denormals, which are slow on CPUs.
     torch.set_flush_denormal(True)
     return device
