@@ -230,10 +230,12 @@ def restore(state: TrainState, files: ckpt.CheckpointFiles, where: Path) -> dict
         shards.read_into(where / shards.MODEL_DIR, model)
         shards.read_into(where / shards.OPTIMIZER_DIR, optimizer)
     else:
-        saved = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
-        found = {name: (list(tensor.shape), tensor.dtype) for name, tensor in saved.items()}
-        model = shards.shard_like(model, ckpt.tensors_from_bytes(files["model.safetensors"]))
-        optimizer = shards.shard_like(optimizer_targets(state, found), saved)
+        saved = ckpt.tensors_from_bytes(files["model.safetensors"])
+        optimizer = ckpt.tensors_from_bytes(files["optimizer.safetensors"])
+        if shards.is_sharded(model):  # a sharded learner keeps its shard of each
+            found = {name: (list(tensor.shape), tensor.dtype) for name, tensor in optimizer.items()}
+            optimizer = shards.shard_like(optimizer_targets(state, found), optimizer)
+        model = shards.shard_like(model, saved)
     state.load(model, optimizer, settings)
     return meta
 
