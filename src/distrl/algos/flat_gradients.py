@@ -15,11 +15,11 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from distrl.comm.sharded import GradientSync, ShardedGradients, is_sharded
+from distrl.comm.sharded import ClippedSteps, GradientSync, ShardedGradients, is_sharded
 from distrl.timing import PhaseClock
 
 
-class FlatGradients:
+class FlatGradients(ClippedSteps):
     def __init__(self, params: Sequence[nn.Parameter], clock: PhaseClock | None = None) -> None:
         self.clock = clock or PhaseClock()
         """Times the backward pass and the optimiser step (the loop's clock)."""
@@ -93,14 +93,6 @@ class FlatGradients:
         if self.bucket[-1] > 0:
             self.flat.div_(self.bucket[-1])
         return self._clip_and_step(optimizer, max_grad_norm)
-
-    def _clip_and_step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> float:
-        with self.clock("optimizer"):
-            grad_norm = self.clip_norm_(max_grad_norm)
-            if not math.isfinite(grad_norm):
-                return math.nan
-            optimizer.step()
-        return grad_norm
 
     def clip_norm_(self, max_norm: float) -> float:
         """Scale the gradient to at most ``max_norm`` (L2 over all parameters); return the norm

@@ -74,7 +74,26 @@ def gathered(module: nn.Module) -> Iterator[None]:
         module.set_reshard_after_forward(True)
 
 
-class ShardedGradients:
+class ClippedSteps:
+    """The end of every optimiser step, flat or sharded: clip the gradient's global norm, then
+    step, or skip the step when the norm is not finite (on every rank alike: it is global)."""
+
+    clock: PhaseClock
+
+    def clip_norm_(self, max_norm: float) -> float:
+        """Scale the gradient to at most ``max_norm``; return its norm before clipping."""
+        raise NotImplementedError
+
+    def _clip_and_step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> float:
+        with self.clock("optimizer"):
+            norm = self.clip_norm_(max_grad_norm)
+            if not math.isfinite(norm):
+                return math.nan
+            optimizer.step()
+        return norm
+
+
+class ShardedGradients(ClippedSteps):
     """``FlatGradients``' steps for parameters sharded by FSDP2, with the same weighting: the
     sample-weighted mean over ranks, clipped by the norm over all shards."""
 
@@ -123,12 +142,7 @@ class ShardedGradients:
         grads = [p.grad.to_local() for p in self.params if p.grad is not None]
         if total.item() > 0:
             torch._foreach_mul_(grads, self.world_size / total.item())
-        with self.clock("optimizer"):
-            norm = self.clip_norm_(max_grad_norm)
-            if not math.isfinite(norm):
-                return math.nan
-            optimizer.step()
-        return norm
+        return self._clip_and_step(optimizer, max_grad_norm)
 
     def clip_norm_(self, max_norm: float) -> float:
         """``FlatGradients.clip_norm_`` over every rank's shards (one all-reduce of the squares)."""
