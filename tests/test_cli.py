@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gymnasium
 import pytest
 
 from tests.helpers import CARTPOLE, GRPO_REVERSE, distrl
@@ -142,19 +143,46 @@ def test_config_prints_each_ranks_learner_memory_by_sharding() -> None:
 
     cfg = load_config(GRPO_REVERSE)
     built = sum(p.numel() for p in sequence_model(cfg, sequence_tokenizer(cfg)).parameters())
-    shown = {}
-    for sharding in ("none", "fsdp"):
-        done = distrl("config", str(GRPO_REVERSE), "--ranks", "2", f"train.sharding={sharding}")
-        assert done.returncode == 0, done.stderr
-        header = next(line for line in done.stdout.splitlines() if "memory of each rank's learner" in line)
-        assert f"{built:,} parameters" in header
-        lines = done.stdout.split(header)[1].strip().splitlines()
-        shown[sharding] = {line[1:].rsplit(" ", 2)[0].strip(): float(line.split()[-2]) for line in lines}
+    bf16 = ("train.mixed_precision=bf16", "train.hold_unsharded_gradients=true")
+    shown = {
+        "none": learner_memory(GRPO_REVERSE, built, "train.sharding=none"),
+        "fsdp": learner_memory(GRPO_REVERSE, built, "train.sharding=fsdp"),
+        "fsdp-bf16": learner_memory(GRPO_REVERSE, built, "train.sharding=fsdp", *bf16),
+    }
     whole = built * torch.finfo(torch.float32).bits / 8 / 2**20
     assert shown["none"] == pytest.approx(
-        {"weights": whole, "gradients": whole, "optimizer state (Adam)": 2 * whole}, abs=0.06
+        {"weights": whole, "gradients": whole, "optimizer state (Adam)": 2 * whole}, abs=1e-3
     )
+    halves = {"weights": whole / 2, "gradients": whole / 2, "optimizer state (Adam)": whole}
     assert shown["fsdp"] == pytest.approx(
-        {"weights": whole / 2, "gradients": whole / 2, "optimizer state (Adam)": whole,
-         "whole weights while generating or acting (gathered)": whole}, abs=0.06,
+        {**halves, "whole weights while generating or acting (gathered)": whole}, abs=1e-3
+    )
+    assert shown["fsdp-bf16"] == pytest.approx(
+        {**halves, "whole gradients held over micro-batches": whole,
+         "whole weights while generating or acting (gathered)": whole / 2}, abs=1e-3,
     )  # fmt: skip
+
+
+def learner_memory(config: Path, parameters: int, *overrides: str) -> dict[str, float]:
+    """``distrl config --ranks 2``'s memory lines, MiB by what they hold; its header must count
+    ``parameters``."""
+    done = distrl("config", str(config), "--ranks", "2", *overrides)
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "memory of each rank's learner" in line)
+    assert f"{parameters:,} parameters" in header
+    lines = done.stdout.split(header)[1].strip().splitlines()
+    return {line[1:].rsplit(" ", 2)[0].strip(): float(line.split()[-2]) for line in lines}
+
+
+def test_config_prints_the_memory_of_an_actor_critic_learner() -> None:
+    import torch
+
+    from distrl.config.run import load_config
+    from distrl.models.policies import ppo_actor_critic
+
+    cfg = load_config(CARTPOLE)
+    env = gymnasium.make(cfg.env.id)
+    policy = ppo_actor_critic(cfg, env.observation_space, env.action_space, torch.device("cpu"))
+    built = sum(p.numel() for p in policy.parameters())
+    shown = learner_memory(CARTPOLE, built, "train.sharding=fsdp")
+    assert shown["weights"] == pytest.approx(built * 4 / 2 / 2**20, abs=1e-3)

@@ -242,24 +242,33 @@ def command_config(args: argparse.Namespace) -> int:
     print(f"# sizes of algo.name={cfg.algo.name} on {ranks} rank(s): the run's, then each rank's")
     for size in sizes:
         print(f"#   {size.name:<{width}}  {size.total:>9,}  {rank_shares(size.per_rank)}")
-    if cfg.algo.name == "grpo":
+    from distrl.algos.registry import algorithm
+
+    if algorithm(cfg.algo.name).learner_parameters and cfg.ml_framework == "torch":
         _print_learner_memory(cfg, ranks)
     return 0
 
 
 def _print_learner_memory(cfg: RunConfig, ranks: int) -> None:
-    """Each rank's bytes for the sequence model's weights, gradients and optimiser state under
+    """Each rank's bytes for the learner's weights, gradients and optimiser state under
     ``train.sharding`` (``comm.memory``); the model is counted, not built."""
+    from distrl.algos.registry import algorithm, load
     from distrl.comm.memory import learner_bytes
-    from distrl.models.sequence_policy import sequence_model_parameters
 
-    parameters = sequence_model_parameters(cfg)
-    sharding = cfg.train.sharding
-    print(f"# memory of each rank's learner: {parameters:,} parameters, float32, train.sharding={sharding}")
-    figures = learner_bytes(parameters, sharding, ranks, cfg.cluster.num_nodes)
+    parameters, gathered = load(algorithm(cfg.algo.name).learner_parameters)(cfg)
+    train = cfg.train
+    gathered_in = f", gathered in {str(gathered).removeprefix('torch.')}" if train.sharding != "none" else ""
+    print(
+        f"# memory of each rank's learner: {parameters:,} parameters, float32, "
+        f"train.sharding={train.sharding}{gathered_in}"
+    )
+    figures = learner_bytes(
+        parameters, train.sharding, ranks, cfg.cluster.num_nodes, gathered.itemsize,
+        train.hold_unsharded_gradients,
+    )  # fmt: skip
     width = max(len(name) for name in figures)
     for name, held in figures.items():
-        print(f"#   {name:<{width}}  {held / 2**20:>10,.1f} MiB")
+        print(f"#   {name:<{width}}  {held / 2**20:>12,.3f} MiB")
 
 
 def _config_and_overrides(config: Path | None, overrides: list[str]) -> tuple[Path | None, list[str]]:

@@ -22,6 +22,7 @@ from distrl.algos.registry import LOGGED_DATA, check_inputs, learns_from, runner
 from distrl.allocator import hand_back_freed_memory, keep_freed_memory
 from distrl.collect.processes import CollectorProcesses, Schedule, check_collector_processes
 from distrl.io import checkpoint as ckpt
+from distrl.io.resume import ChosenCheckpoint, announcement, checkpoint_on_every_rank
 from distrl.io.run_dir import prepare_run_dir
 from distrl.io.train_state import launch_index
 from distrl.launch.preemption import PREEMPTED_EXIT_CODE, PreemptionFlag, requeue_slurm_job
@@ -59,12 +60,15 @@ def run_training(
     comm = _connect(cfg, topology, device, ray_mode=workers is not None)
     try:
         resume = run_dir.resume or topology.restart_count > 0
-        payload = comm.run_on_main(
-            lambda: prepare_run_dir(
+        chosen: list[ChosenCheckpoint | None] = [None]  # rank 0's
+
+        def prepare() -> bytes:
+            chosen[0] = prepare_run_dir(
                 run_dir.path, cfg, resume, must_resume=run_dir.resume, overwrite=run_dir.overwrite
             )
-        )
-        checkpoint = ckpt.unpack(payload) if payload else None
+            return announcement(chosen[0])
+
+        checkpoint = checkpoint_on_every_rank(comm, comm.run_on_main(prepare), chosen[0])
         loop = build_training(
             cfg, comm, device, run_dir.path, checkpoint, topology.node_rank, workers, topology.restart_count
         )

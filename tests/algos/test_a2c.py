@@ -66,8 +66,9 @@ def test_two_ranks_with_parts_of_the_rollout_match_one_rank(tmp_path: Path, spli
     run_ranks(_rank_updates, 2, split, tmp_path)
     rank0, rank1 = (np.load(tmp_path / f"rank{r}.npy") for r in range(2))
     np.testing.assert_array_equal(rank0, rank1)
-    # RMSprop divides by the root of a running squared gradient, which magnifies float rounding.
-    np.testing.assert_allclose(rank0, expected, rtol=0, atol=1e-5)
+    # RMSprop divides by the root of a running squared gradient, which magnifies float rounding
+    # (1.02e-5 seen on an Intel Xeon with AMX, whose kernels sum in another order).
+    np.testing.assert_allclose(rank0, expected, rtol=0, atol=2e-5)
     assert np.abs(expected - before).max() > 1e-3
 
 

@@ -196,3 +196,29 @@ def test_the_entropy_floor_raises_the_bonus_in_proportion_up_to_its_cap() -> Non
     assert entropy_coefficient(cfg, 0.05) == pytest.approx(0.09)  # 0.15 / 0.05 = 3x
     assert entropy_coefficient(cfg, 0.001) == pytest.approx(0.3)  # 150x capped at 10x
     assert entropy_coefficient(GRPOConfig(entropy_coef=0.03), 0.001) == 0.03  # no floor set
+
+
+@pytest.mark.parametrize("budget", [1, 9, 64], ids=["one-a-row", "some-a-row", "all-in-one-row"])
+def test_packed_sequences_give_the_padded_log_probs_and_grads(budget: int) -> None:
+    """Prompts and completions of mixed lengths packed into rows of ``budget`` tokens: the
+    numbers of the padded pass, each row alone (no sequence sees another)."""
+    torch.manual_seed(2)
+    net = TransformerLM(8, TransformerConfig(layers=2, width=16, heads=2, context=12)).double()
+    prompts = [[0, 0, 2, 3], [2, 3, 4, 5], [0, 4, 4, 3], [0, 0, 0, 6]]
+    completions = [[5, 6, 7, 1, 0], [1, 0, 0, 0, 0], [6, 2, 1, 0, 0], [3, 3, 3, 3, 3]]
+    completion_mask = torch.tensor([[1, 1, 1, 1, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0], [1] * 5]).bool()
+    sequences = torch.tensor([p + c for p, c in zip(prompts, completions, strict=True)])
+    attention = torch.cat([torch.tensor(prompts) > 0, completion_mask], 1)
+    batch = CompletionBatch(sequences, attention, completion_mask, torch.tensor([1.0, -1.0, 0.5, -0.5]))
+    results, fed = [], []
+    for packed_tokens in (None, budget):
+        net.zero_grad()
+        hook = net.register_forward_pre_hook(lambda _, args: fed.append(tuple(args[0].shape)))
+        log_probs, entropy = token_log_probs(net, batch, 0.7, pad_id=0, packed_tokens=packed_tokens)
+        hook.remove()
+        (log_probs * batch.advantages[:, None] + 0.1 * entropy).sum().backward()
+        results.append([log_probs, entropy, *(p.grad.clone() for p in net.parameters())])
+    # Tokens fed a row: 2+3, 4+0, 3+2 and 1+4, in rows of the budget or the longest, 5.
+    assert fed[-1] == {1: (4, 5), 9: (3, 9), 64: (1, 64)}[budget]
+    for padded, packed in zip(*results, strict=True):
+        torch.testing.assert_close(packed, padded, atol=1e-12, rtol=0)

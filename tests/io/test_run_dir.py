@@ -27,12 +27,12 @@ def test_a_restart_of_an_overwrite_run_resumes_and_keeps_its_checkpoints(tmp_pat
     then must not wipe the checkpoints the restart resumes from."""
     cfg = _trained_run(tmp_path)
     before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
-    payload = prepare_run_dir(tmp_path, cfg, resume=True, must_resume=False, overwrite=True)
-    assert ckpt.unpack(payload)  # resumes from the newest checkpoint
+    chosen = prepare_run_dir(tmp_path, cfg, resume=True, must_resume=False, overwrite=True)
+    assert chosen is not None and chosen[0] == ckpt.list_checkpoints(tmp_path / "checkpoints")[-1]
     assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before
 
 
 def test_overwrite_on_a_fresh_start_replaces_the_run(tmp_path: Path) -> None:
     cfg = _trained_run(tmp_path)
-    assert prepare_run_dir(tmp_path, cfg, resume=False, must_resume=False, overwrite=True) == b""
+    assert prepare_run_dir(tmp_path, cfg, resume=False, must_resume=False, overwrite=True) is None
     assert list(tmp_path.iterdir()) == []

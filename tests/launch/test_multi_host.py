@@ -147,6 +147,29 @@ def test_torchrun_static_master_across_bare_hosts(hosts: Hosts, tmp_path: Path) 
     assert_trained_and_saved_on_host0(tmp_path)
 
 
+@pytest.mark.slow
+def test_hsdp_shards_within_each_host_and_replicates_across(hosts: Hosts, tmp_path: Path) -> None:
+    """2 hosts of 2 ranks with ``train.sharding=hsdp``: the mesh is the launcher's (hosts x ranks
+    per host); the run dir is shared, as sharded checkpoints need, and every rank writes there."""
+    static = [f"--master_addr={ADDRESSES[0]}", "--master_port=29500"]
+    run_dir = tmp_path / "shared-run"
+    procs = []
+    for i in range(2):
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2",
+            f"--node_rank={i}", *static, "-m", "distrl.train", "--config", str(CARTPOLE),
+            "--total-steps", "1024", "train.stop_return=null", "train.sharding=hsdp",
+            "--run-dir", str(run_dir), "--distributed",
+        ]  # fmt: skip
+        procs.append(hosts.start(i, cmd, cluster_names=False))
+    wait_ok(procs)
+    checkpoint = ckpt.resolve_checkpoint(run_dir)
+    state = json.loads((checkpoint / "state.json").read_text())
+    assert state["world_size"] == 4 and state["global_step"] == 1024 and state["sharded"]
+    assert list((checkpoint / "model").glob("shard-*.safetensors"))
+    assert not (checkpoint / "model.safetensors").exists()
+
+
 def c10d(index: int, cluster_names: bool) -> list[str]:
     """The c10d flags on host ``index``. Where hostnames resolve to 127.0.0.1, torchrun needs each
     agent's own address and the store's host marked (its own requirement, documented in

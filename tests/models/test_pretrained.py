@@ -117,8 +117,31 @@ def test_the_loss_pass_feeds_a_shared_prompt_once_with_the_same_numbers(any_mode
         log_probs = torch.cat([token_log_probs(model, part, 1.0, tokenizer.pad_id)[0] for part in parts])
         (log_probs * batch.advantages[:, None]).sum().backward()
         results.append([log_probs.detach(), *(p.grad.clone() for p in model.parameters())])
-    for together, alone in zip(*results, strict=True):
-        torch.testing.assert_close(together, alone, atol=1e-6, rtol=1e-5)
+    for together, alone in zip(*results, strict=True):  # float32 sums in another order: 1.4e-6 seen
+        torch.testing.assert_close(together, alone, atol=3e-6, rtol=1e-5)
+
+
+def test_packed_sequences_give_the_padded_numbers(any_model_dir: Path) -> None:
+    """Sequence packing through ``transformers``' own packed-sequence attention (positions that
+    restart at 0, no mask): the padded pass's log-probabilities and gradients."""
+    from distrl.algos.grpo import token_log_probs
+    from distrl.storage.completions import CompletionBatch
+
+    model, tokenizer = loaded(any_model_dir)
+    rows = [tokenizer.encode(text, "test") for text in ("rev 1=", "rev 31415=", "rev 27=")]
+    tokens, mask = left_padded(rows, tokenizer.pad_id, torch.device("cpu"))
+    done = generate(
+        model, tokens, mask, 5, tokenizer.eos_id, tokenizer.pad_id, Sampling(), [3, 4, 5], copies=2
+    )
+    batch = CompletionBatch(*done.sequences(), done.mask, torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 0.0]))
+    results = []
+    for packed_tokens in (None, 24):
+        model.zero_grad()
+        log_probs, entropy = token_log_probs(model, batch, 1.0, tokenizer.pad_id, packed_tokens=packed_tokens)
+        (log_probs * batch.advantages[:, None] + 0.1 * entropy).sum().backward()
+        results.append([log_probs.detach(), *(p.grad.clone() for p in model.parameters())])
+    for padded, packed in zip(*results, strict=True):
+        torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.slow

@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from distrl.config.run import load_config
 from distrl.config.sections import ClusterConfig, WorkersConfig
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
+from distrl.io import shards
 from tests.helpers import CARTPOLE, REPO, clean_env, distrl, run_python, torchrun_train
 from tests.ray_cluster import (
     BUDGET,
@@ -46,6 +48,27 @@ def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, 
     on_ray = param_digests(tmp_path / "ray")
     assert len(on_ray) == 2 and on_ray[0] == on_ray[1]  # the learners stay bit-identical
     assert on_ray == param_digests(tmp_path / "torchrun")  # and take torchrun's very steps
+
+
+@pytest.mark.slow
+def test_two_sharded_learners_on_ray_train_as_two_sharded_torchrun_ranks(
+    ray_head: str, tmp_path: Path
+) -> None:
+    """``train.sharding=fsdp`` over Ray's learners: the same weights as torchrun's sharded ranks,
+    each learner writing its own shards."""
+    short = ["train.total_steps=1024", "train.stop_return=null", "checkpoint.interval_steps=1024"]
+    result = ray_train(ray_head, tmp_path / "ray", "workers.policy=2", "train.sharding=fsdp", *short)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference = torchrun_train(
+        2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "torchrun"), "train.sharding=fsdp", *short
+    )
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    on_ray, on_torchrun = (
+        shards.read_whole(ckpt.resolve_checkpoint(tmp_path / run) / shards.MODEL_DIR)
+        for run in ("ray", "torchrun")
+    )
+    assert on_ray.keys() == on_torchrun.keys()
+    assert all(torch.equal(on_ray[name], on_torchrun[name]) for name in on_ray)
 
 
 @pytest.mark.slow

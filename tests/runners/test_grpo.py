@@ -79,6 +79,15 @@ DYNAMIC_SAMPLING = [
             "algo.generation_weights=sharded",
             "train.activation_checkpointing=true",
         ],
+        # Sequences packed into rows of 12 tokens, 2 micro-batches whose gradients are held
+        # whole until the second.
+        [
+            "algo.loss_normalization=sequence",
+            "train.sharding=fsdp",
+            "algo.sequence_packing_tokens=12",
+            "train.gradient_accumulation_steps=2",
+            "train.hold_unsharded_gradients=true",
+        ],
     ],
     ids=[
         "token",
@@ -87,6 +96,7 @@ DYNAMIC_SAMPLING = [
         "sharded-kl",
         "sharded-dynamic_sampling",
         "sharded-generation",
+        "sharded-packed-held",
     ],
 )
 @pytest.mark.slow

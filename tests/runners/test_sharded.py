@@ -4,6 +4,7 @@ notices a missing shard, and what sharding refuses in one line."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import shards
-from tests.helpers import CARTPOLE, PENDULUM_SAC, distrl, train_ranks
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, GRPO_REVERSE, PENDULUM_SAC, REPO, distrl, train_ranks
 
 # 3 envs over 2 ranks: rank 0 holds twice rank 1's samples in every minibatch.
 RUN = [
@@ -73,17 +74,24 @@ def test_sharded_training_takes_the_replicated_steps_and_no_rank_writes_the_whol
     assert max(float((whole[k] - first[k]).abs().max()) for k in whole) > 1e-3  # it trained
 
 
-@pytest.mark.parametrize("ranks", [1, 3])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_a_sharded_checkpoint_resumes_on_another_number_of_ranks(
     sharded_run: Path, tmp_path: Path, ranks: int
 ) -> None:
-    """Resumed at its last step, the run only checkpoints again: on 3 ranks in 3 shards, on 1
-    in one file, holding what the 2 ranks saved."""
+    """Resumed at its last step, the run only checkpoints again: on 3 or 4 ranks in as many
+    shards, on 1 in one file, holding what the 2 ranks saved."""
     run_dir = tmp_path / "run"
     shutil.copytree(sharded_run, run_dir)
     saved = newest(run_dir)
     model, optimizer = model_tensors(saved), optimizer_tensors(saved)
-    args = (*RUN, "--run-dir", str(run_dir), "--resume", "train.sharding=fsdp")
+    args = (
+        *RUN,
+        "--run-dir",
+        str(run_dir),
+        "--resume",
+        "train.sharding=fsdp",
+        f"env.num_envs={max(ranks, 3)}",
+    )
     done = train_ranks(ranks, *args) if ranks > 1 else distrl("train", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from" in done.stderr
@@ -119,6 +127,66 @@ def test_a_lost_shard_file_makes_resume_fall_back_to_the_previous_checkpoint(
     )
 
 
+DQN_RUN = [
+    "--config", str(CARTPOLE_DQN), "env.num_envs=3", "model.hidden_sizes=[32,32]", "algo.rollout_steps=8",
+    "algo.gradient_steps=4", "algo.batch_size=15", "algo.learning_starts=48", "algo.target_update_interval=3",
+    "algo.tau=0.5", "train.total_steps=192", "train.stop_return=null", "log.tensorboard=false",
+    "log.progress=false", "checkpoint.interval_steps=96",
+]  # fmt: skip
+"""6 updates of 4 gradient steps on batches of 8 and 7 samples, the target moved every 3 steps."""
+
+
+SAC_RUN = [
+    "--config", str(PENDULUM_SAC), "env.num_envs=3", "model.hidden_sizes=[32,32]", "algo.rollout_steps=8",
+    "algo.gradient_steps=3", "algo.batch_size=15", "algo.learning_starts=48", "train.total_steps=144",
+    "train.stop_return=null", "log.tensorboard=false", "log.progress=false", "checkpoint.interval_steps=72",
+]  # fmt: skip
+"""4 updates of 3 gradient steps (temperature, critics, actor, Polyak targets) on 8 and 7 samples."""
+
+
+@pytest.mark.parametrize(
+    ("run", "online", "target"),
+    [(DQN_RUN, "q_network", "target_network"), (SAC_RUN, "critic", "critic_target")],
+    ids=["dqn", "sac"],
+)
+def test_sharded_replay_learners_take_the_replicated_steps_with_sharded_targets(
+    tmp_path: Path, run: list[str], online: str, target: str
+) -> None:
+    runs = {sharding: tmp_path / sharding for sharding in ("none", "fsdp")}
+    for sharding, run_dir in runs.items():
+        done = train_ranks(2, *run, "--run-dir", str(run_dir), f"train.sharding={sharding}")
+        assert done.returncode == 0, done.stderr[-3000:]
+    sharded, replicated = newest(runs["fsdp"]), newest(runs["none"])
+    assert (sharded / shards.MODEL_DIR).is_dir()
+    whole = model_tensors(sharded)
+    assert_same(model_tensors(replicated), whole, atol=1e-6)
+    assert_same(optimizer_tensors(replicated), optimizer_tensors(sharded), atol=1e-6)
+    trained, lagging = ({k.split(".", 1)[1]: v for k, v in whole.items() if k.startswith(f"{net}.")}
+                        for net in (online, target))  # fmt: skip
+    assert lagging and max(float((trained[k] - lagging[k]).abs().max()) for k in trained) > 1e-4
+
+
+def test_bf16_sharded_grpo_trains_with_float32_shards_and_held_gradients(tmp_path: Path) -> None:
+    """bfloat16 through FSDP's mixed-precision policy, gradients held whole over 2 micro-batches:
+    the run trains (finite losses, weights that move) and saves float32 shards."""
+    run_dir = tmp_path / "run"
+    done = train_ranks(
+        2, "--config", str(GRPO_REVERSE), "--run-dir", str(run_dir), "train.sharding=fsdp",
+        "train.mixed_precision=bf16", "train.gradient_accumulation_steps=2",
+        "train.hold_unsharded_gradients=true",
+        "algo.num_prompts_per_step=4", "algo.num_generations_per_prompt=2", "algo.max_new_tokens=4",
+        "model.transformer={layers: 2, width: 16, heads: 2, context: 16}", "task.max_length=4",
+        "train.total_steps=24", "train.stop_return=null", "eval.every=1000", "log.tensorboard=false",
+        "log.progress=false", "checkpoint.interval_steps=8", "checkpoint.keep_last=5",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(np.isfinite(row["loss"]) and row["grad_norm"] > 0 for row in rows)
+    first, last = (model_tensors(c) for c in ckpt.list_checkpoints(run_dir / "checkpoints")[::2])
+    assert {t.dtype for t in last.values()} == {torch.float32}
+    assert max(float((last[k] - first[k]).abs().max()) for k in last) > 1e-4
+
+
 @pytest.mark.parametrize(
     ("overrides", "said"),
     [
@@ -136,6 +204,20 @@ def test_what_sharding_cannot_do_is_one_line(tmp_path: Path, overrides: list[str
 
 
 def test_sharding_is_refused_by_an_algorithm_that_does_not_honour_it(tmp_path: Path) -> None:
-    done = distrl("train", "--config", str(PENDULUM_SAC), "train.sharding=fsdp", "--run-dir", str(tmp_path))
+    appo = REPO / "configs" / "cartpole_appo.yaml"
+    done = distrl("train", "--config", str(appo), "train.sharding=fsdp", "--run-dir", str(tmp_path))
     assert done.returncode == 2
-    assert "train.sharding=fsdp is not supported by algo.name=sac" in done.stderr
+    assert "train.sharding=fsdp is not supported by algo.name=appo" in done.stderr
+
+
+def test_held_gradients_without_sharding_are_one_line(tmp_path: Path) -> None:
+    done = distrl(
+        "train",
+        "--config",
+        str(GRPO_REVERSE),
+        "train.hold_unsharded_gradients=true",
+        "--run-dir",
+        str(tmp_path),
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "train.hold_unsharded_gradients=true is for sharded learners" in done.stderr

@@ -31,10 +31,13 @@ class DQN:
         cfg: DQNConfig,
         gradient_sync: GradientSync | None = None,
         clock: PhaseClock | None = None,
+        target_network: nn.Module | None = None,
     ) -> None:
-        """``q_network``: a ``QNetwork``, or a ``ParametricQNetwork`` for batches with candidates."""
+        """``q_network``: a ``QNetwork``, or a ``ParametricQNetwork`` for batches with candidates;
+        ``target_network``: its frozen copy, made by the caller (a sharded network cannot be
+        copied: its copy is made whole and sharded alike), or here when None."""
         self.q_network = q_network
-        self.target_network = copy.deepcopy(q_network).requires_grad_(False)
+        self.target_network = target_network or copy.deepcopy(q_network).requires_grad_(False)
         self.cfg = cfg
         self.gradient_sync = gradient_sync
         self.params = list(q_network.parameters())

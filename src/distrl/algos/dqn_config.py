@@ -29,6 +29,7 @@ class DQNConfig(OffPolicySection):
     """Double DQN with a target network; ``algo.name: dqn``. Sizes summed over ranks are marked."""
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.activation",)  # what the weights compute
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("sharding",)
     sections: ClassVar[dict[str, type[Section]]] = {"eval": DQNEvalConfig}
     phases: ClassVar[tuple[str, ...]] = ("replay", "data")
     collection_phases: ClassVar[tuple[str, ...]] = ("env", "inference", "data")

@@ -15,7 +15,14 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from distrl.comm.sharded import ClippedSteps, GradientSync, ShardedGradients, is_sharded
+from distrl.comm.sharded import (
+    ClippedSteps,
+    GradientSync,
+    MicroBatchLoss,
+    ShardedGradients,
+    is_sharded,
+    resharded_,
+)
 from distrl.timing import PhaseClock
 
 
@@ -73,18 +80,19 @@ class FlatGradients(ClippedSteps):
 
     def accumulated_step(
         self,
-        losses: Iterable[tuple[torch.Tensor, float]],
+        losses: Sequence[MicroBatchLoss],
         optimizer: torch.optim.Optimizer,
         sync: GradientSync | None,
         max_grad_norm: float,
     ) -> float:
         """``step`` over micro-batches (gradient accumulation): each ``(loss, weight)``, a mean
         over ``weight`` samples or tokens, is backpropagated as the sum ``loss x weight``, one at
-        a time (``losses`` may compute each only when asked, so one micro-batch's activations are
-        alive at once); the sum over micro-batches and ranks is then divided by the total weight.
-        So k micro-batches give the gradient of the one batch they make up."""
+        a time (each computed only when called, so one micro-batch's activations are alive at
+        once); the sum over micro-batches and ranks is then divided by the total weight. So k
+        micro-batches give the gradient of the one batch they make up."""
         self.zero_()
-        for loss, weight in losses:
+        for micro_batch_loss in losses:
+            loss, weight = micro_batch_loss()
             with self.clock("backward"):
                 (loss * weight).backward(inputs=self.trained)
             self.bucket[-1] += weight
@@ -106,11 +114,14 @@ class FlatGradients(ClippedSteps):
 Gradients = FlatGradients | ShardedGradients
 
 
-def gradients_for(params: Sequence[nn.Parameter], clock: PhaseClock | None = None) -> Gradients:
+def gradients_for(
+    params: Sequence[nn.Parameter], clock: PhaseClock | None = None, held_in: nn.Module | None = None
+) -> Gradients:
     """The gradients of ``params``: one flat buffer, or FSDP's shards when the learner is sharded
-    (``train.sharding``); both take the same steps."""
+    (``train.sharding``); both take the same steps. ``held_in``: the sharded module whose
+    gradients are held whole until the last micro-batch (``ShardedGradients``)."""
     if is_sharded(params):
-        return ShardedGradients(params, params[0].device_mesh.size(), clock)
+        return ShardedGradients(params, params[0].device_mesh.size(), clock, held_in)
     return FlatGradients(params, clock)
 
 
@@ -122,7 +133,9 @@ def set_learning_rate(optimizers: Iterable[torch.optim.Optimizer], lr: float) ->
 
 @torch.no_grad()
 def polyak_update_(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """Move ``target``'s parameters ``tau`` of the way towards ``online``'s (1: copy them)."""
+    """Move ``target``'s parameters ``tau`` of the way towards ``online``'s (1: copy them);
+    sharded alike, each rank moves its own shards."""
+    resharded_(target, online)
     for target_param, online_param in zip(target.parameters(), online.parameters(), strict=True):
         target_param.lerp_(online_param, tau)
 

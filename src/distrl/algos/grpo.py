@@ -13,8 +13,9 @@ same counts, so N ranks step as one would on the whole batch.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,6 +28,7 @@ from distrl.comm.sharded import is_sharded
 from distrl.models.generate import chosen_log_probs_and_entropy, policy_log_softmax, prompts_fed_once
 from distrl.offload import optimizer_for
 from distrl.storage.completions import CompletionBatch
+from distrl.storage.packing import pack_sequences
 from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
@@ -71,16 +73,21 @@ def kl_estimate(log_probs: torch.Tensor, reference: torch.Tensor, cfg: GRPOConfi
     return estimate.clamp(-cfg.kl_output_clamp, cfg.kl_output_clamp)
 
 
-def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Tensor:
+def completion_logits(
+    model: SequenceModel, batch: CompletionBatch, packed_tokens: int | None = None
+) -> torch.Tensor:
     """``[completions, longest, vocab]``: the logits that predict each completion token, up to
     the longest completion's length (nothing past a completion's end is read, so no longer
-    sequence is fed). On a CPU, completions side by side with the same prompt (a group, or part
-    of one) share it, as in generation: it is fed once, and its keys and values are copied to each
-    of them (their gradients add up there), instead of once per completion; then the completions
-    are fed in up to two parts (``_completions_fed``)."""
+    sequence is fed). ``packed_tokens``: the sequences packed into rows of this many tokens
+    (``_packed_completion_logits``). Else, on a CPU, completions side by side with the same
+    prompt (a group, or part of one) share it, as in generation: it is fed once, and its keys and
+    values are copied to each of them (their gradients add up there), instead of once per
+    completion; then the completions are fed in up to two parts (``_completions_fed``)."""
     new = batch.new_tokens
     lengths = batch.completion_mask.sum(1)
     longest = int(lengths.max()) if len(batch) else 1  # an empty batch (a rank with none): 1 step
+    if packed_tokens is not None:
+        return _packed_completion_logits(model, batch, lengths, longest, packed_tokens)
     prompts, prompt_mask = batch.sequences[:, :-new], batch.attention_mask[:, :-new]
     # The completion tokens that predict later ones: all but the last of the longest.
     fed, fed_mask = (
@@ -107,6 +114,29 @@ def completion_logits(model: SequenceModel, batch: CompletionBatch) -> torch.Ten
     if longest == 1:
         return first_token
     return torch.cat([first_token, _completions_fed(model, fed, fed_mask, cache, lengths - 1)], 1)
+
+
+def _packed_completion_logits(
+    model: SequenceModel, batch: CompletionBatch, lengths: torch.Tensor, longest: int, budget: int
+) -> torch.Tensor:
+    """``completion_logits`` from one pass over each completion's real tokens (its prompt's, then
+    its own but the last) packed into rows of ``budget`` tokens (``storage.packing``); zeros past
+    a completion's end. Each rank runs one pass whatever it holds (a sharded model's passes are
+    collectives)."""
+    prompt_mask = batch.attention_mask[:, : -batch.new_tokens]
+    prompt_lengths = prompt_mask.sum(1)
+    fed = [
+        torch.cat([row[: -batch.new_tokens][real], row[-batch.new_tokens :][: int(length) - 1]])
+        for row, real, length in zip(batch.sequences, prompt_mask, lengths, strict=True)
+    ]
+    packed = pack_sequences(fed, budget, filler=0)
+    logits, _ = model(packed.tokens, packed.tokens.new_ones(packed.tokens.shape, dtype=torch.bool),
+                      packed_positions=packed.positions)  # fmt: skip
+    steps = torch.arange(longest, device=lengths.device)
+    read = packed.starts[:, None] + (prompt_lengths - 1)[:, None] + steps  # predicts completion token j
+    past_end = steps >= lengths[:, None]
+    flat = logits.reshape(-1, logits.shape[-1])
+    return flat[read.masked_fill(past_end, 0)].masked_fill(past_end[..., None], 0.0)
 
 
 def _completions_fed(
@@ -140,12 +170,14 @@ def token_log_probs(
     temperature: float,
     pad_id: int,
     autocast: torch.dtype | None = None,
+    packed_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of the completion tokens and the entropies of the distributions they
     were drawn from (``[completions, new_tokens]`` each, 0 after a completion's end), at the
-    sampling temperature, padding never among the choices (as in ``models.generate``)."""
+    sampling temperature, padding never among the choices (as in ``models.generate``);
+    ``packed_tokens``: ``completion_logits``'."""
     with precision.autocast(batch.sequences.device, autocast):
-        predicting = completion_logits(model, batch)
+        predicting = completion_logits(model, batch, packed_tokens)
     log_softmax = policy_log_softmax(predicting, temperature, pad_id)
     longest = log_softmax.shape[1]
     completion = batch.sequences[:, -batch.new_tokens :][:, :longest]
@@ -166,11 +198,14 @@ class GRPO:
         autocast: torch.dtype | None = None,
         accumulation_steps: int = 1,
         optimizer_offload: bool = False,
+        hold_unsharded_gradients: bool = False,
     ) -> None:
         """``pad_id``: the padding token, never a choice of the policy; ``autocast``: the dtype the
         transformer runs its forward passes in (mixed precision);
         ``accumulation_steps``: micro-batches per minibatch (``train.gradient_accumulation_steps``);
-        ``optimizer_offload``: the optimiser's state in CPU memory (``offload``)."""
+        ``optimizer_offload``: the optimiser's state in CPU memory (``offload``);
+        ``hold_unsharded_gradients``: a sharded policy's gradients reduced once a step, not once a
+        micro-batch (``comm.sharded.ShardedGradients``)."""
         self.pad_id = pad_id
         self.accumulation_steps = accumulation_steps
         self.policy = policy
@@ -181,7 +216,7 @@ class GRPO:
         self.entropy_coef = cfg.entropy_coef
         """The entropy bonus's weight in the next update (``entropy_coefficient`` may raise it)."""
         params = list(policy.parameters())
-        self.grads = gradients_for(params, self.clock)
+        self.grads = gradients_for(params, self.clock, policy if hold_unsharded_gradients else None)
         self.optimizer = optimizer_for(
             params,
             lambda weights: torch.optim.AdamW(
@@ -201,8 +236,11 @@ class GRPO:
         self, model: SequenceModel, batch: CompletionBatch
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``log_probs`` and the per-token entropies of the same forward pass."""
+        cfg = self.cfg
         with torch.no_grad():
-            return token_log_probs(model, batch, self.cfg.temperature, self.pad_id, self.autocast)
+            return token_log_probs(
+                model, batch, cfg.temperature, self.pad_id, self.autocast, cfg.sequence_packing_tokens
+            )
 
     def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
         """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global
@@ -231,33 +269,34 @@ class GRPO:
         sums: dict[str, float] = {}
         weights = 0.0
 
-        def losses() -> Iterator[tuple[torch.Tensor, float]]:
+        def part_loss(rows: torch.Tensor) -> tuple[torch.Tensor, float]:
             nonlocal weights
-            for part in self._micro_batches(mb):
-                with self.clock("forward"):
-                    loss, weight, terms = self.loss(part)
-                if weight:  # an empty part's terms are 0/0
-                    for key, value in terms.items():
-                        sums[key] = sums.get(key, 0.0) + float(value) * weight
-                weights += weight
-                yield loss, weight
+            with self.clock("forward"):
+                loss, weight, terms = self.loss(mb.rows(rows))
+            if weight:  # an empty part's terms are 0/0
+                for key, value in terms.items():
+                    sums[key] = sums.get(key, 0.0) + float(value) * weight
+            weights += weight
+            return loss, weight
 
+        parts = torch.arange(len(mb), device=mb.sequences.device).tensor_split(self.accumulation_steps)
         grad_norm = self.grads.accumulated_step(
-            losses(), self.optimizer, self.gradient_sync, self.cfg.max_grad_norm
+            [functools.partial(part_loss, rows) for rows in parts],
+            self.optimizer,
+            self.gradient_sync,
+            self.cfg.max_grad_norm,
         )
         stats = {key: value / weights for key, value in sums.items()}
         return {**stats, "grad_norm": grad_norm, "skipped_minibatches": float(math.isnan(grad_norm))}
-
-    def _micro_batches(self, mb: CompletionBatch) -> Iterator[CompletionBatch]:
-        for rows in torch.arange(len(mb)).tensor_split(self.accumulation_steps):
-            yield mb.rows(rows.to(mb.sequences.device))
 
     def loss(self, mb: CompletionBatch) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
         """The clipped surrogate (plus the KL penalty) normalised over this rank's tokens or
         completions, that count (the gradient's weight in the cross-rank mean), and detached
         statistics (token means)."""
         cfg = self.cfg
-        log_probs, entropy = token_log_probs(self.policy, mb, cfg.temperature, self.pad_id, self.autocast)
+        log_probs, entropy = token_log_probs(
+            self.policy, mb, cfg.temperature, self.pad_id, self.autocast, cfg.sequence_packing_tokens
+        )
         mask = mb.completion_mask.to(log_probs.dtype)
         log_ratio = log_probs - mb.old_log_probs
         ratio = log_ratio.exp()

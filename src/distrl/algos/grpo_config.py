@@ -115,6 +115,7 @@ class GRPOConfig(AlgorithmSection):
         "gradient_accumulation_steps",
         "optimizer_offload",
         "sharding",
+        "hold_unsharded_gradients",
     )
     sections: ClassVar[dict[str, type[Section]]] = {"task": TaskConfig, "model": SequenceModelConfig}
     phases: ClassVar[tuple[str, ...]] = ("generate", "score", "log_probs")
@@ -144,6 +145,12 @@ class GRPOConfig(AlgorithmSection):
     whole weights, gathered once per step and freed after (a whole copy while generating; each
     rank decodes on its own); ``sharded``: a layer's weights gathered for each pass and freed
     after it (no whole copy; the ranks decode in lockstep, a collective per layer and token)."""
+    sequence_packing_tokens: PositiveInt | None = None
+    """Sequence packing in the loss and log-probability passes (off when unset): each
+    completion's real tokens (its prompt's, then its own) laid one after another in rows of this
+    many tokens (at least the longest sequence's), attention kept within each, instead of one a
+    row padded to the longest. Fewer positions computed when lengths vary; one pass a
+    micro-batch (``storage.packing``)."""
     temperature: PositiveFloat = 1.0
     """Sampling temperature; the log-probabilities of the loss use the same scaling."""
     top_k: PositiveInt | None = None

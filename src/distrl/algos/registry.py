@@ -140,6 +140,10 @@ class Algorithm:
     """Ray mode's worker groups of its own, each in the place of the generic group it
     ``replaces`` (``ray.groups.WORKER_GROUPS``), else after the generic ones: its runs' config
     has their keys (``config.run.workers_config``) and its runner asks for them by name."""
+    learner_parameters: str | None = None
+    """``module:function`` of ``(RunConfig) -> (parameters, gathered dtype)``: the parameters its
+    learner trains, counted without making weights, and the dtype a sharded learner gathers them
+    in (``distrl config``'s memory lines); None: not shown."""
     input_check: str = "distrl.envs:check_config_env"
     """``module:function`` of ``(RunConfig) -> None``: builds what it learns from once, so a bad
     env or task fails in one line before any process group or run dir."""
@@ -160,6 +164,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             collector="distrl.collect.rollout:actor_critic_collector",
             acting="distrl.collect.rollout:actor_critic_copies",
             memory_runners=(ENVS,),
+            learner_parameters="distrl.models.policies:actor_critic_parameters",
         ),
         Algorithm(
             "dqn",
@@ -181,6 +186,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             collector="distrl.collect.rollout:actor_critic_collector",
             acting="distrl.collect.rollout:actor_critic_copies",
             memory_runners=(ENVS,),
+            learner_parameters="distrl.models.policies:actor_critic_parameters",
         ),
         Algorithm(
             "appo",
@@ -210,6 +216,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             GRPOConfig,
             deployable_policy="distrl.models.sequence_policy:sequence_policy",
             runners={ENVS: "distrl.runners.grpo:GRPORunner"},
+            learner_parameters="distrl.models.sequence_policy:sequence_model_parameters",
             evaluator="distrl.eval.completions:evaluate_completions",
             evaluated_on="distrl.eval.completions:task_name",
             eval_line=(

@@ -43,10 +43,13 @@ class SAC:
         cfg: SACConfig,
         gradient_sync: GradientSync | None = None,
         clock: PhaseClock | None = None,
+        critic_target: TwinQ | None = None,
     ) -> None:
-        """``scale``: the env's action bounds (replay holds actions as the env took them)."""
+        """``scale``: the env's action bounds (replay holds actions as the env took them);
+        ``critic_target``: the critics' frozen copy, made by the caller (a sharded network cannot
+        be copied: its copy is made whole and sharded alike), or here when None."""
         self.actor, self.critic, self.scale, self.cfg = actor, critic, scale, cfg
-        self.critic_target = copy.deepcopy(critic).requires_grad_(False)
+        self.critic_target = critic_target or copy.deepcopy(critic).requires_grad_(False)
         self.clock = clock or PhaseClock()
         self.learn_alpha = cfg.ent_coef == "auto"
         self.temperature = Temperature(1.0 if self.learn_alpha else float(cfg.ent_coef))

@@ -18,6 +18,7 @@ class SACConfig(OffPolicySection):
         "model.activation",  # what the weights compute
         "algo.ent_coef",  # a fixed temperature is saved too: the checkpoint's would win unseen
     )
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("sharding",)
 
     name: Literal["sac"]
     """The algorithm: data-parallel soft actor-critic."""

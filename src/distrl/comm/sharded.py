@@ -25,7 +25,14 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
 from torch.distributed.tensor import DTensor
 
 from distrl.io.shards import full_tensor
@@ -33,21 +40,47 @@ from distrl.timing import PhaseClock
 
 GradientSync = Callable[[torch.Tensor], None]
 """Sums a tensor over all ranks in place (``algos.flat_gradients.GradientSync``)."""
+MicroBatchLoss = Callable[[], tuple[torch.Tensor, float]]
+"""Computes one micro-batch's loss (a mean over its samples or tokens) and that count, when
+called: gradient accumulation computes each only when its backward pass is next."""
 
 
-def shard_module_(module: nn.Module, mesh: DeviceMesh) -> None:
+def shard_module_(
+    module: nn.Module, mesh: DeviceMesh, param_dtype: torch.dtype | None = None, offload: bool = False
+) -> None:
     """Shard ``module`` over ``mesh`` (one dimension: FSDP; two, replicate x shard: HSDP). Each
     element of an ``nn.ModuleList`` (a transformer's layers) is a unit of its own, gathered only
     while it computes; the rest of the module is one unit, gathered around ``forward`` and the
-    methods the module names in ``forward_methods``."""
+    methods the module names in ``forward_methods``.
+
+    ``param_dtype`` (bfloat16 for ``train.mixed_precision``): the shards, their gradients and the
+    optimiser's state stay float32; the weights are gathered and computed with in this dtype and
+    the gradients reduced in float32. ``offload``: the shards, gradients and optimiser state live
+    in CPU memory and each unit's are copied to the device to be gathered (a CUDA learner's
+    ``train.optimizer_offload``)."""
     # Said once per forward pass of a module whose outputs are views; distrl changes none in place.
     warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor")
+    options = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
+        "offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy(),
+    }
     blocks = [block for child in module.modules() if isinstance(child, nn.ModuleList) for block in child]
     for block in reversed(blocks):  # inner units first
-        fully_shard(block, mesh=mesh)
-    fully_shard(module, mesh=mesh)
+        fully_shard(block, **options)
+    fully_shard(module, **options)
     for method in getattr(module, "forward_methods", ()):
         register_fsdp_forward_method(module, method)
+
+
+def resharded_(*modules: nn.Module) -> None:
+    """Free whatever whole weights ``modules``' units still hold, so that their parameters are
+    the shards again (FSDP keeps the root unit's after a forward pass, for the backward pass a
+    frozen copy, a target network, never runs)."""
+    for module in modules:
+        for unit in module.modules():
+            if isinstance(unit, FSDPModule):
+                unit.reshard()
 
 
 def is_sharded(params: Iterable[torch.Tensor]) -> bool:
@@ -98,12 +131,21 @@ class ShardedGradients(ClippedSteps):
     sample-weighted mean over ranks, clipped by the norm over all shards."""
 
     def __init__(
-        self, params: Sequence[nn.Parameter], world_size: int, clock: PhaseClock | None = None
+        self,
+        params: Sequence[nn.Parameter],
+        world_size: int,
+        clock: PhaseClock | None = None,
+        held_in: nn.Module | None = None,
     ) -> None:
+        """``held_in``: the sharded module (``train.hold_unsharded_gradients``) whose gradients
+        accumulate whole on every rank over a step's micro-batches and are reduce-scattered once,
+        after the last, instead of after each: one reduce-scatter a step instead of one per
+        micro-batch, for a whole float32 copy of the gradients held on each rank."""
         self.clock = clock or PhaseClock()
         self.params = [p for p in params if p.requires_grad]
         self.world_size = world_size
         """FSDP divides the sum of the ranks' gradients by this."""
+        self.held_in = held_in
 
     def step(
         self,
@@ -117,21 +159,25 @@ class ShardedGradients(ClippedSteps):
         batch's loss, still computed, for the collectives of its passes)."""
         if loss is None:
             raise ValueError("a sharded learner runs every pass: give the loss of an empty batch, weight 0")
-        return self.accumulated_step([(loss, weight)], optimizer, sync, max_grad_norm)
+        return self.accumulated_step([lambda: (loss, weight)], optimizer, sync, max_grad_norm)
 
     def accumulated_step(
         self,
-        losses: Iterable[tuple[torch.Tensor, float]],
+        losses: Sequence[MicroBatchLoss],
         optimizer: torch.optim.Optimizer,
         sync: GradientSync | None,
         max_grad_norm: float,
     ) -> float:
-        """``FlatGradients.accumulated_step``; every rank must yield as many micro-batches (FSDP
-        reduce-scatters each one's gradients as its backward pass ends)."""
+        """``FlatGradients.accumulated_step``; every rank must give as many micro-batches (FSDP
+        reduce-scatters each one's gradients as its backward pass ends, or only the last's with
+        ``held_in``)."""
         for p in self.params:
             p.grad = None
         local_weight = 0.0
-        for loss, weight in losses:
+        for index, micro_batch_loss in enumerate(losses):
+            if self.held_in is not None:
+                self.held_in.set_requires_gradient_sync(index == len(losses) - 1)
+            loss, weight = micro_batch_loss()
             with self.clock("backward"):
                 # No ``inputs=``: the graph holds the gathered weights, not these shards.
                 (loss * weight).backward()

@@ -91,9 +91,16 @@ class TorchComm(Comm):
             t.copy_(flat[offset : offset + t.numel()].view_as(t))
             offset += t.numel()
 
-    def shard_(self, module: torch.nn.Module, sharding: str) -> None:
+    def shard_(
+        self,
+        module: torch.nn.Module,
+        sharding: str,
+        param_dtype: torch.dtype | None = None,
+        offload: bool = False,
+    ) -> None:
         """Shard ``module``'s weights, gradients and optimiser state over the ranks (``comm.sharded``)
-        when ``sharding`` (``train.sharding``) asks; one process has nothing to shard over."""
+        when ``sharding`` (``train.sharding``) asks; one process has nothing to shard over.
+        ``param_dtype`` and ``offload``: ``comm.sharded.shard_module_``'s."""
 
     def _scalar_device(self) -> torch.device:
         return torch.device("cpu")
@@ -158,7 +165,13 @@ class TorchGroupComm(TorchComm):
     ranks_per_node: int = 1
     """Ranks on each node (the launcher's), for HSDP's mesh."""
 
-    def shard_(self, module: torch.nn.Module, sharding: str) -> None:
+    def shard_(
+        self,
+        module: torch.nn.Module,
+        sharding: str,
+        param_dtype: torch.dtype | None = None,
+        offload: bool = False,
+    ) -> None:
         if sharding == "none":
             return
         from torch.distributed.device_mesh import init_device_mesh
@@ -178,7 +191,7 @@ class TorchGroupComm(TorchComm):
             )
         else:
             mesh = init_device_mesh(self._device.type, (self.world_size,))
-        shard_module_(module, mesh)
+        shard_module_(module, mesh, param_dtype, offload and self._device.type == "cuda")
         release_freed_memory()  # the whole weights each rank held until now
 
     @_collective

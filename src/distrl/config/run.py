@@ -182,11 +182,15 @@ def _check_sharding(cfg: RunConfig, source: str) -> None:
     forward passes, and the weights exist whole only while the ranks gather them together."""
     sharding = cfg.train.sharding
     if sharding == "none":
+        if cfg.train.hold_unsharded_gradients:
+            raise UserError(
+                f"{source}: train.hold_unsharded_gradients=true is for sharded learners "
+                "(train.sharding=fsdp or hsdp); a replicated learner's gradients are whole already"
+            )
         return
     refused = {
         "ml_framework: jax (JAX learners are replicated)": cfg.ml_framework == "jax",
         "train.compile=true": cfg.train.compile,
-        "train.optimizer_offload=true (FSDP's own offload is not wired in yet)": cfg.train.optimizer_offload,
         f"train.straggler_threshold={cfg.train.straggler_threshold} (ranks must step alike)": (
             cfg.train.straggler_threshold is not None
         ),
@@ -206,7 +210,8 @@ def collecting_workers(cfg: RunConfig) -> int:
 
 
 TRAIN_SWITCHES = (
-    "compile", "activation_checkpointing", "gradient_accumulation_steps", "optimizer_offload", "sharding"
+    "compile", "activation_checkpointing", "gradient_accumulation_steps", "optimizer_offload", "sharding",
+    "hold_unsharded_gradients",
 )  # fmt: skip
 """``train`` keys an algorithm must honour to be given them (``honoured_train_switches``) unless
 they are at their defaults."""

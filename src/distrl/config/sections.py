@@ -173,11 +173,19 @@ class TrainConfig(Section):
     there (GRPO's sequence policy; refused elsewhere): activation memory drops by more than half
     for about a third more compute."""
     sharding: Literal["none", "fsdp", "hsdp"] = "none"
-    """How the learners hold the policy (PPO, A2C, APPO and GRPO with a torch learner; refused
+    """How the learners hold the policy (PPO, A2C, DQN, SAC and GRPO with a torch learner; refused
     elsewhere). ``none``: every rank holds all of it and ranks sum gradients; ``fsdp``: each rank
     holds a shard of the weights, their gradients and the optimiser's state (FSDP2), gathering a
     layer's weights only while it computes (docs/concepts/sharding.md); ``hsdp``: shards within
-    each node, replicas across nodes (2 or more nodes of equal size)."""
+    each node, replicas across nodes (2 or more nodes of equal size). With bf16
+    ``mixed_precision`` the weights are gathered in bfloat16 and gradients reduced in float32;
+    with ``optimizer_offload`` on a CUDA learner the shards and optimiser state live in CPU memory
+    (FSDP's offload policy)."""
+    hold_unsharded_gradients: bool = False
+    """A sharded learner with ``gradient_accumulation_steps`` above 1 (GRPO): accumulate each
+    micro-batch's gradients whole on every rank and reduce-scatter them once, after the last,
+    instead of after each. Fewer collectives for a whole float32 copy of the gradients (4 bytes a
+    parameter) held on every rank through the step."""
     max_bad_updates: PositiveInt = 5
     """Stop after this many updates in a row with a non-finite loss, gradient or observation
     (each is skipped on every rank, so parameters stay identical)."""

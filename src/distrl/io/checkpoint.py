@@ -4,8 +4,8 @@ A checkpoint is held in memory as ``{file name: bytes}``; on disk it is a direct
 ``checkpoints/step_<global step>/`` with those files plus ``manifest.json`` (sha256 of each
 file), and for a sharded learner folders of shards that each rank writes and reads itself
 (``io.shards``), never held in memory whole. It is written to a temporary directory and renamed
-into place, so a reader never sees a half-written checkpoint. The same bytes travel between
-ranks with ``pack``/``unpack``.
+into place, so a reader never sees a half-written checkpoint. Every rank reads the one it
+resumes from itself (``io.resume``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -175,8 +174,9 @@ def resolve_checkpoint(path: Path) -> Path:
     raise UserError(f"no checkpoint found at {path} (expected a run dir or a checkpoint dir)")
 
 
-def load_checkpoint(path: Path) -> CheckpointFiles:
-    """Read a checkpoint directory and verify every file against its manifest."""
+def load_checkpoint(path: Path, verify_shards: bool = True) -> CheckpointFiles:
+    """Read a checkpoint directory and verify every file against its manifest (``verify_shards``
+    False: the shards' files only exist; another rank verified them)."""
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise UserError(f"checkpoint {path}: {MANIFEST} is missing")
@@ -190,6 +190,8 @@ def load_checkpoint(path: Path) -> CheckpointFiles:
         if not file.is_file():
             raise UserError(f"checkpoint {path}: file {name} listed in the manifest is missing")
         if "/" in name:  # a rank's shards: checked here, read by each rank where it resumes
+            if not verify_shards:
+                continue
             with open(file, "rb") as fh:
                 data, found = b"", hashlib.file_digest(fh, "sha256").hexdigest()
         else:
@@ -199,23 +201,6 @@ def load_checkpoint(path: Path) -> CheckpointFiles:
         if found != digest:
             raise UserError(f"checkpoint {path}: {name} does not match its checksum (corrupted)")
     return files
-
-
-def pack(files: CheckpointFiles) -> bytes:
-    """Frame ``{name: bytes}`` into one buffer: u64 header length, JSON index, then the data."""
-    index, offset = {}, 0
-    for name, data in files.items():
-        index[name] = [offset, len(data)]
-        offset += len(data)
-    header = json.dumps(index).encode()
-    return struct.pack("<Q", len(header)) + header + b"".join(files.values())
-
-
-def unpack(buffer: bytes) -> CheckpointFiles:
-    (header_len,) = struct.unpack_from("<Q", buffer)
-    index = json.loads(buffer[8 : 8 + header_len])
-    base = 8 + header_len
-    return {name: buffer[base + off : base + off + n] for name, (off, n) in index.items()}
 
 
 def _prune(root: Path, keep_last: int) -> None:

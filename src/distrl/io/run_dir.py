@@ -14,6 +14,7 @@ from distrl.algos.registry import check_export, output_format
 from distrl.config.run import RunConfig, changed_keys, config_from_dict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
+from distrl.io.resume import ChosenCheckpoint
 
 GENERIC_RESUME_FIXED_KEYS = (
     "algo.name",  # PPO and A2C build the same network, but another optimiser would read its state
@@ -25,8 +26,10 @@ GENERIC_RESUME_FIXED_KEYS = (
 (``resume_fixed_keys``). Checked before any process group starts."""
 
 
-def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bool, overwrite: bool) -> bytes:
-    """Return the packed checkpoint to resume from (empty when starting fresh).
+def prepare_run_dir(
+    run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bool, overwrite: bool
+) -> ChosenCheckpoint | None:
+    """Return the checkpoint to resume from, its path and files (None when starting fresh).
 
     ``resume``: continue when a checkpoint exists (``--resume``, or a restarted job);
     ``must_resume``: ``--resume`` was given, so a missing checkpoint is an error.
@@ -35,9 +38,9 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
         out = Path(cfg.output.path)
         check_export(cfg, output_format(cfg, out), out, "output.path")
     existing = ckpt.list_checkpoints(run_dir / "checkpoints")
-    payload = b""
+    chosen = None
     if resume and existing:
-        payload = ckpt.pack(newest_valid_checkpoint(existing, cfg))
+        chosen = newest_valid_checkpoint(existing, cfg)
     elif must_resume:
         raise UserError(
             f"--resume: no checkpoint in {run_dir / 'checkpoints'}; leave out --resume to start a new "
@@ -51,12 +54,12 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, must_resume: bo
     try:
         # A restarted process (torchrun's --max-restarts) of a run started with --overwrite
         # resumes: it must never wipe the checkpoints and metrics it continues from.
-        if overwrite and not payload and run_dir.exists():
+        if overwrite and chosen is None and run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _unwritable(run_dir, exc) from None
-    return payload
+    return chosen
 
 
 def record_config(run_dir: Path, cfg: RunConfig) -> None:
@@ -72,7 +75,7 @@ def _unwritable(run_dir: Path, exc: OSError) -> UserError:
     return UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}")
 
 
-def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.CheckpointFiles:
+def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ChosenCheckpoint:
     """Newest checkpoint that passes its checksums; corrupt ones are reported and skipped."""
     fixed_keys = (*GENERIC_RESUME_FIXED_KEYS, *cfg.algo.resume_fixed_keys)
     for path in reversed(checkpoints):
@@ -91,7 +94,7 @@ def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ckpt.Che
                     f"checkpoint {path} was trained with {key}={was!r} but this config has {now!r}; "
                     "resuming needs the same env and network (use a new --run-dir to start over)"
                 )
-        return files
+        return path, files
     raise UserError(
         f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt; "
         "start over with --overwrite or a new --run-dir"

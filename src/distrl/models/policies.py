@@ -11,6 +11,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.envs import make_vec_env
 from distrl.envs.dict_obs import PackedDict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
@@ -75,6 +76,17 @@ def ppo_actor_critic(
     policy = ActorCritic(observation_space, action_space, cfg.model).to(device)
     policy.low_precision = low_precision(cfg.train.mixed_precision, device, has_images(observation_space))
     return policy
+
+
+def actor_critic_parameters(cfg: RunConfig) -> tuple[int, torch.dtype]:
+    """The parameters of the config's actor-critic (one env built for its spaces, the network on
+    the meta device), gathered in float32 when sharded (mixed precision is an autocast of its
+    encoder)."""
+    env = make_vec_env(cfg.env, [0])
+    observation_space, action_space = env.observation_space, env.action_space
+    env.close()
+    policy = ppo_actor_critic(cfg, observation_space, action_space, torch.device("meta"))
+    return sum(p.numel() for p in policy.parameters()), torch.float32
 
 
 def acting_modules(

@@ -97,9 +97,17 @@ class PretrainedLM(nn.Module):
             self.model.activation_checkpointing_disable()
 
     def forward(
-        self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: PretrainedCache | None = None
+        self,
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: PretrainedCache | None = None,
+        packed_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, PretrainedCache]:
         """As ``TransformerLM.forward``: positions count real tokens only (left padding)."""
+        if packed_positions is not None:
+            # Without a mask, transformers reads the sequences from positions restarting at 0.
+            out = self.model(input_ids=tokens, position_ids=packed_positions, use_cache=False)
+            return out.logits, PretrainedCache(None, attention_mask)
         past_mask = cache.mask if cache is not None else attention_mask[:, :0]
         mask = torch.cat([past_mask, attention_mask], dim=1)
         positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, past_mask.shape[1] :]

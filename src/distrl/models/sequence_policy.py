@@ -20,6 +20,7 @@ from distrl.models.pretrained import (
     pretrained_on_meta,
 )
 from distrl.models.transformer import TransformerLM
+from distrl.precision import low_precision
 from distrl.tasks.prompts import task_tokenizer
 from distrl.tasks.tokenizer import CharTokenizer
 
@@ -86,9 +87,10 @@ def sequence_model(cfg: RunConfig, tokenizer: Tokenizer) -> SequenceModel:
     )
 
 
-def sequence_model_parameters(cfg: RunConfig) -> int:
-    """The parameters of the config's sequence model, counted on the meta device: no weights are
-    made or read."""
+def sequence_model_parameters(cfg: RunConfig) -> tuple[int, torch.dtype]:
+    """The parameters of the config's sequence model, counted on the meta device (no weights are
+    made or read), and the dtype a sharded learner gathers them in: its ``train.mixed_precision``
+    (``auto``: as this machine decides it)."""
     pretrained = cfg.model.transformer.pretrained
     with torch.device("meta"):
         model = (
@@ -96,7 +98,9 @@ def sequence_model_parameters(cfg: RunConfig) -> int:
             if pretrained
             else TransformerLM(task_tokenizer(cfg.task).vocab_size, cfg.model.transformer)
         )
-    return sum(p.numel() for p in model.parameters())
+    device = torch.device("cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu")
+    gathered = low_precision(cfg.train.mixed_precision, device, heavy_model=True) or torch.float32
+    return sum(p.numel() for p in model.parameters()), gathered
 
 
 def sequence_context(cfg: RunConfig) -> tuple[int, str]:

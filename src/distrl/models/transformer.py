@@ -146,15 +146,27 @@ class TransformerLM(nn.Module):
         self.apply(_init_like_gpt2)
 
     def forward(
-        self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None
+        self,
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: KVCache | None = None,
+        packed_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KVCache]:
         """Logits ``[batch, length, vocab]`` for ``tokens`` ``[batch, length]`` (following the
-        cached positions, if any), and the cache extended by them."""
-        past_mask = cache.mask if cache is not None else attention_mask[:, :0]
-        mask = torch.cat([past_mask, attention_mask], dim=1)
-        positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, past_mask.shape[1] :]
-        x = self.token_embedding(tokens) + self.position_embedding(positions)
-        allowed = _allowed_keys(mask, tokens.shape[1])
+        cached positions, if any), and the cache extended by them. ``packed_positions``: rows
+        that each hold several sequences one after another (sequence packing, no cache), each
+        token's position in its own sequence, 0 where one begins: a token attends only to its own
+        sequence's tokens before it."""
+        if packed_positions is not None:
+            x = self.token_embedding(tokens) + self.position_embedding(packed_positions)
+            mask = attention_mask
+            allowed = _allowed_in_sequence(packed_positions)
+        else:
+            past_mask = cache.mask if cache is not None else attention_mask[:, :0]
+            mask = torch.cat([past_mask, attention_mask], dim=1)
+            positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, past_mask.shape[1] :]
+            x = self.token_embedding(tokens) + self.position_embedding(positions)
+            allowed = _allowed_keys(mask, tokens.shape[1])
         keys, values = [], []
         for index, block in enumerate(self.blocks):
             past = (cache.keys[index], cache.values[index]) if cache is not None else None
@@ -177,6 +189,15 @@ def _allowed_keys(mask: torch.Tensor, queries: int) -> torch.Tensor:
     key_index = torch.arange(keys, device=mask.device)[None, :]
     causal = key_index <= query_index
     return (causal & mask[:, None, None, :]) | (key_index == query_index)
+
+
+def _allowed_in_sequence(positions: torch.Tensor) -> torch.Tensor:
+    """``[batch, 1, length, length]``: each position of a packed row attends to those at or
+    before it in the same sequence (a sequence begins at position 0)."""
+    sequence = (positions == 0).cumsum(1)
+    index = torch.arange(positions.shape[1], device=positions.device)
+    causal = index[None, :] <= index[:, None]
+    return (causal & (sequence[:, :, None] == sequence[:, None, :]))[:, None]
 
 
 def _init_like_gpt2(module: nn.Module) -> None:

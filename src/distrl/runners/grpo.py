@@ -83,11 +83,11 @@ class GRPORunner(Runner):
         comm.broadcast_parameters_(self.policy)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False) if cfg.algo.kl_coef > 0 else None
         """The frozen initial policy the KL penalty keeps close to."""
-        for module in (self.policy, self.reference):
-            if module is not None:
-                comm.shard_(module, cfg.train.sharding)
-        self.sharded = is_sharded(self.policy.parameters())
         self.autocast = low_precision(cfg.train.mixed_precision, device, heavy_model=True)
+        for module in (self.policy, self.reference):
+            if module is not None:  # sharded: gathered in the autocast dtype, reduced in float32
+                comm.shard_(module, cfg.train.sharding, self.autocast, cfg.train.optimizer_offload)
+        self.sharded = is_sharded(self.policy.parameters())
         self.algo = GRPO(
             self.policy,
             cfg.algo,
@@ -97,6 +97,7 @@ class GRPORunner(Runner):
             autocast=self.autocast,
             accumulation_steps=cfg.train.gradient_accumulation_steps,
             optimizer_offload=cfg.train.optimizer_offload,
+            hold_unsharded_gradients=cfg.train.hold_unsharded_gradients,
         )
         # In Ray mode generation workers may generate the completions, collect.lag steps ahead.
         generation_workers: RayGenerationWorkers | None = ctx.workers.group("generation")

@@ -136,7 +136,8 @@ class ReplayRunner(Runner):
     # ----------------------------------------------------------------------------- collect, learn
     def collect(self, exploration: float) -> TransitionSegment:
         """``rollout_steps`` exploring steps of every env, added to the replay buffer."""
-        segment = self.collection.collect(CollectRequest(self.policy_version, exploration=exploration))
+        with self.whole_weights():
+            segment = self.collection.collect(CollectRequest(self.policy_version, exploration=exploration))
         self.episodes.add_rollout(segment.env_rewards, segment.episode_ends, segment.restarted)
         self.replay.add_segment(segment)
         return segment

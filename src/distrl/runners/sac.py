@@ -3,13 +3,16 @@ uniformly random actions before ``learning_starts``, and SAC's update."""
 
 from __future__ import annotations
 
+import copy
 import functools
+from contextlib import AbstractContextManager
 
 import gymnasium as gym
 import torch
 from torch import nn
 
 from distrl.algos.sac import SAC
+from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.encoders import has_images
@@ -42,9 +45,13 @@ class SACRunner(CountsGradientSteps, ReplayRunner):
                 cfg.train.mixed_precision, device, has_images(observation_space)
             )
             comm.broadcast_parameters_(network)
+        critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        for network in (self.actor, self.critic, critic_target):  # the temperature stays whole
+            comm.shard_(network, cfg.train.sharding)
+        self.sharded = is_sharded(self.actor.parameters())
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
         scale = ActionScale(action_space).to(device)
-        self.algo = SAC(self.actor, self.critic, scale, cfg.algo, gradient_sync=sync, clock=ctx.clock)
+        self.algo = SAC(self.actor, self.critic, scale, cfg.algo, sync, ctx.clock, critic_target)
         self.start_replay(ctx, rank_envs, {"actor": self.actor}, torch.float32)
 
     def exploration(self, global_step: int) -> float:
@@ -67,3 +74,6 @@ class SACRunner(CountsGradientSteps, ReplayRunner):
 
     def deployable_policy(self) -> nn.Module:
         return ScaledDeterministicActor(self.actor, self.action_space)
+
+    def whole_weights(self) -> AbstractContextManager[None]:
+        return gathered(self.actor)
