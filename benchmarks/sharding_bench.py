@@ -19,6 +19,7 @@ Contenders run one at a time (2 cores), ``--repeats`` times interleaved; medians
 
 Usage: python benchmarks/sharding_bench.py [--layers 16] [--width 768] [--repeats 2] [--steps 4]
        [--ranks 1:none 2:none 2:fsdp:gathered 2:fsdp:sharded 4:fsdp:sharded]
+   or: python benchmarks/sharding_bench.py --largest GIB [--largest-modes none fsdp:sharded]
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def run(
         if cap is not None:  # the launch and every rank it starts in the cgroup
             command = ["sh", "-c", f'echo $$ > {cap}/cgroup.procs && exec "$@"', "sh", *command]
         done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
-        if done.returncode != 0 and cap is not None:
+        out_of_memory = ("SIGKILL", "can't allocate memory", "MemoryError", "Cannot allocate memory")
+        if done.returncode != 0 and cap is not None and any(sign in done.stderr for sign in out_of_memory):
             return None
         if done.returncode != 0:
             sys.exit(f"{ranks} rank(s), sharding {sharding}, {generation} failed:\n{done.stderr[-3000:]}")
@@ -132,6 +134,10 @@ def main() -> None:
         "--largest", type=float, metavar="GIB",
         help="instead: the largest model 2 ranks train, replicated and sharded, in a memory cgroup of GIB",
     )  # fmt: skip
+    parser.add_argument(
+        "--largest-modes", nargs="+", default=["none", "fsdp:sharded"],
+        help="--largest's contenders, SHARDING[:GENERATION_WEIGHTS]",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.largest:
         print(
@@ -139,7 +145,7 @@ def main() -> None:
         )
         print("| train.sharding | algo.generation_weights | layers | parameters |")
         print("| --- | --- | --- | --- |")
-        for sharding, generation in (("none", "gathered"), ("fsdp", "gathered"), ("fsdp", "sharded")):
+        for sharding, generation in ((*mode.split(":"), "gathered")[:2] for mode in args.largest_modes):
             layers, parameters = largest(sharding, generation, args.width, args.largest, 2)
             shown = generation if sharding != "none" else "-"
             print(f"| {sharding} | {shown} | {layers} | {parameters / 1e6:.0f}M |")

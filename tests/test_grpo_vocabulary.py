@@ -91,3 +91,8 @@ def test_asynchronous_grpo_keys_land_on_generation_workers_and_the_lag(tmp_path:
     # Running ahead needs workers to run ahead in: one line.
     with pytest.raises(UserError, match=r"collect.lag=1 needs collect.processes of 1 or more, or Ray mode's"):
         load_config(write(tmp_path, "grpo:\n  max_trajectory_age_steps: 1\n"))
+
+
+def test_nemo_rls_memory_keys_land_on_sharding_and_packing(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "grpo:\n  dtensor: true\n  train_mb_tokens: 256\n"))
+    assert (cfg.train.sharding, cfg.algo.sequence_packing_tokens) == ("fsdp", 256)

@@ -255,17 +255,18 @@ def _print_learner_memory(cfg: RunConfig, ranks: int) -> None:
     from distrl.algos.registry import algorithm, load
     from distrl.comm.memory import learner_bytes
 
-    parameters, gathered = load(algorithm(cfg.algo.name).learner_parameters)(cfg)
+    parameters = load(algorithm(cfg.algo.name).learner_parameters)(cfg)
     train = cfg.train
-    gathered_in = f", gathered in {str(gathered).removeprefix('torch.')}" if train.sharding != "none" else ""
+    frozen = f" (and {parameters.frozen:,} frozen)" if parameters.frozen else ""
+    dtype = {2: "bfloat16", 4: "float32"}[parameters.gathered_bytes]
+    gathered_in = f", gathered in {dtype}" if train.sharding != "none" else ""
     print(
-        f"# memory of each rank's learner: {parameters:,} parameters, float32, "
+        f"# memory of each rank's learner: {parameters.trained:,} parameters{frozen}, float32, "
         f"train.sharding={train.sharding}{gathered_in}"
     )
     figures = learner_bytes(
-        parameters, train.sharding, ranks, cfg.cluster.num_nodes, gathered.itemsize,
-        train.hold_unsharded_gradients,
-    )  # fmt: skip
+        parameters, train.sharding, ranks, cfg.cluster.num_nodes, train.hold_unsharded_gradients
+    )
     width = max(len(name) for name in figures)
     for name, held in figures.items():
         print(f"#   {name:<{width}}  {held / 2**20:>12,.3f} MiB")

@@ -141,9 +141,9 @@ class Algorithm:
     ``replaces`` (``ray.groups.WORKER_GROUPS``), else after the generic ones: its runs' config
     has their keys (``config.run.workers_config``) and its runner asks for them by name."""
     learner_parameters: str | None = None
-    """``module:function`` of ``(RunConfig) -> (parameters, gathered dtype)``: the parameters its
-    learner trains, counted without making weights, and the dtype a sharded learner gathers them
-    in (``distrl config``'s memory lines); None: not shown."""
+    """``module:function`` of ``(RunConfig) -> comm.memory.LearnerParameters``: its learner's
+    parameters, counted without making weights (``distrl config``'s memory lines); None: not
+    shown."""
     input_check: str = "distrl.envs:check_config_env"
     """``module:function`` of ``(RunConfig) -> None``: builds what it learns from once, so a bad
     env or task fails in one line before any process group or run dir."""

@@ -1,13 +1,27 @@
 """What each rank's learner holds between its passes, by ``train.sharding``: float32 weights,
-their gradients and Adam's two moments, whole or a shard of them; and the whole weights a
-sharded learner gathers while it acts or generates (``comm.sharded.gathered``), in the dtype it
-gathers them in."""
+their gradients and Adam's two moments, whole or a shard of them; frozen copies (a target
+network, GRPO's KL reference), sharded alike; and the whole weights a sharded learner gathers
+while it acts or generates (``comm.sharded.gathered``), in the dtype it gathers them in."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 FLOAT32 = 4
+
+
+@dataclass(frozen=True)
+class LearnerParameters:
+    """A learner's parameters, counted without making them (``distrl config``)."""
+
+    trained: int
+    """Stepped by the optimiser: weights, gradients and Adam's two moments each."""
+    frozen: int = 0
+    """Held beside them, weights only: target networks, a KL reference."""
+    gathered_bytes: int = FLOAT32
+    """A weight's bytes when a sharded learner gathers the policy whole (2 under bf16 mixed
+    precision)."""
 
 
 def shard_group(sharding: str, ranks: int, nodes: int) -> int:
@@ -17,20 +31,19 @@ def shard_group(sharding: str, ranks: int, nodes: int) -> int:
 
 
 def learner_bytes(
-    parameters: int,
-    sharding: str,
-    ranks: int,
-    nodes: int,
-    gathered_dtype_bytes: int = FLOAT32,
-    held_gradients: bool = False,
+    parameters: LearnerParameters, sharding: str, ranks: int, nodes: int, held_gradients: bool = False
 ) -> dict[str, int]:
-    """Bytes one rank holds for a model of ``parameters`` (float32 and Adam), by what they are.
-    ``gathered_dtype_bytes``: of a weight gathered whole (2 under bf16 mixed precision);
-    ``held_gradients``: ``train.hold_unsharded_gradients``."""
-    held = math.ceil(parameters / shard_group(sharding, ranks, nodes)) * FLOAT32
+    """Bytes one rank holds (float32 and Adam), by what they are; ``held_gradients``:
+    ``train.hold_unsharded_gradients``."""
+    group = shard_group(sharding, ranks, nodes)
+    held = math.ceil(parameters.trained / group) * FLOAT32
     figures = {"weights": held, "gradients": held, "optimizer state (Adam)": 2 * held}
+    if parameters.frozen:
+        figures["frozen copies (targets, reference)"] = math.ceil(parameters.frozen / group) * FLOAT32
     if held_gradients:
-        figures["whole gradients held over micro-batches"] = parameters * FLOAT32
+        figures["whole gradients held over micro-batches"] = parameters.trained * FLOAT32
     if sharding != "none":
-        figures["whole weights while generating or acting (gathered)"] = parameters * gathered_dtype_bytes
+        figures["whole weights while generating or acting (gathered)"] = (
+            parameters.trained * parameters.gathered_bytes
+        )
     return figures

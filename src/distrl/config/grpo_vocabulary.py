@@ -69,6 +69,9 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
         _same,
         "weight the surrogate by pi_old / pi_gen (truncated)",
     ),
+    # NeMo RL's policy memory keys (dtensor_cfg.enabled, sequence_packing.train_mb_tokens), flat.
+    "dtensor": ("train.sharding", _choice("fsdp", "none"), "true: weights sharded over the learners (FSDP2)"),
+    "train_mb_tokens": ("algo.sequence_packing_tokens", _same, "sequence packing: tokens a packed row"),
 }
 
 

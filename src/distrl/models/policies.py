@@ -11,6 +11,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.comm.memory import LearnerParameters
 from distrl.envs import make_vec_env
 from distrl.envs.dict_obs import PackedDict
 from distrl.errors import UserError
@@ -78,7 +79,7 @@ def ppo_actor_critic(
     return policy
 
 
-def actor_critic_parameters(cfg: RunConfig) -> tuple[int, torch.dtype]:
+def actor_critic_parameters(cfg: RunConfig) -> LearnerParameters:
     """The parameters of the config's actor-critic (one env built for its spaces, the network on
     the meta device), gathered in float32 when sharded (mixed precision is an autocast of its
     encoder)."""
@@ -86,7 +87,7 @@ def actor_critic_parameters(cfg: RunConfig) -> tuple[int, torch.dtype]:
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
     policy = ppo_actor_critic(cfg, observation_space, action_space, torch.device("meta"))
-    return sum(p.numel() for p in policy.parameters()), torch.float32
+    return LearnerParameters(sum(p.numel() for p in policy.parameters()))
 
 
 def acting_modules(

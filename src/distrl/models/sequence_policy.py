@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from distrl.comm.memory import LearnerParameters
 from distrl.io.train_state import SavedState
 from distrl.models.generate import generate, left_padded
 from distrl.models.pretrained import (
@@ -87,10 +88,10 @@ def sequence_model(cfg: RunConfig, tokenizer: Tokenizer) -> SequenceModel:
     )
 
 
-def sequence_model_parameters(cfg: RunConfig) -> tuple[int, torch.dtype]:
-    """The parameters of the config's sequence model, counted on the meta device (no weights are
-    made or read), and the dtype a sharded learner gathers them in: its ``train.mixed_precision``
-    (``auto``: as this machine decides it)."""
+def sequence_model_parameters(cfg: RunConfig) -> LearnerParameters:
+    """The parameters of the config's sequence model (and of its KL reference, a frozen copy),
+    counted on the meta device: no weights are made or read. A sharded learner gathers them in
+    the dtype of its ``train.mixed_precision`` (``auto``: as this machine decides it)."""
     pretrained = cfg.model.transformer.pretrained
     with torch.device("meta"):
         model = (
@@ -98,9 +99,11 @@ def sequence_model_parameters(cfg: RunConfig) -> tuple[int, torch.dtype]:
             if pretrained
             else TransformerLM(task_tokenizer(cfg.task).vocab_size, cfg.model.transformer)
         )
+    trained = sum(p.numel() for p in model.parameters())
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu")
     gathered = low_precision(cfg.train.mixed_precision, device, heavy_model=True) or torch.float32
-    return sum(p.numel() for p in model.parameters()), gathered
+    frozen = trained if cfg.algo.kl_coef > 0 else 0
+    return LearnerParameters(trained, frozen, gathered.itemsize)
 
 
 def sequence_context(cfg: RunConfig) -> tuple[int, str]:
