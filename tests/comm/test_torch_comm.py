@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from distrl.comm import TorchComm
+from distrl.comm.torch_comm import BROADCAST_BUCKET_BYTES
 from distrl.errors import UserError
 from distrl.models.normalizer import RunningMeanStd, batch_moments
 from tests.distributed import run_ranks
@@ -104,3 +105,30 @@ def test_allreduce_sum_is_correct_and_bit_identical(tmp_path: Path, world_size: 
     for result in results[1:]:
         np.testing.assert_array_equal(result, results[0])
     np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-5)
+
+
+class MixedState(torch.nn.Module):
+    """Parameters and buffers of several dtypes, one larger than a broadcast bucket."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.small = torch.nn.Parameter(torch.full((3,), rank + 0.25))
+        self.large = torch.nn.Parameter(torch.full((BROADCAST_BUCKET_BYTES // 4 + 5,), float(rank)))
+        self.register_buffer("count", torch.tensor([2**60 + 1 + rank]))  # exact only as an int64
+        self.register_buffer("mask", torch.tensor([True, rank == 0, False]))
+        self.register_buffer("brain_float", torch.full((2,), rank + 0.5, dtype=torch.bfloat16))
+
+
+def _mixed_worker(comm: TorchComm, out: Path) -> None:
+    state = MixedState(comm.rank)
+    comm.broadcast_parameters_(state)
+    sent = MixedState(0)
+    received, expected = state.state_dict(), sent.state_dict()
+    out.joinpath(f"rank{comm.rank}").write_text(
+        str([k for k in expected if not torch.equal(received[k], expected[k])])
+    )
+
+
+def test_parameters_and_buffers_of_every_dtype_arrive_exactly(tmp_path: Path) -> None:
+    run_ranks(_mixed_worker, 2, tmp_path)
+    assert [(tmp_path / f"rank{rank}").read_text() for rank in range(2)] == ["[]", "[]"]

@@ -80,16 +80,21 @@ class TorchComm(Comm):
         self.grad_sync_time_s += time.perf_counter() - start
 
     def broadcast_parameters_(self, module: torch.nn.Module, src: int = 0) -> None:
-        """Make every rank hold rank ``src``'s parameters and buffers."""
+        """Make every rank hold rank ``src``'s parameters and buffers, exactly, in their own
+        dtypes: a few collectives of at most ``BROADCAST_BUCKET_BYTES`` each, so no rank holds a
+        second copy of a large model."""
         if self.world_size == 1:
             return
         tensors = [t.data for t in (*module.parameters(), *module.buffers())]
-        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
-        self.broadcast_(flat, src)
-        offset = 0
-        for t in tensors:
-            t.copy_(flat[offset : offset + t.numel()].view_as(t))
-            offset += t.numel()
+        # gloo sends no bool: the same bytes as uint8.
+        tensors = [t.view(torch.uint8) if t.dtype == torch.bool else t for t in tensors]
+        for bucket in _buckets(tensors, BROADCAST_BUCKET_BYTES):
+            if len(bucket) == 1 and bucket[0].is_contiguous():
+                self.broadcast_(bucket[0], src)  # in place
+                continue
+            flat = self.broadcast_(torch.cat([t.reshape(-1) for t in bucket]), src)
+            for t, received in zip(bucket, flat.split([t.numel() for t in bucket]), strict=True):
+                t.copy_(received.view_as(t))
 
     def shard_(
         self,
@@ -104,6 +109,26 @@ class TorchComm(Comm):
 
     def _scalar_device(self) -> torch.device:
         return torch.device("cpu")
+
+
+BROADCAST_BUCKET_BYTES = 64 * 2**20
+
+
+def _buckets(tensors: list[torch.Tensor], limit: int) -> list[list[torch.Tensor]]:
+    """``tensors`` in order, in runs of one dtype and device of at most ``limit`` bytes (a larger
+    tensor alone)."""
+    buckets: list[list[torch.Tensor]] = []
+    size = 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        last = buckets[-1] if buckets else None
+        if last and last[0].dtype == t.dtype and last[0].device == t.device and size + nbytes <= limit:
+            last.append(t)
+            size += nbytes
+        else:
+            buckets.append([t])
+            size = nbytes
+    return buckets
 
 
 def _collective(method: Callable) -> Callable:
