@@ -136,7 +136,8 @@ def test_config_prints_the_resolved_config_and_each_ranks_sizes() -> None:
 def test_config_prints_each_ranks_learner_memory_by_sharding() -> None:
     """GRPO's sequence model counted on the meta device: the count is the built model's, and a
     rank holds half of each state on 2 sharded ranks, plus the whole weights while generating
-    (in bfloat16 under bf16 mixed precision), half its KL reference and, held, whole gradients."""
+    (with its KL reference, in bfloat16 under bf16 mixed precision), half the reference and,
+    held over micro-batches, whole gradients."""
     import torch
 
     from distrl.config.run import load_config
@@ -144,7 +145,10 @@ def test_config_prints_each_ranks_learner_memory_by_sharding() -> None:
 
     cfg = load_config(GRPO_REVERSE)
     built = sum(p.numel() for p in sequence_model(cfg, sequence_tokenizer(cfg)).parameters())
-    bf16 = ("train.mixed_precision=bf16", "train.hold_unsharded_gradients=true", "algo.kl_coef=0.1")
+    bf16 = (
+        "train.mixed_precision=bf16", "train.gradient_accumulation_steps=2",
+        "train.hold_unsharded_gradients=true", "algo.kl_coef=0.1",
+    )  # fmt: skip
     shown = {
         "none": learner_memory(GRPO_REVERSE, built, "train.sharding=none"),
         "fsdp": learner_memory(GRPO_REVERSE, built, "train.sharding=fsdp"),
@@ -161,7 +165,7 @@ def test_config_prints_each_ranks_learner_memory_by_sharding() -> None:
     assert shown["fsdp-bf16"] == pytest.approx(
         {**halves, "frozen copies (targets, reference)": whole / 2,
          "whole gradients held over micro-batches": whole,
-         "whole weights while generating or acting (gathered)": whole / 2}, abs=1e-3,
+         "whole weights while generating or acting (gathered)": 2 * whole / 2}, abs=1e-3,
     )  # fmt: skip
 
 

@@ -264,9 +264,8 @@ def _print_learner_memory(cfg: RunConfig, ranks: int) -> None:
         f"# memory of each rank's learner: {parameters.trained:,} parameters{frozen}, float32, "
         f"train.sharding={train.sharding}{gathered_in}"
     )
-    figures = learner_bytes(
-        parameters, train.sharding, ranks, cfg.cluster.num_nodes, train.hold_unsharded_gradients
-    )
+    held = train.hold_unsharded_gradients and train.gradient_accumulation_steps > 1
+    figures = learner_bytes(parameters, train.sharding, ranks, cfg.cluster.num_nodes, held)
     width = max(len(name) for name in figures)
     for name, held in figures.items():
         print(f"#   {name:<{width}}  {held / 2**20:>12,.3f} MiB")

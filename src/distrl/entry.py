@@ -185,7 +185,8 @@ def _connect(cfg: RunConfig, topology: Topology, device: torch.device, ray_mode:
     check_inputs(cfg)
     if not ray_mode:  # the driver checked Ray mode's env workers
         check_collector_processes(cfg)
-    return connect(topology, device, cfg.comm)
+    offloaded_shards = cfg.train.sharding != "none" and cfg.train.optimizer_offload
+    return connect(topology, device, cfg.comm, cpu_collectives=offloaded_shards)
 
 
 def _report_preemption(comm: Comm, exc: Preempted, run_dir: Path) -> None:

@@ -4,6 +4,7 @@ as a rank whose logged data ran out does), and the target network follows."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from distrl.algos.dqn import DQN, DQNConfig
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
+from distrl.io.shards import full_tensor
 from distrl.models.q_network import QNetwork
 from distrl.storage.replay import TransitionBatch
 from tests.distributed import run_ranks
@@ -20,11 +22,15 @@ from tests.distributed import run_ranks
 STEPS, TOTAL = 6, 40
 
 
-def make_dqn(comm: TorchComm | None = None, **overrides: float) -> DQN:
+def make_dqn(comm: TorchComm | None = None, sharding: str = "none", **overrides: float) -> DQN:
     torch.manual_seed(0)
     q_network = QNetwork(4, 3, ModelConfig(hidden_sizes=[16, 16], activation="relu"))
+    target_network = copy.deepcopy(q_network).requires_grad_(False)
+    for network in (q_network, target_network):
+        if comm is not None:
+            comm.shard_(network, sharding)
     cfg = DQNConfig(name="dqn", **{"learning_rate": 1e-2, "target_update_interval": 2, **overrides})
-    return DQN(q_network, cfg, gradient_sync=comm.sum_gradients_ if comm else None)
+    return DQN(q_network, cfg, comm.sum_gradients_ if comm else None, target_network=target_network)
 
 
 def batches() -> list[TransitionBatch]:
@@ -51,11 +57,13 @@ def part(batch: TransitionBatch, start: int, end: int) -> TransitionBatch:
 
 def flat(dqn: DQN) -> np.ndarray:
     nets = (dqn.q_network, dqn.target_network)
-    return torch.cat([p.detach().reshape(-1) for net in nets for p in net.parameters()]).numpy()
+    return torch.cat([full_tensor(p.detach()).reshape(-1) for net in nets for p in net.parameters()]).numpy()
 
 
-def _rank_steps(comm: TorchComm, split: int, cql_alpha: float, out: Path) -> None:
-    dqn = make_dqn(comm, cql_alpha=cql_alpha)
+def _rank_steps(
+    comm: TorchComm, split: int, cql_alpha: float, out: Path, sharding: str = "none", tau: float = 1.0
+) -> None:
+    dqn = make_dqn(comm, sharding, cql_alpha=cql_alpha, tau=tau)
     start, end = (0, split) if comm.rank == 0 else (split, TOTAL)
     for batch in batches():
         dqn.gradient_step(part(batch, start, end))
@@ -81,6 +89,18 @@ def test_two_ranks_with_parts_of_each_batch_match_one_rank(
     np.testing.assert_array_equal(rank0, rank1)  # online and target networks bit-identical
     np.testing.assert_allclose(rank0, expected, rtol=0, atol=1e-6)
     assert np.abs(expected - before).max() > 1e-3  # the steps really moved the weights
+
+
+@pytest.mark.parametrize("split", [13, 0], ids=["unequal-parts", "rank-0-without-samples"])
+def test_two_sharded_ranks_match_one_rank_with_a_sharded_target(tmp_path: Path, split: int) -> None:
+    """``train.sharding=fsdp``: a rank whose logged data ran out still runs every pass (each is a
+    collective), on an empty batch at weight 0; the target's shards follow the online ones'."""
+    single = make_dqn(cql_alpha=1.0, tau=0.5)
+    for batch in batches():
+        single.gradient_step(batch)
+    run_ranks(_rank_steps, 2, split, 1.0, tmp_path, "fsdp", 0.5)
+    for rank in range(2):
+        np.testing.assert_allclose(np.load(tmp_path / f"rank{rank}.npy"), flat(single), rtol=0, atol=1e-6)
 
 
 def test_target_network_is_copied_every_interval_and_blended_with_tau() -> None:

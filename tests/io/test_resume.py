@@ -73,3 +73,24 @@ def test_a_sharded_checkpoint_a_rank_cannot_see_is_one_line_on_every_rank(tmp_pa
     for rank in range(2):
         said = (tmp_path / f"said{rank}").read_text()
         assert "is not visible on 1 rank(s): a sharded checkpoint is read by every rank" in said
+
+
+def _corrupt_copy_rank(comm: TorchComm, out: Path) -> None:
+    """Rank 1's copy of the checkpoint has rank 0's manifest but a damaged model file."""
+    home = out / f"rank{comm.rank}"
+    home.mkdir()
+    os.chdir(home)
+    written = _written(home, FILES)
+    if comm.rank == 1:
+        (written / "model.safetensors").write_bytes(b"damaged")
+    chosen = (Path("checkpoints") / ckpt.checkpoint_dir_name(7), FILES) if comm.is_main else None
+    announced = comm.broadcast_bytes(announcement(chosen) if comm.is_main else None)
+    with pytest.raises(UserError) as said:
+        checkpoint_on_every_rank(comm, announced, chosen)
+    (out / f"said{comm.rank}").write_text(str(said.value))
+
+
+def test_a_rank_that_cannot_read_its_copy_stops_every_rank_in_one_line(tmp_path: Path) -> None:
+    run_ranks(_corrupt_copy_rank, 2, tmp_path, timeout_s=60)
+    assert "model.safetensors does not match its checksum" in (tmp_path / "said1").read_text()
+    assert "1 rank(s) could not read it" in (tmp_path / "said0").read_text()

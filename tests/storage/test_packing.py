@@ -7,11 +7,13 @@ import torch
 
 from distrl.storage.packing import pack_sequences
 
+CPU = torch.device("cpu")
+
 
 def test_sequences_are_packed_whole_first_fit_by_decreasing_length() -> None:
     lengths = [3, 7, 2, 5, 1, 4]
     sequences = [torch.arange(10 * i, 10 * i + n) for i, n in enumerate(lengths)]
-    packed = pack_sequences(sequences, budget=8, filler=-1)
+    packed = pack_sequences(sequences, budget=8, filler=-1, device=CPU)
     # Decreasing: 7 -> row 0 (1 left), 5 -> row 1 (3 left), 4 -> row 2, 3 -> row 1, 2 -> row 2, 1 -> row 0.
     assert packed.tokens.shape == (3, 8)
     flat, positions = packed.tokens.reshape(-1), packed.positions.reshape(-1)
@@ -25,8 +27,8 @@ def test_sequences_are_packed_whole_first_fit_by_decreasing_length() -> None:
 
 
 def test_a_sequence_longer_than_the_budget_widens_the_rows_and_none_gives_one_row() -> None:
-    packed = pack_sequences([torch.arange(5), torch.arange(2)], budget=3, filler=0)
+    packed = pack_sequences([torch.arange(5), torch.arange(2)], budget=3, filler=0, device=CPU)
     assert packed.tokens.shape == (1, 7) or packed.tokens.shape == (2, 5)
     assert packed.tokens.shape[1] == 5
-    empty = pack_sequences([], budget=4, filler=0)
+    empty = pack_sequences([], budget=4, filler=0, device=CPU)
     assert empty.tokens.shape == (1, 4) and len(empty.starts) == 0

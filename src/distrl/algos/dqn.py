@@ -55,7 +55,10 @@ class DQN:
         the rank then joins the step with no samples); then, every ``target_update_interval``
         steps, the target update."""
         with self.clock("forward"):
-            loss, stats = self.loss(batch) if len(batch) else (None, {})
+            runs = len(batch) > 0 or self.grads.every_pass_is_collective
+            loss, stats = self.loss(batch) if runs else (None, {})
+        if not len(batch):
+            stats = {}  # an empty batch's means are 0/0
         grad_norm = self.grads.step(
             loss, self.optimizer, self.gradient_sync, len(batch), self.cfg.max_grad_norm
         )

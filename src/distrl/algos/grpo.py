@@ -126,10 +126,10 @@ def _packed_completion_logits(
     prompt_mask = batch.attention_mask[:, : -batch.new_tokens]
     prompt_lengths = prompt_mask.sum(1)
     fed = [
-        torch.cat([row[: -batch.new_tokens][real], row[-batch.new_tokens :][: int(length) - 1]])
+        torch.cat([row[: -batch.new_tokens][real], row[-batch.new_tokens :][: max(int(length) - 1, 0)]])
         for row, real, length in zip(batch.sequences, prompt_mask, lengths, strict=True)
     ]
-    packed = pack_sequences(fed, budget, filler=0)
+    packed = pack_sequences(fed, budget, filler=0, device=batch.sequences.device)
     logits, _ = model(packed.tokens, packed.tokens.new_ones(packed.tokens.shape, dtype=torch.bool),
                       packed_positions=packed.positions)  # fmt: skip
     steps = torch.arange(longest, device=lengths.device)

@@ -22,6 +22,9 @@ class LearnerParameters:
     gathered_bytes: int = FLOAT32
     """A weight's bytes when a sharded learner gathers the policy whole (2 under bf16 mixed
     precision)."""
+    gathered_frozen: bool = False
+    """Its frozen copies are gathered whole with the policy (GRPO's reference, for the
+    log-probability passes), not only its trained weights."""
 
 
 def shard_group(sharding: str, ranks: int, nodes: int) -> int:
@@ -43,7 +46,6 @@ def learner_bytes(
     if held_gradients:
         figures["whole gradients held over micro-batches"] = parameters.trained * FLOAT32
     if sharding != "none":
-        figures["whole weights while generating or acting (gathered)"] = (
-            parameters.trained * parameters.gathered_bytes
-        )
+        gathered = parameters.trained + (parameters.frozen if parameters.gathered_frozen else 0)
+        figures["whole weights while generating or acting (gathered)"] = gathered * parameters.gathered_bytes
     return figures

@@ -112,6 +112,9 @@ class ClippedSteps:
     step, or skip the step when the norm is not finite (on every rank alike: it is global)."""
 
     clock: PhaseClock
+    every_pass_is_collective: bool = False
+    """Each forward and backward pass is a collective (sharded weights): a rank without samples
+    still runs them, on an empty batch at weight 0."""
 
     def clip_norm_(self, max_norm: float) -> float:
         """Scale the gradient to at most ``max_norm``; return its norm before clipping."""
@@ -129,6 +132,8 @@ class ClippedSteps:
 class ShardedGradients(ClippedSteps):
     """``FlatGradients``' steps for parameters sharded by FSDP2, with the same weighting: the
     sample-weighted mean over ranks, clipped by the norm over all shards."""
+
+    every_pass_is_collective = True
 
     def __init__(
         self,

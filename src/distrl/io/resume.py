@@ -42,13 +42,21 @@ def checkpoint_on_every_rank(
         return None
     choice = json.loads(announced)
     path = Path(choice["path"])
+    failure = ""
     if comm.is_main:
         assert chosen is not None, "rank 0 announces the checkpoint it chose"
         files: ckpt.CheckpointFiles | None = chosen[1]
     else:
         seen = _manifest_digest(path) == choice["manifest"]  # rank 0 verified the shards' files
-        files = ckpt.load_checkpoint(path, verify_shards=False) if seen else None
-    unseen = int(comm.sum_scalars([files is None])[0])
+        try:
+            files = ckpt.load_checkpoint(path, verify_shards=False) if seen else None
+        except UserError as exc:  # said on every rank, not left to a collective's timeout
+            files, failure = None, str(exc)
+    failed, unseen = (int(n) for n in comm.sum_scalars([bool(failure), files is None and not failure]))
+    if failed:
+        raise UserError(
+            failure or f"checkpoint {path}: {failed} rank(s) could not read it (their lines say why)"
+        )
     if not unseen:
         return files
     # Rank 0 has every file; each is sent on its own.

@@ -42,13 +42,18 @@ AUTO_SPIN_S = 0.05
 wait for a peer still collecting its rollout."""
 
 
-def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> TorchComm:
-    """Join the process group described by ``topology``; a lone process gets the no-op TorchComm."""
+def connect(
+    topology: Topology, device: torch.device, cfg: CommConfig, cpu_collectives: bool = False
+) -> TorchComm:
+    """Join the process group described by ``topology``; a lone process gets the no-op TorchComm.
+    ``cpu_collectives``: a CUDA group also reduces CPU tensors (gloo beside NCCL), as a sharded
+    learner offloaded to the CPU does for its gradients' norm."""
     if not topology.is_distributed:
         return TorchComm()
     timeout_s = cfg.timeout_s
     interface = choose_interface(topology.master_addr, cfg.network_interface, topology.num_nodes > 1)
     backend = "nccl" if device.type == "cuda" else "gloo"
+    group_backend = "cuda:nccl,cpu:gloo" if backend == "nccl" and cpu_collectives else backend
     use_sockets = _uses_socket_sum(cfg.cpu_sum, backend, topology.world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -60,7 +65,7 @@ def connect(topology: Topology, device: torch.device, cfg: CommConfig) -> TorchC
     if device.type == "cuda":
         _check_one_rank_per_gpu(store, topology, device)
     dist.init_process_group(
-        backend=backend,
+        backend=group_backend,
         store=store,
         rank=topology.rank,
         world_size=topology.world_size,

@@ -142,7 +142,8 @@ def generate(
     ``any_running``: given how many of this process's rows are still running, whether any row of
     any rank is: ranks that decode in lockstep (a sharded model's passes are collectives) run
     until every rank's rows have ended."""
-    dtype = next(model.parameters()).dtype
+    # The noise in float32 at least: a sharded model gathered in bf16 samples as its float32 self.
+    dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
     rows, row_mask = prompts.repeat_interleave(copies, 0), prompt_mask.repeat_interleave(copies, 0)
     batch, device = rows.shape[0], prompts.device
     noise = None if seeds is None else GumbelNoise(seeds, copies, model.vocab_size, dtype, device)

@@ -103,7 +103,7 @@ def sequence_model_parameters(cfg: RunConfig) -> LearnerParameters:
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu")
     gathered = low_precision(cfg.train.mixed_precision, device, heavy_model=True) or torch.float32
     frozen = trained if cfg.algo.kl_coef > 0 else 0
-    return LearnerParameters(trained, frozen, gathered.itemsize)
+    return LearnerParameters(trained, frozen, gathered.itemsize, gathered_frozen=True)
 
 
 def sequence_context(cfg: RunConfig) -> tuple[int, str]:

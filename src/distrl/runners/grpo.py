@@ -144,7 +144,8 @@ class GRPORunner(Runner):
                 scores = self.reward_functions.score(grouped, texts, done.ended.tolist())
             rewards = torch.tensor(scores.rewards, dtype=torch.float64).view(-1, self.group_size)
             advantages = group_advantages(rewards, cfg.algo.baseline, cfg.algo.scale_by_std)
-            dtype = next(self.policy.parameters()).dtype
+            # The policy's own dtype, not the bf16 a sharded policy is gathered in.
+            dtype = torch.promote_types(next(self.policy.parameters()).dtype, torch.float32)
             # The ratios compare with the generating policy's log-probabilities, kept as it sampled
             # in full precision (taken again below in low precision).
             batch = CompletionBatch(

@@ -25,9 +25,11 @@ class PackedSequences:
     """``[sequences]``: where each sequence begins, as an index into the flattened rows."""
 
 
-def pack_sequences(sequences: list[torch.Tensor], budget: int, filler: int) -> PackedSequences:
+def pack_sequences(
+    sequences: list[torch.Tensor], budget: int, filler: int, device: torch.device
+) -> PackedSequences:
     """Pack 1-D token tensors into rows of ``budget`` tokens (at least the longest sequence's
-    length; at least one row, even for no sequences)."""
+    length; at least one row, even for no sequences), on ``device``."""
     width = max([budget, *(len(s) for s in sequences)])
     room: list[int] = []  # each row's free tokens
     placed = [(0, 0)] * len(sequences)  # (row, offset) of each sequence
@@ -39,7 +41,6 @@ def pack_sequences(sequences: list[torch.Tensor], budget: int, filler: int) -> P
         placed[index] = (row, width - room[row])
         room[row] -= length
     rows = max(len(room), 1)
-    device = sequences[0].device if sequences else torch.device("cpu")
     tokens = torch.full((rows, width), filler, dtype=torch.long, device=device)
     positions = torch.zeros((rows, width), dtype=torch.long, device=device)
     for sequence, (row, offset) in zip(sequences, placed, strict=True):
