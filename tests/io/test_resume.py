@@ -26,19 +26,30 @@ def _written(root: Path, files: dict[str, bytes]) -> Path:
     return ckpt.list_checkpoints(root / "checkpoints")[-1]
 
 
-def _resuming_rank(comm: TorchComm, out: Path, sees: list[bool]) -> None:
-    """Each rank in a folder of its own, the checkpoint written in rank 0's (and in those of the
-    ranks that ``sees`` it): the path rank 0 announces, relative, names each rank's own."""
+def _at_home(comm: TorchComm, out: Path) -> Path:
+    """Each rank works in a folder of its own: the relative path rank 0 announces names each
+    rank's own copy, as on nodes with disks of their own."""
     home = out / f"rank{comm.rank}"
     home.mkdir()
     os.chdir(home)
+    return home
+
+
+def _resumed(comm: TorchComm, files: dict[str, bytes]) -> dict[str, bytes] | None:
+    """What every rank resumes from once rank 0 announces its checkpoint (of ``files``)."""
+    chosen = (Path("checkpoints") / ckpt.checkpoint_dir_name(7), files) if comm.is_main else None
+    announced = comm.broadcast_bytes(announcement(chosen) if comm.is_main else None)
+    return checkpoint_on_every_rank(comm, announced, chosen)
+
+
+def _resuming_rank(comm: TorchComm, out: Path, sees: list[bool]) -> None:
+    """The checkpoint is written in rank 0's folder and in those of the ranks that ``sees`` it."""
+    home = _at_home(comm, out)
     if sees[comm.rank]:
         _written(home, FILES)
-    chosen = (Path("checkpoints") / ckpt.checkpoint_dir_name(7), FILES) if comm.is_main else None
-    announced = comm.broadcast_bytes(announcement(chosen) if comm.is_main else None)
     said = io.StringIO()
     with contextlib.redirect_stderr(said):
-        files = checkpoint_on_every_rank(comm, announced, chosen)
+        files = _resumed(comm, FILES)
     (out / f"files{comm.rank}.json").write_text(json.dumps({k: v.hex() for k, v in files.items()}))
     (out / f"said{comm.rank}").write_text(said.getvalue())
 
@@ -55,16 +66,12 @@ def test_every_rank_gets_the_checkpoint_rank_0_chose(tmp_path: Path, sees: list[
 
 
 def _sharded_rank(comm: TorchComm, out: Path) -> None:
-    home = out / f"rank{comm.rank}"
-    home.mkdir()
-    os.chdir(home)
+    home = _at_home(comm, out)
     files = {**FILES, "state.json": json.dumps({"sharded": True}).encode()}
     if comm.is_main:
         _written(home, files)
-    chosen = (Path("checkpoints") / ckpt.checkpoint_dir_name(7), files) if comm.is_main else None
-    announced = comm.broadcast_bytes(announcement(chosen) if comm.is_main else None)
     with pytest.raises(UserError) as said:
-        checkpoint_on_every_rank(comm, announced, chosen)
+        _resumed(comm, files)
     (out / f"said{comm.rank}").write_text(str(said.value))
 
 
@@ -77,16 +84,11 @@ def test_a_sharded_checkpoint_a_rank_cannot_see_is_one_line_on_every_rank(tmp_pa
 
 def _corrupt_copy_rank(comm: TorchComm, out: Path) -> None:
     """Rank 1's copy of the checkpoint has rank 0's manifest but a damaged model file."""
-    home = out / f"rank{comm.rank}"
-    home.mkdir()
-    os.chdir(home)
-    written = _written(home, FILES)
+    written = _written(_at_home(comm, out), FILES)
     if comm.rank == 1:
         (written / "model.safetensors").write_bytes(b"damaged")
-    chosen = (Path("checkpoints") / ckpt.checkpoint_dir_name(7), FILES) if comm.is_main else None
-    announced = comm.broadcast_bytes(announcement(chosen) if comm.is_main else None)
     with pytest.raises(UserError) as said:
-        checkpoint_on_every_rank(comm, announced, chosen)
+        _resumed(comm, FILES)
     (out / f"said{comm.rank}").write_text(str(said.value))
 
 
