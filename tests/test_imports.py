@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "distrl.errors", "distrl.extras", "distrl.user_code", "distrl.env_backends", "distrl.env_packages",
         "distrl.sharding",
         "distrl.seeding", "distrl.timing", "distrl.usage", "distrl.allocator", "distrl.compile",
-        "distrl.precision", "distrl.offload", "distrl.socket_sum",
+        "distrl.precision", "distrl.offload", "distrl.socket_sum", "distrl.learner_memory",
     ),
     ("distrl.config.base", "distrl.config.sections", "distrl.config.algorithm",
      "distrl.config.grpo_vocabulary"),

@@ -251,9 +251,9 @@ def command_config(args: argparse.Namespace) -> int:
 
 def _print_learner_memory(cfg: RunConfig, ranks: int) -> None:
     """Each rank's bytes for the learner's weights, gradients and optimiser state under
-    ``train.sharding`` (``comm.memory``); the model is counted, not built."""
+    ``train.sharding`` (``learner_memory``); the model is counted, not built."""
     from distrl.algos.registry import algorithm, load
-    from distrl.comm.memory import learner_bytes
+    from distrl.learner_memory import learner_bytes
 
     parameters = load(algorithm(cfg.algo.name).learner_parameters)(cfg)
     train = cfg.train

@@ -188,6 +188,9 @@ def test_a_resumed_run_ends_where_an_unbroken_one_does(tmp_path: Path) -> None:
         torch.testing.assert_close(resumed[key], unbroken[key], atol=1e-6, rtol=0)
     rows = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert [row["global_step"] for row in rows] == [45, 60]
+    whole = [json.loads(line) for line in (tmp_path / "unbroken" / "metrics.jsonl").read_text().splitlines()]
+    # Counters go on from the checkpoint's: finished episodes (completions) over the whole run.
+    assert [row["episodes"] for row in rows] == [row["episodes"] for row in whole[-2:]] == [45, 60]
 
 
 @pytest.mark.slow

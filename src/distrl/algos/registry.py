@@ -141,7 +141,7 @@ class Algorithm:
     ``replaces`` (``ray.groups.WORKER_GROUPS``), else after the generic ones: its runs' config
     has their keys (``config.run.workers_config``) and its runner asks for them by name."""
     learner_parameters: str | None = None
-    """``module:function`` of ``(RunConfig) -> comm.memory.LearnerParameters``: its learner's
+    """``module:function`` of ``(RunConfig) -> learner_memory.LearnerParameters``: its learner's
     parameters, counted without making weights (``distrl config``'s memory lines); None: not
     shown."""
     input_check: str = "distrl.envs:check_config_env"

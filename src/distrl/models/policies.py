@@ -11,11 +11,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from distrl.comm.memory import LearnerParameters
 from distrl.envs import make_vec_env
 from distrl.envs.dict_obs import PackedDict
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
+from distrl.learner_memory import LearnerParameters
 from distrl.models.actor_critic import ActorCritic, DeterministicActor, deployable_actor
 from distrl.models.encoders import has_images, is_image
 from distrl.models.normalizer import RunningMeanStd

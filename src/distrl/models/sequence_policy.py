@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from distrl.comm.memory import LearnerParameters
 from distrl.io.train_state import SavedState
+from distrl.learner_memory import LearnerParameters
 from distrl.models.generate import generate, left_padded
 from distrl.models.pretrained import (
     PretrainedLM,

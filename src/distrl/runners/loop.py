@@ -228,7 +228,8 @@ class TrainingLoop:
             return_sum, length_sum, count, finished = total
             row["episode_return_mean"] = return_sum / count if count else math.nan
             row["episode_length_mean"] = length_sum / count if count else math.nan
-            row["episodes"] = int(finished)
+            # Finished episodes over the whole run: a resumed launch goes on from its checkpoint's.
+            row["episodes"] = int(self._count_with_earlier_launches({"episodes": finished})["episodes"])
             row["recent_episodes"] = int(count)
         world_size = self.comm.world_size
         means = {k: v / world_size for k, v in zip(averaged_keys, sums, strict=True)}
