@@ -207,6 +207,10 @@ def test_ray_kill_of_an_env_worker_mid_run_does_not_stop_training(ray_head: str,
     assert final["global_step"] == 8192  # the killed worker's part was collected once, not lost
     assert final["env_worker_failures"] == 1
     assert "killed by ray.kill" in result.stderr  # the cause
+    last = {row["worker"]: row for row in map(json.loads, (tmp_path / "workers.jsonl").open())}
+    restarts = {name: row["restarts"] for name, row in last.items() if "-env-" in name}
+    assert restarts.pop(killed.split()[0]) == 1  # the driver's record of the workers shows it too
+    assert list(restarts.values()) == [0]
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ that Ray's memory monitor kills a worker that takes 3 GiB more."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 
 import pytest
@@ -104,3 +105,94 @@ def test_every_way_a_worker_ends_is_named_from_rays_tables() -> None:
     assert causes["exception"] == "it raised ValueError: the env's state went bad"
     assert causes["out of memory"].startswith("out of memory: Ray's memory monitor killed it")
     assert causes["node lost"].startswith("its node was lost")
+
+
+_DEATHS = """
+import json, os, signal, sys, time
+
+import ray
+
+from distrl.algos.registry import WorkerGroup
+from distrl.ray.workers import RestartedByRay, StartedWorkers, actor_process
+
+ray.init(address=sys.argv[1], namespace="deaths", log_to_driver=False)
+
+
+@ray.remote(max_restarts=-1, max_task_retries=0)
+class Worker:
+    def __init__(self):
+        self.task = None
+        self.raised = False
+
+    def start(self, task):
+        self.task = task
+
+    def pid(self):
+        return os.getpid()
+
+    def work(self, seconds):
+        if self.task is None:
+            raise RestartedByRay("its task")
+        time.sleep(seconds)
+        return self.task
+
+    def fail_once(self):
+        if not self.raised:
+            self.raised = True
+            raise ValueError("a flaky verifier")
+        return "scored"
+
+
+def killed_and_back(pid):
+    os.kill(pid, signal.SIGKILL)
+    while (process := actor_process(handle)) is None or process.pid == pid:  # Ray restarts it
+        time.sleep(0.05)
+
+
+class Probes(StartedWorkers):
+    retried = "the call"
+
+
+group = WorkerGroup("probe", "", "", "", False, "probe")
+handle = Worker.remote()
+workers = Probes(group, [handle], max_restarts=3, backoff_s=0.05)
+workers.start_all("task")
+counts = {"start": workers.counts()["probe_worker_failures"]}
+
+# Mid-task: the call fails, is retried on the restarted worker (set up again) and succeeds.
+pid = workers.call(0, "pid")
+ref = handle.work.remote(30)
+time.sleep(1.0)
+os.kill(pid, signal.SIGKILL)
+counts["mid-task result"] = workers.get(0, ref, "work", 0)  # retried without the wait
+counts["mid-task"] = workers.counts()["probe_worker_failures"]
+
+# Idle: Ray restarts it between two calls; the next call needs none of its state and succeeds,
+# so no call of ours fails. Counted all the same.
+killed_and_back(workers.call(0, "pid"))
+counts["idle call"] = workers.call(0, "pid") > 0
+counts["idle"] = workers.counts()["probe_worker_failures"]
+
+# A worker that raised and is kept: one failure, no death.
+counts["raised result"] = workers.call(0, "fail_once")
+counts["raised"] = workers.counts()["probe_worker_failures"]
+print("counts", json.dumps(counts))
+"""
+
+
+def test_every_worker_death_is_counted_whoever_noticed_it(ray_head: str) -> None:
+    """A worker killed mid-call (the call fails and is retried), one killed while idle (Ray
+    restarts it and no call of ours ever fails) and one that raised: three failures, each once."""
+    result = run_python("-c", _DEATHS, ray_head, timeout=300, env=os.environ.copy())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("probe worker 0 failed") == 2, result.stderr[-3000:]  # not when idle
+    counts = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("counts "))[7:])
+    assert counts == {
+        "start": 0,
+        "mid-task result": "task",
+        "mid-task": 1,
+        "idle call": True,
+        "idle": 2,
+        "raised result": "scored",
+        "raised": 3,
+    }

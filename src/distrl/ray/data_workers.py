@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream
 from distrl.errors import UserError
 from distrl.ope.dqn import LoggedSteps
-from distrl.ray.workers import RestartableWorkers, WorkerActor
+from distrl.ray.workers import RestartableWorkers, RestartedByRay, WorkerActor
 
 if TYPE_CHECKING:
     from distrl.algos.registry import WorkerGroup
@@ -71,7 +71,7 @@ class DataWorker(WorkerActor):
         """Batches ``first`` .. ``first + count`` of ``epoch`` (fewer at its end), and the rows
         skipped as malformed so far."""
         if self.stream is None:  # Ray restarted this actor between two of the learner's calls
-            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its dataset")
+            raise RestartedByRay("its dataset")
         if self.position != (batch_size, epoch, first):  # a retry, a resume or a new epoch
             self.batches = self.stream.batches(batch_size, epoch)
             for _ in range(first):

@@ -27,7 +27,7 @@ from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
 from distrl.config.run import RunConfig
 from distrl.errors import UserError
-from distrl.ray.workers import QueuedCall, RestartableWorkers, WorkerActor
+from distrl.ray.workers import QueuedCall, RestartableWorkers, RestartedByRay, WorkerActor
 from distrl.sharding import even_split
 from distrl.storage.segments import Segment
 from distrl.timing import PhaseClock
@@ -71,7 +71,7 @@ class EnvWorker(WorkerActor):
 
     def _live_part(self) -> CollectorPart:
         if self.part is None:  # Ray restarted this actor between two of the learner's calls
-            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its envs")
+            raise RestartedByRay("its envs")
         return self.part
 
 

@@ -21,6 +21,7 @@ from distrl.errors import UserError
 from distrl.io.train_state import SavedState
 from distrl.ray.workers import (
     ActorProcess,
+    GroupFailures,
     WorkerActor,
     actor_process,
     failure_cause,
@@ -81,7 +82,7 @@ class RayEvalWorkers:
         self.running: dict[Any, tuple[int, Evaluation]] = {}
         """A running evaluation's result ref -> (its worker, the evaluation)."""
         self.queued: Evaluation | None = None
-        self.failures = 0
+        self.failures = GroupFailures(handles)
         self.finished: list[tuple[Evaluation, list[float]]] = []
         self.processes: dict[int, ActorProcess] = {}
         """Each worker's process at its last evaluation: a restart between two calls is noticed,
@@ -121,7 +122,7 @@ class RayEvalWorkers:
         return row
 
     def counts(self) -> dict[str, float]:
-        return {self.group.failures_metric: float(self.failures)}
+        return {self.group.failures_metric: float(self.failures.count())}
 
     def _check_comebacks(self, ray: Any) -> None:
         if not self.coming_back:
@@ -135,10 +136,10 @@ class RayEvalWorkers:
                 self.coming_back[self.handles[index].__ray_ready__.remote()] = index
 
     def _check_process(self, index: int, process: ActorProcess) -> None:
-        """Count a restart that happened while the worker was idle (no call of ours failed)."""
+        """Say a restart that happened while the worker was idle (no call of ours failed; its
+        death is counted as every death is, ``GroupFailures``)."""
         before = self.processes.setdefault(index, process)
         if before != process:
-            self.failures += 1
             cause = why_it_ended(before) or "Ray's tables do not say why"
             print(
                 f"distrl: {self.group.name} worker {index} was restarted by Ray between evaluations "
@@ -155,8 +156,8 @@ class RayEvalWorkers:
             print(f"distrl: evaluation during training stopped: {bad_input}", file=sys.stderr, flush=True)
             self.handles, self.queued = [], None
             return
-        self.failures += 1
-        # Counted here: the restart is not counted again. No waiting for Ray's tables: rank 0 trains.
+        self.failures.failed(exc)
+        # No waiting for Ray's tables: rank 0 trains.
         cause = failure_cause(exc, self.processes.pop(index, None), wait_s=0.0)
         self.coming_back[self.handles[index].__ray_ready__.remote()] = index
         evaluation.failures += 1

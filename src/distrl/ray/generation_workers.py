@@ -28,7 +28,7 @@ from distrl.collect.part import ActingWeights, cpu_weights
 from distrl.models.generate import Completions
 from distrl.models.sequence_policy import sequence_model, sequence_tokenizer
 from distrl.precision import low_precision
-from distrl.ray.workers import QueuedCall, StartedWorkers, WorkerActor
+from distrl.ray.workers import QueuedCall, RestartedByRay, StartedWorkers, WorkerActor
 from distrl.tasks.prompts import Example
 from distrl.timing import PhaseClock
 
@@ -60,7 +60,7 @@ class GenerationWorker(WorkerActor):
         """Completions of ``prompts`` (global ``indices``) at ``step``, sampled with ``weights``,
         their log-probabilities kept (the learner's importance weights divide by them)."""
         if self.cfg is None:  # Ray restarted this actor between two of the learner's calls
-            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its policy")
+            raise RestartedByRay("its policy")
         if weights.version != self.version:
             self.model.load_state_dict(weights.tensors["policy"])
             self.version = weights.version

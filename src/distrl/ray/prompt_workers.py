@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from distrl.algos.grpo_config import TaskConfig
-from distrl.ray.workers import StartedWorkers, WorkerActor
+from distrl.ray.workers import RestartedByRay, StartedWorkers, WorkerActor
 from distrl.tasks.prompts import Example, PromptSource
 
 
@@ -31,7 +31,7 @@ class PromptWorker(WorkerActor):
 
     def examples(self, indices: Sequence[int], progress: float) -> list[Example]:
         if self.source is None:  # Ray restarted this actor between two of the learner's calls
-            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its prompts")
+            raise RestartedByRay("its prompts")
         examples = self.source.examples(indices, progress)
         self.did(len(examples))
         return examples

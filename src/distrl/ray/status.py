@@ -21,7 +21,7 @@ from typing import Any
 
 from distrl.ray.cluster import import_ray, join
 from distrl.ray.placement import alive_nodes
-from distrl.ray.workers import WorkRate, usage_report, worker_failures
+from distrl.ray.workers import WorkRate, actor_restarts, usage_report, worker_failures
 
 USAGE_GROUP = {"usage": 1}
 """The concurrency group ``usage()`` runs in, beside the worker's own calls."""
@@ -36,7 +36,8 @@ def remote_class(ray: Any, cls: type) -> Any:
 
 
 def sample(ray: Any, actors: dict[str, Any], reader: str) -> dict[str, dict[str, Any]]:
-    """``usage(reader)`` of every named actor that answers within ``ANSWER_WITHIN_S``, by name."""
+    """``usage(reader)`` of every named actor that answers within ``ANSWER_WITHIN_S``, by name,
+    with its ``restarts`` (its deaths so far, Ray's actor table)."""
     from ray.exceptions import GetTimeoutError
 
     refs = {name: handle.usage.remote(reader) for name, handle in actors.items()}
@@ -44,7 +45,7 @@ def sample(ray: Any, actors: dict[str, Any], reader: str) -> dict[str, dict[str,
     answers = {}
     for name, ref in refs.items():
         try:
-            answers[name] = ray.get(ref, timeout=0)
+            answers[name] = {**ray.get(ref, timeout=0), "restarts": actor_restarts(actors[name])}
         except (*worker_failures(), GetTimeoutError):
             continue
     return answers

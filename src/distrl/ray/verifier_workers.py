@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from distrl.algos.grpo_config import TaskConfig
-from distrl.ray.workers import StartedWorkers, WorkerActor
+from distrl.ray.workers import RestartedByRay, StartedWorkers, WorkerActor
 from distrl.tasks.prompts import Example
 from distrl.tasks.verifiers import RewardFunctions, Scores
 
@@ -33,7 +33,7 @@ class VerifierWorker(WorkerActor):
 
     def score(self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]) -> Scores:
         if self.functions is None:  # Ray restarted this actor between two of the learner's calls
-            raise RuntimeError("restarted by Ray (killed or out of memory), it lost its reward functions")
+            raise RestartedByRay("its reward functions")
         scores = self.functions.score(examples, completions, ended)
         self.did(len(completions))
         return scores

@@ -66,16 +66,73 @@ class ActorProcess:
 def actor_process(handle: Any) -> ActorProcess | None:
     """The process ``handle``'s actor runs in now (Ray's actor table); None while it has none, or
     when the table cannot be read (a cause is a nicety: it never fails a call)."""
+    info = _actor_info(handle)
+    if info is None or info.get("State") != "ALIVE" or not info.get("Pid"):
+        return None
+    return ActorProcess(int(info["Pid"]), info["Address"]["NodeID"])
+
+
+def actor_restarts(handle: Any) -> int | None:
+    """How often Ray has restarted ``handle``'s actor since it was created (each restart is one
+    death of its process); None when the actor table cannot be read."""
+    info = _actor_info(handle)
+    return None if info is None else int(info.get("NumRestarts", 0))
+
+
+def _actor_info(handle: Any) -> dict[str, Any] | None:
     import ray
 
     try:
-        info = ray._private.state.actors(actor_id=handle._actor_id.hex())
+        return ray._private.state.actors(actor_id=handle._actor_id.hex())
     except Exception as exc:  # whatever Ray's private API raises
         _unreadable("actor table", exc)
         return None
-    if info.get("State") != "ALIVE" or not info.get("Pid"):
-        return None
-    return ActorProcess(int(info["Pid"]), info["Address"]["NodeID"])
+
+
+class RestartedByRay(RuntimeError):
+    """What a worker raises when a call finds it restarted by Ray since it was set up: its
+    process died, which its restart counts (``GroupFailures``), not the failed call again."""
+
+    def __init__(self, lost: str) -> None:
+        super().__init__(f"restarted by Ray (killed or out of memory), it lost {lost}")
+
+
+def is_death(exc: Exception) -> bool:
+    """A failed call whose cause is the death of the worker's process (or of its node), not an
+    exception the worker raised."""
+    from ray.exceptions import ObjectLostError, RayActorError
+
+    return isinstance(exc, RayActorError | ObjectLostError) or isinstance(
+        getattr(exc, "cause", None), RestartedByRay
+    )
+
+
+class GroupFailures:
+    """A worker group's failures since the launch began: the calls in which a worker raised, plus
+    its workers' deaths as Ray's actor table counts them (its restarts). So every death counts
+    once, whoever noticed it: a call that failed with it, a set-up again that did, or none (Ray
+    restarted an idle worker and the next call found it ready)."""
+
+    def __init__(self, handles: list[Any]) -> None:
+        self.handles = list(handles)
+        self.raised = 0
+        self.restarts_before = [actor_restarts(handle) or 0 for handle in self.handles]
+        """Each worker's restarts before this launch (a learner launched again finds the job's
+        workers as they are): the run's earlier launches counted those."""
+        self.deaths = 0
+        """Deaths since, as last read."""
+
+    def failed(self, exc: Exception) -> None:
+        if not is_death(exc):
+            self.raised += 1
+
+    def count(self) -> int:
+        """Failures so far; a worker whose table cannot be read keeps the deaths last read."""
+        restarts = [actor_restarts(handle) for handle in self.handles]
+        if all(now is not None for now in restarts):
+            pairs = zip(restarts, self.restarts_before, strict=True)
+            self.deaths = sum(now - before for now, before in pairs)
+        return self.raised + self.deaths
 
 
 def failure_cause(exc: Exception, process: ActorProcess | None = None, wait_s: float = 1.0) -> str:
@@ -200,8 +257,7 @@ class RestartableWorkers(ABC):
         self.handles = handles
         self.max_restarts = max_restarts
         self.backoff_s = backoff_s
-        self.failures = 0
-        """Calls to a worker that failed (it died or raised) since the start."""
+        self.failures = GroupFailures(handles)
         self.rebuilds = 0
         """Times any worker was set up again (each rebuild of env workers gets fresh seeds)."""
         self.processes: dict[int, ActorProcess] = {}
@@ -242,7 +298,7 @@ class RestartableWorkers(ABC):
             except worker_failures() as exc:
                 raise_user_error(exc)
                 failures += 1
-                self.failures += 1
+                self.failures.failed(exc)
                 cause = failure_cause(exc, self.processes.pop(index, None))
                 if failures > self.max_restarts:
                     raise UserError(
@@ -276,7 +332,7 @@ class RestartableWorkers(ABC):
 
     def counts(self) -> dict[str, float]:
         """The workers' failures since the launch started (``IterationResult.counted``)."""
-        return {self.group.failures_metric: float(self.failures)}
+        return {self.group.failures_metric: float(self.failures.count())}
 
     def _rebuild(self, index: int) -> None:
         """``set_up`` once Ray has restarted the worker (calls fail while it restarts, for up to
