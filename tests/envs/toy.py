@@ -188,3 +188,36 @@ class DictCueEnv(gym.Env):
         reward = float(int(action) == self.cue)
         self.steps += 1
         return self._obs(), reward, False, self.steps >= 16, {}
+
+
+class DriftingObservationEnv(CountingEnv):
+    """Like CountingEnv, but from its ``bad_step``-th step its observations break the declared
+    space as ``fault`` says: ``shape`` (one value too many), ``dtype`` (text), ``key`` (a Dict
+    observation missing a key its space declares) or ``nan``."""
+
+    def __init__(self, fault: str = "shape", bad_step: int = 40) -> None:
+        super().__init__()
+        self.fault, self.bad_step, self.steps = fault, bad_step, 0
+        if fault == "key":
+            box = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+            self.observation_space = gym.spaces.Dict({"count": box, "bias": box})
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        return self._shaped(obs), info
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps >= self.bad_step:
+            obs = {
+                "shape": np.append(obs, 0.0),
+                "dtype": np.array(["a", "b"]),
+                "key": {"count": obs},
+                "nan": np.full_like(obs, np.nan),
+            }[self.fault]
+            return obs, reward, terminated, truncated, info
+        return self._shaped(obs), reward, terminated, truncated, info
+
+    def _shaped(self, obs: np.ndarray):
+        return {"count": obs, "bias": obs} if self.fault == "key" else obs

@@ -9,9 +9,12 @@ give the same steps as ``gymnasium``."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -22,6 +25,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from distrl.env_packages import import_env_packages
 from distrl.envs.base import StepResult, host_tensor, obs_array_dtype
 from distrl.envs.dict_obs import PackedDict, packed
+from distrl.envs.observation_check import checked_env, misfit, misfit_error
 from distrl.envs.user_class import import_env_class, is_class_spec
 from distrl.errors import UserError
 
@@ -119,15 +123,18 @@ class GymnasiumVecEnv:
         ``in_processes``: each env in a process of its own (started with ``spawn``: the caller
         may hold threads, which ``fork`` would copy mid-lock)."""
         self._env: VectorEnv
-        if in_processes:
-            self._env = AsyncVectorEnv(
-                [make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP, context="spawn"
-            )
-        else:
-            self._env = SyncVectorEnv([make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
         self._seeds = [int(s) for s in seeds]
         self.num_envs = len(self._seeds)
+        self.env_id = env_id
+        self.steps = 0
+        """Steps since the envs were built (an observation that breaks its space is said at its step)."""
+        if in_processes:
+            checked = [partial(checked_env, make_env, env_id, i, self.num_envs) for i in range(self.num_envs)]
+            self._env = AsyncVectorEnv(checked, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
+        else:
+            self._env = SyncVectorEnv([make_env for _ in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
         self.observation_space = self._env.single_observation_space
+        self._declared_space = self.observation_space
         self._packed: PackedDict | None = None
         if isinstance(self.observation_space, gym.spaces.Dict):
             self._packed = packed(self.observation_space, obs_keys, env_id)
@@ -146,11 +153,14 @@ class GymnasiumVecEnv:
         return host_tensor(obs, self._obs_dtype)
 
     def reset(self) -> torch.Tensor:
-        obs, _ = self._env.reset(seed=self._seeds)
+        with self._observations_checked():
+            obs, _ = self._env.reset(seed=self._seeds)
         return self._tensor(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        obs, reward, terminated, truncated, info = self._env.step(actions.numpy(force=True))
+        self.steps += 1
+        with self._observations_checked():
+            obs, reward, terminated, truncated, info = self._env.step(actions.numpy(force=True))
         obs_tensor = self._tensor(obs)
         final_obs = obs_tensor  # where no episode ended, the step led to obs itself
         if "_final_obs" in info:
@@ -164,6 +174,33 @@ class GymnasiumVecEnv:
             host_tensor(truncated, np.bool_),
             final_obs,
         )
+
+    @contextlib.contextmanager
+    def _observations_checked(self) -> Iterator[None]:
+        """An observation that breaks its space is one line (``UserError``). In one process the
+        batching's failure is explained from each env's observation, at no cost per step; envs in
+        processes of their own check theirs (``ObservationCheck``), whose one line gymnasium
+        raises here after warning with the env process's traceback, which is dropped."""
+        if isinstance(self._env, AsyncVectorEnv):
+            with warnings.catch_warnings(record=True) as said:
+                try:
+                    yield
+                except UserError:
+                    raise
+                except Exception:
+                    for warning in said:  # the traceback of an error of the user's own env stays
+                        warnings.warn_explicit(
+                            warning.message, warning.category, warning.filename, warning.lineno
+                        )
+                    raise
+            return
+        try:
+            yield
+        except (ValueError, TypeError, KeyError) as exc:
+            for index, obs in enumerate(getattr(self._env, "_env_obs", [])):
+                if (wrong := misfit(self._declared_space, obs)) is not None:
+                    raise misfit_error(self.env_id, index, self.num_envs, self.steps, wrong) from None
+            raise exc
 
     def close(self) -> None:
         self._env.close()
