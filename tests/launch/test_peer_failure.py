@@ -59,5 +59,6 @@ def test_survivor_fails_clearly_within_the_timeout(tmp_path: Path, fault: signal
     lines = stderr.strip().splitlines()
     assert lines[-1].startswith("distrl: error: rank 0: ")
     assert "another rank died, hung past comm.timeout_s or became unreachable" in lines[-1]
+    assert lines[-1].endswith("rank 1 did not say its collective failed: it died, hung or was cut off")
     assert "Traceback" not in stderr
     assert json.loads(metrics.read_text().splitlines()[-1])["global_step"] > 0

@@ -144,10 +144,37 @@ def _collective(method: Callable) -> Callable:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PeerFailure(
                 f"rank {self.rank}: {method.__name__} failed; another rank died, hung past "
-                f"comm.timeout_s or became unreachable ({detail})"
+                f"comm.timeout_s or became unreachable ({detail}){self.silent_ranks()}"
             ) from None
 
     return wrapper
+
+
+REPORT_WAIT_S = 5.0
+"""How long a rank whose collective failed waits for the others to say theirs failed too."""
+
+
+def silent_ranks(store: dist.Store | None, rank: int, world_size: int) -> str:
+    """After a failed collective, which ranks are to blame, as the end of the one line: each rank
+    whose collective failed says so in the group's store, and those that say nothing within
+    ``REPORT_WAIT_S`` died, hung (a stopped process, a deadlock) or were cut off. Costs nothing
+    until a collective fails. "" when the store cannot tell."""
+    if store is None:
+        return ""
+    keys = [f"distrl/collective-failed/{r}" for r in range(world_size)]
+    try:
+        store.set(keys[rank], "1")
+        deadline = time.monotonic() + REPORT_WAIT_S
+        while (silent := [r for r, key in enumerate(keys) if not store.check([key])]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+    except (dist.DistError, RuntimeError, *TRANSPORT_ERRORS):
+        return "; the group's store is unreachable too: its host (rank 0 or the launcher) is gone"
+    if not silent:
+        return "; every rank's collective failed: the network between them broke"
+    named = ", ".join(map(str, silent))
+    return f"; rank {named} did not say its collective failed: it died, hung or was cut off"
 
 
 class TorchGroupComm(TorchComm):
@@ -167,6 +194,8 @@ class TorchGroupComm(TorchComm):
         self._store = store
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        self.silent_ranks = functools.partial(silent_ranks, store, self.rank, self.world_size)
+        """The failed collective's culprits, as the end of its one line."""
         gloo = dist.get_backend() != "nccl"
         # NCCL only moves CUDA tensors; gloo moves CPU tensors.
         self._device = torch.device("cpu") if gloo else device
