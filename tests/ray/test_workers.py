@@ -113,7 +113,7 @@ import json, os, signal, sys, time
 import ray
 
 from distrl.algos.registry import WorkerGroup
-from distrl.ray.workers import RestartedByRay, StartedWorkers, actor_process
+from distrl.ray.workers import RestartedByRay, Retries, StartedWorkers, actor_process
 
 ray.init(address=sys.argv[1], namespace="deaths", log_to_driver=False)
 
@@ -155,7 +155,7 @@ class Probes(StartedWorkers):
 
 group = WorkerGroup("probe", "", "", "", False, "probe")
 handle = Worker.remote()
-workers = Probes(group, [handle], max_restarts=3, backoff_s=0.05)
+workers = Probes(group, [handle], Retries(max_restarts=3, backoff_s=0.05, call_timeout_s=4.0))
 workers.start_all("task")
 counts = {"start": workers.counts()["probe_worker_failures"]}
 
@@ -176,16 +176,29 @@ counts["idle"] = workers.counts()["probe_worker_failures"]
 # A worker that raised and is kept: one failure, no death.
 counts["raised result"] = workers.call(0, "fail_once")
 counts["raised"] = workers.counts()["probe_worker_failures"]
+
+# Hung: stopped mid-call, it never answers; past workers.call_timeout_s it is killed, restarted
+# and its call made again, as a crashed one's.
+pid = workers.call(0, "pid")
+ref = handle.work.remote(2)
+time.sleep(0.5)
+os.kill(pid, signal.SIGSTOP)
+started = time.monotonic()
+counts["hung result"] = workers.get(0, ref, "work", 0)
+counts["hung detected within the timeout"] = time.monotonic() - started < 4.0 + 10
+counts["hung"] = workers.counts()["probe_worker_failures"]
 print("counts", json.dumps(counts))
 """
 
 
 def test_every_worker_death_is_counted_whoever_noticed_it(ray_head: str) -> None:
     """A worker killed mid-call (the call fails and is retried), one killed while idle (Ray
-    restarts it and no call of ours ever fails) and one that raised: three failures, each once."""
+    restarts it and no call of ours ever fails), one that raised, and one stopped mid-call (a
+    hang, killed past the call timeout): four failures, each counted once."""
     result = run_python("-c", _DEATHS, ray_head, timeout=300, env=os.environ.copy())
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stderr.count("probe worker 0 failed") == 2, result.stderr[-3000:]  # not when idle
+    assert result.stderr.count("probe worker 0 failed") == 3, result.stderr[-3000:]  # not when idle
+    assert "failed (no answer within workers.call_timeout_s=4 s: it hung (a stopped process" in result.stderr
     counts = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("counts "))[7:])
     assert counts == {
         "start": 0,
@@ -195,4 +208,7 @@ def test_every_worker_death_is_counted_whoever_noticed_it(ray_head: str) -> None
         "idle": 2,
         "raised result": "scored",
         "raised": 3,
+        "hung result": "task",
+        "hung detected within the timeout": True,
+        "hung": 4,
     }

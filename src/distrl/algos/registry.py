@@ -74,7 +74,7 @@ class WorkerGroup:
     """``module:Class`` of the group's actor."""
     calls: str
     """``module:Class`` a learner calls its share of the group through, made as ``Class(this group,
-    actor handles, max_restarts, backoff_s)`` (``runners.base.RemoteWorkers.group``)."""
+    actor handles, ray.workers.Retries)`` (``runners.base.RemoteWorkers.group``)."""
     shared_out: bool
     """Split over the learners (each needs one of its own); else all rank 0's."""
     metric_prefix: str

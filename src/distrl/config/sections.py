@@ -412,6 +412,11 @@ class WorkersSection(Section):
     this many times in all."""
     retry_backoff_s: PositiveFloat = 0.5
     """Wait before the first retry; doubled on each further one."""
+    call_timeout_s: PositiveFloat = 600.0
+    """A call to a worker beside the learners not answered within this many seconds is a hang (a
+    stopped process, a deadlock, a verifier stuck): the worker is named in one line, killed and
+    restarted, and its work done again, as a crashed worker's. Longer than any one call takes
+    (a part of a rollout, a part of the completions, an evaluation)."""
 
     @classmethod
     def group_names(cls) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream
 from distrl.errors import UserError
 from distrl.ope.dqn import LoggedSteps
-from distrl.ray.workers import RestartableWorkers, RestartedByRay, WorkerActor
+from distrl.ray.workers import RestartableWorkers, RestartedByRay, Retries, WorkerActor
 
 if TYPE_CHECKING:
     from distrl.algos.registry import WorkerGroup
@@ -121,8 +121,8 @@ class RayDataWorkers(RestartableWorkers):
 
     retried = "its chunk"
 
-    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(group, handles, max_restarts, backoff_s)
+    def __init__(self, group: WorkerGroup, handles: list[Any], retries: Retries) -> None:
+        super().__init__(group, handles, retries)
         self._open_args: tuple[str, str] = ("", "")
         self._start_args: list[tuple[Any, ...]] = []
         self.skipped_rows = [0] * len(handles)

@@ -39,7 +39,7 @@ from distrl.ray.placement import (
     worker_groups,
 )
 from distrl.ray.status import UsageLog, forget_learners, remote_class
-from distrl.ray.workers import workers_spec
+from distrl.ray.workers import Retries, workers_spec
 
 
 def launch(
@@ -81,9 +81,10 @@ def _run_job(
             clear_run_dir(run_dir.path)
         profile = (cfg.log.profile_updates, run_dir.path / "profile")
         names, actors = _start_worker_groups(ray, cluster, cfg, namespace, job, profile)
-        retries = cfg.workers.max_restarts, cfg.workers.retry_backoff_s
+        workers = cfg.workers
+        retries = Retries(workers.max_restarts, workers.retry_backoff_s, workers.call_timeout_s)
         specs = [
-            workers_spec(namespace, *retries, **{g: mine[rank] for g, mine in names.items()})
+            workers_spec(namespace, retries, **{g: mine[rank] for g, mine in names.items()})
             for rank in range(cfg.workers.policy)
         ]
         usage = UsageLog(run_dir.path / "workers.jsonl")

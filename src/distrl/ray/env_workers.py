@@ -27,7 +27,7 @@ from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
 from distrl.config.run import RunConfig
 from distrl.errors import UserError
-from distrl.ray.workers import QueuedCall, RestartableWorkers, RestartedByRay, WorkerActor
+from distrl.ray.workers import QueuedCall, RestartableWorkers, RestartedByRay, Retries, WorkerActor
 from distrl.sharding import even_split
 from distrl.storage.segments import Segment
 from distrl.timing import PhaseClock
@@ -80,8 +80,8 @@ class RayEnvWorkers(RestartableWorkers):
 
     retried = "its part"
 
-    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(group, handles, max_restarts, backoff_s)
+    def __init__(self, group: WorkerGroup, handles: list[Any], retries: Retries) -> None:
+        super().__init__(group, handles, retries)
         self._start_args: list[tuple[Any, ...]] = []
         self.lag = 0
         """Segments the workers collect ahead of the learner (``collect.lag``)."""

@@ -22,9 +22,11 @@ from distrl.io.train_state import SavedState
 from distrl.ray.workers import (
     ActorProcess,
     GroupFailures,
+    Retries,
     WorkerActor,
     actor_process,
     failure_cause,
+    killed_as_hung,
     raise_user_error,
     report_failure,
     retry_delay,
@@ -73,15 +75,17 @@ class Evaluation:
 class RayEvalWorkers:
     """Rank 0's eval workers (``runners.base.EvalWorkers``)."""
 
-    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+    def __init__(self, group: WorkerGroup, handles: list[Any], retries: Retries) -> None:
         self.group = group
         """Its declaration: its name in messages, its metrics' names."""
         self.handles = handles
-        self.max_restarts = max_restarts
-        self.backoff_s = backoff_s
+        self.retries = retries
         self.running: dict[Any, tuple[int, Evaluation]] = {}
         """A running evaluation's result ref -> (its worker, the evaluation)."""
         self.queued: Evaluation | None = None
+        self.sent_at: dict[Any, float] = {}
+        """A running evaluation's result ref -> when it was sent (monotonic): one running past
+        ``workers.call_timeout_s`` hung."""
         self.failures = GroupFailures(handles)
         self.finished: list[tuple[Evaluation, list[float]]] = []
         self.processes: dict[int, ActorProcess] = {}
@@ -101,8 +105,10 @@ class RayEvalWorkers:
         import ray
 
         if self.running:
-            done, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
+            done, waiting = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
+            self._hung(waiting)
             for ref in done:
+                del self.sent_at[ref]
                 index, evaluation = self.running.pop(ref)
                 try:
                     process, returns = ray.get(ref)
@@ -149,7 +155,22 @@ class RayEvalWorkers:
             )
         self.processes[index] = process
 
+    def _hung(self, waiting: list[Any]) -> None:
+        """Evaluations running past ``workers.call_timeout_s``: their workers fail as hung."""
+        from ray.exceptions import GetTimeoutError
+
+        now = time.monotonic()
+        for ref in waiting:
+            if now - self.sent_at[ref] > self.retries.call_timeout_s:
+                del self.sent_at[ref]
+                index, evaluation = self.running.pop(ref)
+                self._failed(
+                    index, evaluation, GetTimeoutError(f"evaluation of step {evaluation.global_step}")
+                )
+
     def _failed(self, index: int, evaluation: Evaluation, exc: Exception) -> None:
+        from ray.exceptions import GetTimeoutError
+
         try:
             raise_user_error(exc)
         except UserError as bad_input:  # every evaluation would fail alike: stop evaluating
@@ -158,14 +179,18 @@ class RayEvalWorkers:
             return
         self.failures.failed(exc)
         # No waiting for Ray's tables: rank 0 trains.
-        cause = failure_cause(exc, self.processes.pop(index, None), wait_s=0.0)
+        process = self.processes.pop(index, None)
+        if isinstance(exc, GetTimeoutError):
+            cause = killed_as_hung(self.handles[index], self.retries.call_timeout_s)
+        else:
+            cause = failure_cause(exc, process, wait_s=0.0)
         self.coming_back[self.handles[index].__ray_ready__.remote()] = index
         evaluation.failures += 1
-        if evaluation.failures > self.max_restarts:
+        if evaluation.failures > self.retries.max_restarts:
             print(
                 f"distrl: {self.group.name} worker {index} failed ({cause}); the evaluation of step "
                 f"{evaluation.global_step} failed {evaluation.failures} times in a row "
-                f"(workers.max_restarts={self.max_restarts}) and is dropped; training goes on",
+                f"(workers.max_restarts={self.retries.max_restarts}) and is dropped; training goes on",
                 file=sys.stderr,
                 flush=True,
             )
@@ -174,13 +199,13 @@ class RayEvalWorkers:
         if queued is not None and queued.global_step >= evaluation.global_step:  # newer weights wait
             then = f"the evaluation of step {evaluation.global_step} gives way to step {queued.global_step}'s"
         else:
-            delay = retry_delay(self.backoff_s, evaluation.failures)
+            delay = retry_delay(self.retries.backoff_s, evaluation.failures)
             then = f"retrying the evaluation of step {evaluation.global_step} in {delay:g} s"
             if queued is not None:
                 then += f" (step {queued.global_step}'s, older, gives way)"
             evaluation.not_before = time.monotonic() + delay
             self.queued = evaluation
-        report_failure(self.group.name, index, cause, evaluation.failures, self.max_restarts, then)
+        report_failure(self.group.name, index, cause, evaluation.failures, self.retries.max_restarts, then)
 
     def _dispatch(self) -> None:
         """The queued evaluation to a free worker that is up."""
@@ -195,3 +220,4 @@ class RayEvalWorkers:
                 self.processes[free[0]] = process  # a first evaluation's failure has its cause too
             ref = worker.evaluate.remote(evaluation.policy, evaluation.episodes, evaluation.seed)
             self.running[ref] = (free[0], evaluation)
+            self.sent_at[ref] = time.monotonic()

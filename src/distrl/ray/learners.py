@@ -162,11 +162,11 @@ def remote_workers(cfg: RunConfig, spec: dict[str, Any]) -> RemoteWorkers:
 
     from distrl.runners.base import RemoteWorkers
 
-    namespace, retries = spec["namespace"], (spec["max_restarts"], spec["backoff_s"])
+    namespace, retries = spec["namespace"], spec["retries"]
     declared = run_groups(cfg)
     groups = {
         group: load(declared[group].calls)(
-            declared[group], [ray.get_actor(name, namespace=namespace) for name in names], *retries
+            declared[group], [ray.get_actor(name, namespace=namespace) for name in names], retries
         )
         for group, names in spec["groups"].items()
     }

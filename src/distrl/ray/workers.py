@@ -31,11 +31,25 @@ REBUILD_WAIT_S = 60.0
 """How long a failed worker may take to come back (Ray restarts it) before it counts as failed again."""
 
 
-def workers_spec(namespace: str, max_restarts: int, backoff_s: float, **groups: list[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Retries:
+    """How a learner treats its workers' failures (``workers.max_restarts``,
+    ``workers.retry_backoff_s``, ``workers.call_timeout_s``)."""
+
+    max_restarts: int
+    """Failures in a row a call may have before the run stops (eval workers: the evaluation is dropped)."""
+    backoff_s: float
+    """Wait before the first retry; doubled for each further one."""
+    call_timeout_s: float
+    """A call not answered within this is a hung worker (stopped, deadlocked, stuck): it is
+    killed, restarted by Ray and its work done again, as a crashed one's."""
+
+
+def workers_spec(namespace: str, retries: Retries, **groups: list[str]) -> dict[str, Any]:
     """What a learner is told of its worker actors: their namespace, the retry rules, and each
     group's actor names (groups with none left out)."""
     named = {group: names for group, names in groups.items() if names}
-    return {"namespace": namespace, "max_restarts": max_restarts, "backoff_s": backoff_s, "groups": named}
+    return {"namespace": namespace, "retries": retries, "groups": named}
 
 
 def worker_failures() -> tuple[type[Exception], ...]:
@@ -98,12 +112,24 @@ class RestartedByRay(RuntimeError):
 
 
 def is_death(exc: Exception) -> bool:
-    """A failed call whose cause is the death of the worker's process (or of its node), not an
-    exception the worker raised."""
-    from ray.exceptions import ObjectLostError, RayActorError
+    """A failed call whose cause is the death of the worker's process (or of its node, or its
+    killing as hung), not an exception the worker raised."""
+    from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
-    return isinstance(exc, RayActorError | ObjectLostError) or isinstance(
+    return isinstance(exc, RayActorError | ObjectLostError | GetTimeoutError) or isinstance(
         getattr(exc, "cause", None), RestartedByRay
+    )
+
+
+def killed_as_hung(handle: Any, timeout_s: float) -> str:
+    """Kill a worker that did not answer within ``timeout_s`` (Ray restarts it, as after a crash);
+    the cause, in one line."""
+    import ray
+
+    ray.kill(handle, no_restart=False)
+    return (
+        f"no answer within workers.call_timeout_s={timeout_s:g} s: it hung (a stopped process, a "
+        "deadlock or a stuck call) and was killed for Ray to restart"
     )
 
 
@@ -251,12 +277,11 @@ class RestartableWorkers(ABC):
     retried: str
     """What a retry does again, in messages."""
 
-    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
+    def __init__(self, group: WorkerGroup, handles: list[Any], retries: Retries) -> None:
         self.group = group
         """Its declaration: its name in messages, its metrics' names."""
         self.handles = handles
-        self.max_restarts = max_restarts
-        self.backoff_s = backoff_s
+        self.retries = retries
         self.failures = GroupFailures(handles)
         self.rebuilds = 0
         """Times any worker was set up again (each rebuild of env workers gets fresh seeds)."""
@@ -284,6 +309,7 @@ class RestartableWorkers(ABC):
     def get(self, index: int, ref: Any, method: str, *args: Any) -> Any:
         """The result of ``ref``, a call of ``method(*args)`` on worker ``index``, retried."""
         import ray
+        from ray.exceptions import GetTimeoutError
 
         failures = 0
         while True:
@@ -291,23 +317,27 @@ class RestartableWorkers(ABC):
                 if failures:
                     self._rebuild(index)
                     ref = getattr(self.handles[index], method).remote(*args)
-                result = ray.get(ref)
+                result = ray.get(ref, timeout=self.retries.call_timeout_s)
                 if index not in self.processes and (process := actor_process(self.handles[index])):
                     self.processes[index] = process
                 return result
-            except worker_failures() as exc:
+            except (*worker_failures(), GetTimeoutError) as exc:
                 raise_user_error(exc)
                 failures += 1
                 self.failures.failed(exc)
-                cause = failure_cause(exc, self.processes.pop(index, None))
-                if failures > self.max_restarts:
+                process = self.processes.pop(index, None)
+                if isinstance(exc, GetTimeoutError):
+                    cause = killed_as_hung(self.handles[index], self.retries.call_timeout_s)
+                else:
+                    cause = failure_cause(exc, process)
+                if failures > self.retries.max_restarts:
                     raise UserError(
                         f"{self.group.name} worker {index} failed {failures} times in a row "
-                        f"(workers.max_restarts={self.max_restarts}); last cause: {cause}"
+                        f"(workers.max_restarts={self.retries.max_restarts}); last cause: {cause}"
                     ) from None
-                delay = retry_delay(self.backoff_s, failures)
+                delay = retry_delay(self.retries.backoff_s, failures)
                 then = f"retrying {self.retried} in {delay:g} s"
-                report_failure(self.group.name, index, cause, failures, self.max_restarts, then)
+                report_failure(self.group.name, index, cause, failures, self.retries.max_restarts, then)
                 time.sleep(delay)
 
     def send(self, method: str, args: list[tuple[Any, ...]]) -> QueuedCall:
@@ -350,7 +380,7 @@ class RestartableWorkers(ABC):
             except RayActorError:
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(self.backoff_s)
+                time.sleep(self.retries.backoff_s)
 
 
 @dataclass
@@ -370,8 +400,8 @@ class StartedWorkers(RestartableWorkers):
     prompt source): a restarted one is started again with the same arguments, and each call's
     items are cut into consecutive parts, one per worker."""
 
-    def __init__(self, group: WorkerGroup, handles: list[Any], max_restarts: int, backoff_s: float) -> None:
-        super().__init__(group, handles, max_restarts, backoff_s)
+    def __init__(self, group: WorkerGroup, handles: list[Any], retries: Retries) -> None:
+        super().__init__(group, handles, retries)
         self.start_args: tuple[Any, ...] = ()
 
     def start_all(self, *args: Any) -> None:
