@@ -229,6 +229,14 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
             r"task.rewards: fails raised ValueError: cannot score this \(prompt 'rev ",
         ),
         (
+            [
+                "task.rewards=[{function: 'tests.tasks.reward_functions:never_returns'}]",
+                "task.reward_timeout_s=1",
+            ],
+            r"task.rewards: never_returns did not return within task.reward_timeout_s=1 s and was cut off "
+            r"\(prompt 'rev \d+=', completion ",
+        ),
+        (
             ["task.rewards=[{function: 'tests.tasks.reward_functions:says_yes'}]"],
             r"says_yes returned 'yes' for prompt 'rev .*; it must return a finite number",
         ),
@@ -248,6 +256,7 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
         "context",
         "group-of-one",
         "raises",
+        "never-returns",
         "not-a-number",
         "unknown-function",
         "compile",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from distrl.algos.grpo_config import RewardConfig, TaskConfig
@@ -34,3 +37,44 @@ def test_a_function_may_appear_once() -> None:
     twice = TaskConfig(rewards=[RewardConfig(function="exact_match")] * 2)
     with pytest.raises(UserError, match="each may appear once"):
         RewardFunctions(twice)
+
+
+def _stuck(function: str, in_thread: bool) -> tuple[UserError | None, float]:
+    """Score two prompts with ``function`` (cut off after 0.5 s), on this (the main) thread or on
+    another one, as a Ray verifier actor does; what it raised and how long it took."""
+    task = TaskConfig(
+        rewards=[RewardConfig(function=f"tests.tasks.reward_functions:{function}")], reward_timeout_s=0.5
+    )
+    examples = [Example("rev 1=", "1"), Example("rev 2=", "2")]
+    raised: list[UserError] = []
+
+    def score() -> None:
+        try:
+            RewardFunctions(task).score(examples, ["1", "2"], [True, True])
+        except UserError as exc:
+            raised.append(exc)
+
+    started = time.monotonic()
+    if in_thread:
+        thread = threading.Thread(target=score, daemon=True)
+        thread.start()
+        thread.join(timeout=30)
+    else:
+        score()
+    return (raised[0] if raised else None), time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    ("function", "in_thread"),
+    [("never_returns", False), ("waits_forever", False), ("never_returns", True)],
+    ids=["loop", "blocked", "loop-on-a-thread"],
+)
+def test_a_reward_function_that_never_returns_is_cut_off_with_its_prompt(
+    function: str, in_thread: bool
+) -> None:
+    raised, took = _stuck(function, in_thread)
+    assert raised is not None and took < 5
+    assert str(raised) == (
+        f"task.rewards: {function} did not return within task.reward_timeout_s=0.5 s and was cut off "
+        "(prompt 'rev 2=', completion '2')"
+    )

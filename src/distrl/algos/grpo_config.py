@@ -88,6 +88,10 @@ class TaskConfig(Section):
     unfinished_reward: float = 0.0
     """The reward of a completion that never ends (no end token within ``algo.max_new_tokens``);
     such completions are counted (``unfinished_fraction``), not scored."""
+    reward_timeout_s: PositiveFloat | None = 60.0
+    """A reward function's call that runs longer than this many seconds is cut off, and the run
+    stops with one line naming the function and the prompt (as for a function that raises);
+    null: no limit."""
 
     @model_validator(mode="after")
     def _lengths_in_order(self) -> TaskConfig:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from distrl.algos.grpo_config import TaskConfig
 from distrl.errors import UserError
+from distrl.tasks.deadline import DeadlinePassed, deadline
 from distrl.tasks.prompts import Example
 from distrl.user_code import import_user_module
 
@@ -80,6 +81,7 @@ class RewardFunctions:
                 f"task.rewards: functions {', '.join(names)}: each may appear once (weigh it instead)"
             )
         self.unfinished_reward = task.unfinished_reward
+        self.timeout_s = task.reward_timeout_s
 
     def score(self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]) -> Scores:
         scores = Scores([], {name: [] for name, _, _ in self.functions}, 0)
@@ -90,18 +92,24 @@ class RewardFunctions:
                 continue
             total = 0.0
             for name, function, weight in self.functions:
-                value = _call(name, function, example, completion)
+                value = _call(name, function, example, completion, self.timeout_s)
                 scores.by_function[name].append(value)
                 total += weight * value
             scores.rewards.append(total)
         return scores
 
 
-def _call(name: str, function: Verifier, example: Example, completion: str) -> float:
-    """One score; a function that raises or returns anything but a finite number is one line
-    naming it and the prompt."""
+def _call(name: str, function: Verifier, example: Example, completion: str, timeout_s: float | None) -> float:
+    """One score; a function that raises, runs past ``timeout_s`` or returns anything but a
+    finite number is one line naming it and the prompt."""
     try:
-        value = function(example.prompt, completion, example.answer)
+        with deadline(timeout_s):
+            value = function(example.prompt, completion, example.answer)
+    except DeadlinePassed:
+        raise UserError(
+            f"task.rewards: {name} did not return within task.reward_timeout_s={timeout_s:g} s and was "
+            f"cut off (prompt {example.prompt!r}, completion {completion!r})"
+        ) from None
     except Exception as exc:  # a user's function: any failure is theirs to fix
         raise UserError(
             f"task.rewards: {name} raised {type(exc).__name__}: {exc} (prompt {example.prompt!r}, "
