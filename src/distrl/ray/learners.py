@@ -65,9 +65,10 @@ class LearnerGroup:
         timeout_s = self.cfg.cluster.placement_timeout_s
         learners = start_learners(ray, self.cluster, self.cfg, self.namespace, f"{self.name}-{attempt}")
         # The learners start while the other workers do (every actor imports torch: seconds each).
-        workers_ready = [actor.__ray_ready__.remote() for actor in self.actors.values()]
+        workers_ready = {name: actor.__ray_ready__.remote() for name, actor in self.actors.items()}
         where = [learner.node_id.remote() for learner in learners]
-        node_ids = ready(ray, [*where, *workers_ready], timeout_s, self.run_dir.path)[: len(learners)]
+        node_ids = ready(ray, where, timeout_s, self.run_dir.path)
+        self._workers_ready(ray, workers_ready, time.monotonic() + timeout_s)
         processes = [actor_process(learner) for learner in learners]  # ready: each has one
         # Learners all on one node listen on the loopback interface only.
         one_node = len(set(node_ids)) == 1
@@ -104,6 +105,25 @@ class LearnerGroup:
             for learner in learners:
                 ray.kill(learner)
         return status, died
+
+    def _workers_ready(self, ray: Any, sent: dict[str, Any], deadline: float) -> None:
+        """Wait for the workers beside the learners (``sent``: each one's readiness probe); one
+        that Ray is restarting (killed, or killed as hung, just before this launch) is asked
+        again until it is back or ``deadline`` passes, when ``ready`` says why in one line."""
+        from ray.exceptions import ActorUnavailableError
+
+        for name, first_probe in sent.items():
+            probe = first_probe
+            while time.monotonic() < deadline:
+                try:
+                    ray.get(probe, timeout=max(deadline - time.monotonic(), 0.0))
+                    break
+                except ActorUnavailableError:
+                    time.sleep(0.5)
+                    probe = self.actors[name].__ray_ready__.remote()
+                except Exception:  # said by ready, below
+                    break
+            ready(ray, probe, max(deadline - time.monotonic(), 0.0), self.run_dir.path)
 
 
 class Learner:

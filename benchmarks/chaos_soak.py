@@ -1,0 +1,442 @@
+"""A chaos soak: one workload trained for a while under faults drawn from a seed, with what each
+fault cost and how every process's memory moved.
+
+Usage:
+    python benchmarks/chaos_soak.py --workload ppo-torchrun|grpo-ray [--minutes 30] [--fault-every 60]
+        [--seed 0] [--run-dir DIR] [--out results/chaos_<workload>.json]
+
+Faults come at random times (uniform between a third of ``--fault-every`` and all of it after the
+run recovered from the last one), so they land in updates, collectives and checkpoint writes
+alike; their kinds cycle through the workload's kinds in an order drawn from the seed, so each
+kind comes as often as the others. Kinds:
+
+- ``sigkill-rank`` / ``sigkill-learner``: a training process killed; torchrun's elastic agent
+  (``--max-restarts``) or Ray mode's driver starts the group again from the newest checkpoint.
+- ``sigstop-rank`` / ``sigstop-verifier``: a process stopped (a hang); its peers' collectives
+  time out (``comm.timeout_s``) or the learner's call does (``workers.call_timeout_s``), and it
+  is handled as a crash.
+- ``sigkill-verifier``, ``sigkill-prompt``, ``sigkill-eval``: a Ray worker killed; Ray restarts
+  it and the learner does its work again.
+- ``sigterm-driver``: the launcher stopped by SIGTERM, then started again with ``--resume``.
+- ``truncate-checkpoint``: the newest checkpoint's weights cut to half, then a training process
+  killed: the resume must pass over it to the one before.
+
+Per fault it records the kind, its time, the step it hit, the launcher restarts so far, the time
+until training went on (a new metrics row) and the env steps (or completions) lost: those
+trained past the checkpoint the run resumed from. Hangs also record the time until the one line
+that names them. Every 2 s it samples each process's resident memory (the launcher's whole
+process tree, Ray's included); the summary gives each process's RSS slope, in % of its mean per
+hour, over the last two-thirds of its life (processes that lived at least a minute), and the
+whole tree's. At the end the run must have trained every update once: its metrics rows count
+updates 1, 2, ... with none missing or repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+RECOVERY_S = 240.0
+"""A fault the run has not recovered from (no new metrics row) within this is not survived."""
+
+
+@dataclass
+class Fault:
+    kind: str
+    at_s: float
+    """Seconds since the soak began."""
+    step: int
+    """The run's newest logged step when it hit."""
+    survived: bool = False
+    recovered_s: float | None = None
+    """Until the next metrics row."""
+    detected_s: float | None = None
+    """Hangs: until the line naming them."""
+    steps_lost: int = 0
+    restarts: int = 0
+    """Launcher restarts so far (``launcher_restarts`` of the newest row)."""
+
+
+@dataclass
+class Workload:
+    """How to start the run, and its fault kinds (kind -> what does it, given the soak)."""
+
+    command: Callable[[Soak, bool], list[str]]
+    """The command line, given the soak and whether it resumes."""
+    kinds: dict[str, Callable[[Soak], None]]
+    kept_running: set[str]
+    """The kinds training goes on through (a worker beside the learners restarted): over at the
+    next row; the others are over at the first row of a new launch."""
+    hang_line: str
+    """What the line naming a hang contains."""
+
+
+class Soak:
+    def __init__(self, workload: str, run_dir: Path, seed: int, fault_every: float) -> None:
+        self.workload_name = workload
+        self.workload = WORKLOADS[workload]
+        self.run_dir = run_dir
+        self.rng = random.Random(seed)
+        self.fault_every = fault_every
+        self.began = time.monotonic()
+        self.log = run_dir.parent / f"{run_dir.name}.launcher.log"
+        self.process: subprocess.Popen | None = None
+        self.samples: list[tuple[float, int, str, int]] = []
+        """(seconds, pid, name, RSS bytes)."""
+        self.faults: list[Fault] = []
+        self.launches = 0
+        self.stopped: list[psutil.Process] = []
+        """Processes stopped by a fault, killed when the launcher is stopped or the soak ends."""
+
+    # ----------------------------------------------------------------------------- the run
+    def start(self, resume: bool) -> None:
+        self.launches += 1
+        out = self.log.open("a")
+        self.process = subprocess.Popen(
+            self.workload.command(self, resume), cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
+        )  # fmt: skip
+
+    def rows(self) -> list[dict]:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.is_file():
+            return []
+        rows = []
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a row being written
+                continue
+        return rows
+
+    def newest_step(self) -> int:
+        rows = self.rows()
+        return rows[-1]["global_step"] if rows else 0
+
+    def tree(self) -> list[psutil.Process]:
+        if self.process is None:
+            return []
+        try:
+            root = psutil.Process(self.process.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def processes_named(self, pattern: str) -> list[psutil.Process]:
+        found = []
+        for proc in self.tree():
+            try:
+                if re.search(pattern, " ".join(proc.cmdline())):
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def sample(self) -> None:
+        now = time.monotonic() - self.began
+        for proc in self.tree():
+            try:
+                name = " ".join(proc.cmdline())[:80]
+                self.samples.append((now, proc.pid, name, proc.memory_info().rss))
+            except psutil.Error:
+                continue
+
+    def wait(self, seconds: float) -> None:
+        """Sample while ``seconds`` pass; a launcher that ended is started again with --resume
+        (a fault that stops it, or one it could not survive on its own)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.sample()
+            if self.process is not None and self.process.poll() is not None:
+                self.start(resume=True)
+            time.sleep(2.0)
+
+    # ----------------------------------------------------------------------------- faults
+    def inject(self, kind: str) -> None:
+        rows = self.rows()
+        fault = Fault(kind, time.monotonic() - self.began, rows[-1]["global_step"] if rows else 0)
+        said_before = self.log.read_text(errors="replace").count(self.workload.hang_line)
+        self.faults.append(fault)
+        self.workload.kinds[kind](self)
+        hit = time.monotonic()
+        deadline = hit + RECOVERY_S
+        undetected_hang = kind.startswith("sigstop")
+        # Rows before the fault; for a hang, before it was detected (an update in flight when the
+        # process stopped may still log one).
+        seen = rows
+        while time.monotonic() < deadline:
+            self.sample()
+            if self.process is not None and self.process.poll() is not None:
+                self.start(resume=True)
+            if (
+                undetected_hang
+                and self.log.read_text(errors="replace").count(self.workload.hang_line) > said_before
+            ):
+                fault.detected_s = time.monotonic() - hit
+                undetected_hang, seen = False, self.rows()
+            now_rows = self.rows()
+            first_new = _first_row_after(seen, now_rows)
+            # A fault that restarts training is over at the first row of a launch begun after it.
+            relaunched = first_new is not None and time.monotonic() - first_new["time_s"] > hit
+            over = relaunched or kind in self.workload.kept_running
+            if first_new is not None and over and not undetected_hang:
+                fault.survived = True
+                fault.recovered_s = time.monotonic() - hit
+                # A resumed run's first new row is one update past the checkpoint it resumed from.
+                if rows:
+                    resumed_from = first_new["global_step"] - _steps_per_update(rows)
+                    fault.steps_lost = max(fault.step - resumed_from, 0)
+                fault.restarts = int(now_rows[-1].get("launcher_restarts", 0))
+                break
+            time.sleep(0.5)
+
+    def signal_named(self, pattern: str, signum: int) -> None:
+        found = self.processes_named(pattern)
+        if not found:
+            raise RuntimeError(f"no process matching {pattern!r} to signal")
+        victim = self.rng.choice(found)
+        victim.send_signal(signum)
+        if signum == signal.SIGSTOP:  # never left behind stopped, whatever handles the hang
+            self.stopped.append(victim)
+
+    def stop_launcher(self) -> None:
+        """SIGTERM to the launcher (a scheduler's preemption); started again with --resume."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._kill_leftovers()
+        self.start(resume=True)
+
+    def truncate_newest_checkpoint(self) -> None:
+        checkpoints = sorted((self.run_dir / "checkpoints").glob("step_*"))
+        if checkpoints:
+            weights = checkpoints[-1] / "model.safetensors"
+            if weights.is_file():
+                with weights.open("r+b") as f:
+                    f.truncate(weights.stat().st_size // 2)
+
+    def _kill_leftovers(self) -> None:
+        for proc in self.stopped:
+            try:
+                proc.kill()
+            except psutil.Error:
+                continue
+        self.stopped = []
+
+    def finish(self) -> None:
+        """Stop the run as a scheduler would (SIGTERM), and anything it left."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self._kill_leftovers()
+
+    # ----------------------------------------------------------------------------- figures
+    def summary(self) -> dict:
+        rows = self.rows()
+        updates = [row["update"] for row in rows]
+        return {
+            "workload": self.workload_name,
+            "minutes": (time.monotonic() - self.began) / 60,
+            "launches": self.launches,
+            "faults": [asdict(f) for f in self.faults],
+            "injected": len(self.faults),
+            "survived": sum(f.survived for f in self.faults),
+            "updates": len(updates),
+            "every_update_once": updates == list(range(1, len(updates) + 1)),
+            "final_step": rows[-1]["global_step"] if rows else 0,
+            "steps_lost_by_kind": _by_kind(self.faults, lambda f: f.steps_lost),
+            "recovered_s_by_kind": _by_kind(self.faults, lambda f: f.recovered_s or 0.0),
+            "hang_detected_s": [f.detected_s for f in self.faults if f.kind.startswith("sigstop")],
+            **rss_slopes(self.samples),
+        }
+
+
+def _first_row_after(before: list[dict], after: list[dict]) -> dict | None:
+    """The first row the run wrote after a fault: where ``after`` stops agreeing with ``before``
+    (a resumed run rewrites the rows past its checkpoint), or the first one past its end."""
+    for i, row in enumerate(after):
+        if i >= len(before) or row != before[i]:
+            return row
+    return None
+
+
+def _steps_per_update(rows: list[dict]) -> int:
+    return rows[-1]["global_step"] - rows[-2]["global_step"] if len(rows) > 1 else rows[-1]["global_step"]
+
+
+def _by_kind(faults: list[Fault], figure: Callable[[Fault], float]) -> dict[str, list[float]]:
+    kinds: dict[str, list[float]] = {}
+    for fault in faults:
+        kinds.setdefault(fault.kind, []).append(figure(fault))
+    return kinds
+
+
+def _slope_per_hour(points: list[tuple[float, int]]) -> float:
+    """Least-squares slope of RSS over time, in % of the mean RSS per hour."""
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_r = sum(r for _, r in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var == 0 or mean_r == 0:
+        return 0.0
+    slope = sum((t - mean_t) * (r - mean_r) for t, r in points) / var
+    return 100.0 * slope * 3600.0 / mean_r
+
+
+def rss_slopes(samples: list[tuple[float, int, str, int]], min_life_s: float = 60.0) -> dict:
+    """Each process's RSS slope over the last two-thirds of its sampled life (those that lived
+    ``min_life_s``), and the whole tree's over the last two-thirds of the soak."""
+    by_pid: dict[int, list[tuple[float, int]]] = {}
+    names: dict[int, str] = {}
+    for t, pid, name, rss in samples:
+        by_pid.setdefault(pid, []).append((t, rss))
+        names[pid] = name
+    per_process = {}
+    for pid, points in by_pid.items():
+        if points[-1][0] - points[0][0] >= min_life_s:
+            start = points[0][0] + (points[-1][0] - points[0][0]) / 3
+            per_process[f"{pid} {names[pid]}"] = _slope_per_hour([p for p in points if p[0] >= start])
+    totals: dict[float, int] = {}
+    for t, _, _, rss in samples:
+        totals[t] = totals.get(t, 0) + rss
+    tree = sorted(totals.items())
+    tree_slope = 0.0
+    if tree:
+        start = tree[0][0] + (tree[-1][0] - tree[0][0]) / 3
+        tree_slope = _slope_per_hour([p for p in tree if p[0] >= start])
+    return {
+        "rss_slope_pct_per_hour": per_process,
+        "rss_slope_max_pct_per_hour": max(per_process.values(), default=0.0),
+        "tree_rss_slope_pct_per_hour": tree_slope,
+    }
+
+
+# --------------------------------------------------------------------------------- workloads
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ppo_torchrun(soak: Soak, resume: bool) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+        "--max-restarts=1000", "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+        "-m", "distrl.train", "--config", "configs/cartpole_ppo.yaml", "--run-dir", str(soak.run_dir),
+        "--distributed", *(["--resume"] if resume else []), "train.total_steps=1000000000",
+        "train.stop_return=null", "checkpoint.interval_steps=20480", "checkpoint.keep_last=3",
+        "comm.timeout_s=15", "log.progress=false", "log.tensorboard=false",
+    ]  # fmt: skip
+
+
+def _grpo_ray(soak: Soak, resume: bool) -> list[str]:
+    return [
+        sys.executable, "-m", "distrl", "train", "--config", "configs/grpo_small_cpu.yaml",
+        "--launcher", "ray", "--run-dir", str(soak.run_dir), *(["--resume"] if resume else []),
+        "train.total_steps=1000000000", "train.stop_return=null", "checkpoint.interval_steps=8192",
+        "checkpoint.keep_last=3", "workers.call_timeout_s=20", "workers.max_restarts=5",
+        "log.progress=false", "log.tensorboard=false",
+    ]  # fmt: skip
+
+
+RANK = r"-m distrl\.train"
+LEARNER = r"^ray::Learner"
+
+
+def _truncate_then_kill(pattern: str) -> Callable[[Soak], None]:
+    def fault(soak: Soak) -> None:
+        soak.truncate_newest_checkpoint()
+        soak.signal_named(pattern, signal.SIGKILL)
+
+    return fault
+
+
+WORKLOADS = {
+    "ppo-torchrun": Workload(
+        _ppo_torchrun,
+        {
+            "sigkill-rank": lambda soak: soak.signal_named(RANK, signal.SIGKILL),
+            "sigstop-rank": lambda soak: soak.signal_named(RANK, signal.SIGSTOP),
+            "sigterm-driver": Soak.stop_launcher,
+            "truncate-checkpoint": _truncate_then_kill(RANK),
+        },
+        kept_running=set(),
+        hang_line="did not say its collective failed",
+    ),
+    "grpo-ray": Workload(
+        _grpo_ray,
+        {
+            "sigkill-verifier": lambda soak: soak.signal_named(r"^ray::VerifierWorker", signal.SIGKILL),
+            "sigkill-prompt": lambda soak: soak.signal_named(r"^ray::PromptWorker", signal.SIGKILL),
+            "sigkill-eval": lambda soak: soak.signal_named(r"^ray::EvalWorker", signal.SIGKILL),
+            "sigstop-verifier": lambda soak: soak.signal_named(r"^ray::VerifierWorker", signal.SIGSTOP),
+            "sigkill-learner": lambda soak: soak.signal_named(LEARNER, signal.SIGKILL),
+            "sigterm-driver": Soak.stop_launcher,
+            "truncate-checkpoint": _truncate_then_kill(LEARNER),
+        },
+        kept_running={"sigkill-verifier", "sigkill-prompt", "sigkill-eval", "sigstop-verifier"},
+        hang_line="no answer within workers.call_timeout_s",
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument(
+        "--fault-every", type=float, default=60.0, help="at most this many seconds between faults"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    run_dir = args.run_dir or REPO / "runs" / f"chaos_{args.workload}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    soak = Soak(args.workload, run_dir, args.seed, args.fault_every)
+    soak.log.unlink(missing_ok=True)
+    kinds = list(soak.workload.kinds)
+    soak.start(resume=False)
+    try:
+        soak.wait(20.0)  # past start-up and the first checkpoint
+        order: list[str] = []
+        while time.monotonic() - soak.began < args.minutes * 60:
+            if not order:
+                order = soak.rng.sample(kinds, len(kinds))
+            soak.wait(soak.rng.uniform(args.fault_every / 3, args.fault_every))
+            soak.inject(order.pop())
+    finally:
+        soak.finish()
+    summary = soak.summary()
+    out = args.out or REPO / "benchmarks" / "results" / f"chaos_{args.workload}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1))
+    brief = {k: v for k, v in summary.items() if k not in ("faults", "rss_slope_pct_per_hour")}
+    print(json.dumps(brief, indent=1))
+
+
+if __name__ == "__main__":
+    main()
