@@ -28,7 +28,7 @@ that names them. Every 2 s it samples each process's resident memory (the launch
 process tree, Ray's included); the summary gives each process's RSS slope, in % of its mean per
 hour, over the last two-thirds of its life (processes that lived at least a minute), and the
 whole tree's. At the end the run must have trained every update once: its metrics rows count
-updates 1, 2, ... with none missing or repeated.
+updates 1, 2, ... with none missing or repeated; and GRPO every prompt once (its ledger).
 """
 
 from __future__ import annotations
@@ -265,12 +265,22 @@ class Soak:
             "survived": sum(f.survived for f in self.faults),
             "updates": len(updates),
             "every_update_once": updates == list(range(1, len(updates) + 1)),
+            "every_prompt_once": _each_once(self.run_dir / "ledger.jsonl"),
             "final_step": rows[-1]["global_step"] if rows else 0,
             "steps_lost_by_kind": _by_kind(self.faults, lambda f: f.steps_lost),
             "recovered_s_by_kind": _by_kind(self.faults, lambda f: f.recovered_s or 0.0),
             "hang_detected_s": [f.detected_s for f in self.faults if f.kind.startswith("sigstop")],
             **rss_slopes(self.samples),
         }
+
+
+def _each_once(ledger: Path) -> bool | None:
+    """Every index in the run's ledger (GRPO's prompts, update by update) appears once; None
+    without a ledger."""
+    if not ledger.is_file():
+        return None
+    trained = [i for line in ledger.read_text().splitlines() for i in json.loads(line)["trained"]]
+    return len(trained) == len(set(trained))
 
 
 def _first_row_after(before: list[dict], after: list[dict]) -> dict | None:

@@ -17,7 +17,7 @@ import pytest
 from distrl.io import checkpoint as ckpt
 from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from tests.distributed import free_port
-from tests.helpers import CARTPOLE, OFFLINE, children, clean_env, collect, distrl
+from tests.helpers import CARTPOLE, GRPO_REVERSE, OFFLINE, children, clean_env, collect, distrl
 
 STEPS_PER_UPDATE = 32 * 16
 """The shipped PPO config's global batch, the same on 1 or 2 ranks; offline DQN below is set to
@@ -231,3 +231,50 @@ def test_no_valid_checkpoint_is_a_clear_error(three_checkpoints: Path, training:
     result = distrl("train", *training, "--run-dir", str(three_checkpoints), "--resume")
     assert result.returncode == 2
     assert "no valid checkpoint" in result.stderr and "Traceback" not in result.stderr
+
+
+GRPO_SMALL = (
+    "--config", str(GRPO_REVERSE), "algo.num_prompts_per_step=5", "algo.num_generations_per_prompt=3",
+    "algo.max_new_tokens=6", "model.transformer={layers: 1, width: 16, heads: 2, context: 16}",
+    "task.max_length=4", "train.stop_return=null", "eval.episodes=4", "log.tensorboard=false",
+    "log.progress=false", "train.total_steps=900", "checkpoint.interval_steps=150",
+)  # fmt: skip
+"""GRPO at 15 completions (5 prompts) per update: 60 updates, a checkpoint every 10."""
+
+
+def ledger(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_grpo_with_a_rank_killed_trains_every_prompt_once_and_ends_bit_identical(tmp_path: Path) -> None:
+    """torchrun's elastic agent restarts the group from the newest checkpoint after a rank is
+    SIGKILLed mid-run: the run's ledger holds each update's prompts once, the same as an unbroken
+    run's, and the final weights are the unbroken run's to the bit."""
+    unbroken = start_torchrun(tmp_path / "unbroken", training=GRPO_SMALL)
+    _, stderr = unbroken.communicate(timeout=600)
+    assert unbroken.returncode == 0, stderr[-3000:]
+    broken = start_torchrun(tmp_path / "broken", max_restarts=2, training=GRPO_SMALL)
+    wait_for(
+        lambda: (tmp_path / "broken" / "ledger.jsonl").is_file() and len(ledger(tmp_path / "broken")) >= 25,
+        300,
+        broken,
+    )
+    os.kill(children(broken.pid)[-1], signal.SIGKILL)  # past the checkpoint of update 20
+    _, stderr = broken.communicate(timeout=600)
+    assert broken.returncode == 0, stderr[-3000:]
+    assert (
+        json.loads((ckpt.resolve_checkpoint(tmp_path / "broken") / "state.json").read_text())["launch_index"]
+        == 1
+    )
+
+    rows = ledger(tmp_path / "broken")
+    assert [row["update"] for row in rows] == list(range(1, 61))
+    trained = [index for row in rows for index in row["trained"]]
+    assert len(trained) == len(set(trained)) == 300  # each prompt once
+    assert rows == ledger(tmp_path / "unbroken")
+    weights = [
+        (ckpt.resolve_checkpoint(tmp_path / run) / "model.safetensors").read_bytes()
+        for run in ("unbroken", "broken")
+    ]
+    assert weights[0] == weights[1]

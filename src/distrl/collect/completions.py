@@ -37,6 +37,8 @@ class Generated:
     completions: Completions
     examples: list[Example]
     """The prompts they answer, in order (their answers score them)."""
+    indices: list[int]
+    """The prompts' global indices (``tasks.prompts``), in the same order."""
     policy_version: int
     """The learner's updates (in this launch) whose weights sampled them."""
 
@@ -127,4 +129,4 @@ class LocalGeneration:
                 self.cfg, self.model, self.tokenizer, step, indices, [e.prompt for e in examples],
                 self.device, self.dtype, keep_log_probs=self.dtype is None, any_running=self.any_running,
             )  # fmt: skip
-        return Generated(done, examples, policy_version)
+        return Generated(done, examples, indices, policy_version)

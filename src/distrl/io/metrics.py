@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+LEDGER_FILE = "ledger.jsonl"
+"""One row per update of what it trained on, over all ranks (GRPO: the prompts' global indices):
+what a test compares to show nothing was trained twice or left out, faults or not."""
 
 
 def json_number(value: Any) -> Any:
@@ -32,7 +35,9 @@ class MetricsLogger:
         progress: bool,
     ) -> None:
         self.enabled = enabled
+        self.run_dir = run_dir
         self._file = None
+        self._ledger = None
         self._tb = None
         self._progress = None
         self._total_steps = total_steps
@@ -71,13 +76,24 @@ class MetricsLogger:
                 f"distrl: {step:,}/{self._total_steps:,} ({tenths * 10}%)" + (f" | {label}" if label else "")
             )
 
+    def log_ledger(self, update: int, global_step: int, trained: list[int]) -> None:
+        """The ledger's row of an update: what it trained on (``LEDGER_FILE``)."""
+        if not self.enabled:
+            return
+        if self._ledger is None:
+            self._ledger = open(self.run_dir / LEDGER_FILE, "a", buffering=1)  # noqa: SIM115
+        self._ledger.write(
+            json.dumps({"update": update, "global_step": global_step, "trained": trained}) + "\n"
+        )
+
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
         if self._tb is not None:
             self._tb.close()
-        if self._file is not None:
-            self._file.close()
+        for file in (self._file, self._ledger):
+            if file is not None:
+                file.close()
 
 
 def progress_label(row: dict[str, Any]) -> str:
@@ -110,10 +126,12 @@ def _scalars_summary(row: dict[str, Any]):
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:
-    """Drop rows past ``last_step`` so a resumed run does not log the same update twice."""
-    path = run_dir / METRICS_FILE
-    if not path.is_file():
-        return
-    rows = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in rows if json.loads(line)["global_step"] <= last_step]
-    path.write_text("".join(line + "\n" for line in kept))
+    """Drop the metrics' and the ledger's rows past ``last_step`` so a resumed run does not log
+    the same update twice (a launch that died logged updates past its newest checkpoint)."""
+    for name in (METRICS_FILE, LEDGER_FILE):
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        rows = [line for line in path.read_text().splitlines() if line.strip()]
+        kept = [line for line in rows if json.loads(line)["global_step"] <= last_step]
+        path.write_text("".join(line + "\n" for line in kept))

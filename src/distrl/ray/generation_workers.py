@@ -99,6 +99,7 @@ class QueuedStep:
     it is generated with, and the workers' call."""
 
     step: int
+    indices: list[int]
     examples: list[Example]
     version: int
     call: QueuedCall
@@ -143,7 +144,7 @@ class RemoteGeneration:
             parts = self.workers.take(queued.call, [later.call for later in self.queued])
         done = joined(parts, self.pad_id)
         on_device = {k: None if v is None else v.to(self.device) for k, v in vars(done).items()}
-        return Generated(Completions(**on_device), queued.examples, queued.version)
+        return Generated(Completions(**on_device), queued.examples, queued.indices, queued.version)
 
     def send(self, step: int, weights: Any, version: int) -> QueuedStep:
         """Every worker's part of ``step``'s prompts, sent."""
@@ -152,4 +153,4 @@ class RemoteGeneration:
             (weights, step, indices[part], [e.prompt for e in examples[part]])
             for part in self.workers.parts(len(indices))
         ]
-        return QueuedStep(step, examples, version, self.workers.send("generate", args))
+        return QueuedStep(step, indices, examples, version, self.workers.send("generate", args))

@@ -145,6 +145,9 @@ class IterationResult:
     skipped: bool = False
     """The update was skipped on every rank (non-finite numbers): counts towards
     ``train.max_bad_updates`` and withholds the next checkpoint."""
+    trained: list[int] | None = None
+    """What this rank's update trained on, by global index (GRPO: its prompts), for the run's
+    ledger (``io.metrics.LEDGER_FILE``); None: the algorithm keeps none."""
 
 
 class Runner(ABC):

@@ -202,6 +202,7 @@ class GRPORunner(Runner):
             episodes=EpisodeStats(float(rewards.sum()), float(lengths.sum()), len(texts), self.finished),
             local_steps=len(texts),
             skipped=skipped > 0,
+            trained=generated.indices,
         )
 
     def step_prompts(self, step: int) -> tuple[list[int], list[Example]]:

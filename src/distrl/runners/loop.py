@@ -160,6 +160,8 @@ class TrainingLoop:
                     self._evaluate_asynchronously(row)
                 with self.clock("log"):
                     logger.log(row)
+                    if result.trained is not None:
+                        logger.log_ledger(self.update_index, self.global_step, self._gathered(result.trained))
                 self._count_bad_updates(result.skipped)
                 agreed = self._agree()
                 if agreed.preempted:
@@ -322,6 +324,11 @@ class TrainingLoop:
             self.eval_workers.submit(snapshot, self.cfg.eval.episodes, self.cfg.eval.seed)
         row.update(self.eval_workers.results())
         row.update(self._count_with_earlier_launches(self.eval_workers.counts()))
+
+    def _gathered(self, trained: list[int]) -> list[int]:
+        """Every rank's ``trained``, in rank order, on rank 0 (one gather of a few bytes)."""
+        parts = self.comm.all_gather_bytes(json.dumps(trained).encode())
+        return [index for part in parts for index in json.loads(part)]
 
     def _count_with_earlier_launches(self, counts: dict[str, float]) -> dict[str, float]:
         """Event counts of this launch (over all ranks) plus the run's earlier launches' (as of the
