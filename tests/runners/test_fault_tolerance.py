@@ -92,6 +92,11 @@ def run_with_two_sigkills(
     steps = metrics_steps(run_dir)
     assert steps == list(range(STEPS_PER_UPDATE, steps[-1] + 1, STEPS_PER_UPDATE))
     assert state["global_step"] == steps[-1]
+    # Counters go on across the restarts: the whole run's episodes never start again at 0.
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["resumes"] == 2
+    episodes = [row["episodes"] for row in rows if "episodes" in row]
+    assert episodes == sorted(episodes)
 
 
 @pytest.mark.slow

@@ -225,6 +225,7 @@ class TrainingLoop:
         sums, total = total[: len(averaged_keys)], total[len(averaged_keys) :]
         counts, total = total[: len(counted_keys)], total[len(counted_keys) :]
         row["launcher_restarts"] = self.restart_count
+        row["resumes"] = self.launch_index
         row.update(self._count_with_earlier_launches(dict(zip(counted_keys, counts, strict=True))))
         if episodes is not None:
             return_sum, length_sum, count, finished = total
