@@ -395,3 +395,44 @@ def _wait_for_ray_nodes(hosts: Hosts, address: str, count: int, env: dict[str, s
             return
         assert time.monotonic() < deadline, f"the Ray cluster did not reach {count} node(s): {stderr[-2000:]}"
         time.sleep(1)
+
+
+@pytest.mark.slow
+def test_losing_a_host_the_run_goes_on_on_the_other_with_global_sizes_kept(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    """torchrun's elastic agents with ``--nnodes=1:2``: the second host drops dead mid-run (its
+    launcher and ranks killed); the first host's rank fails its collective, its agent starts
+    again with the hosts left, and the run resumes on 1 rank from the newest checkpoint (in a run
+    dir both hosts share), saying so in one line, and ends at its budget."""
+    run_dir, total = tmp_path / "shared-run", 160 * 512
+    procs = []
+    for i in range(2):
+        conf = c10d(i, cluster_names=False)
+        conf[-1] += ",last_call_timeout=1"  # the hosts left go on without waiting for more
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=1",
+            "--max-restarts=2", *conf, "-m", "distrl.train", "--config", str(CARTPOLE),
+            "--total-steps", str(total), "train.stop_return=null", "checkpoint.interval_steps=2048",
+            "comm.timeout_s=20", "--run-dir", str(run_dir), "--distributed",
+        ]  # fmt: skip
+        procs.append(hosts.start(i, cmd, cluster_names=False))
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 180
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 6):
+            assert time.monotonic() < deadline and procs[0].poll() is None
+            time.sleep(0.1)
+        # The second host dies: every process in its network namespace (torchrun's agent gives
+        # its ranks sessions of their own), at once.
+        for pid in _ip("netns", "pids", hosts.namespaces[1]).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        _, stderr = procs[0].communicate(timeout=300)
+    finally:
+        kill_all(procs)
+    assert procs[0].returncode == 0, stderr[-3000:]
+    assert "distrl: going on with 1 rank(s) from a checkpoint of 2 (ranks lost or added since)" in stderr
+    state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
+    assert state["world_size"] == 1 and state["global_step"] == total
+    steps = [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(512, total + 1, 512))  # the same global batch; no update twice

@@ -146,8 +146,10 @@ def test_sigterm_to_one_rank_stops_all_with_a_checkpoint_and_resumes(
     assert resumed.returncode == 0, resumed.stderr
     steps = metrics_steps(tmp_path)
     assert steps == sorted(set(steps)) and steps[-1] >= total
-    # Resumed on 1 rank instead of 2: global sizes keep the global batch the same.
+    # Resumed on 1 rank instead of 2: global sizes keep the global batch the same, and it says so.
     assert steps[-1] - steps[-2] == STEPS_PER_UPDATE
+    said = "distrl: going on with 1 rank(s) from a checkpoint of 2 (ranks lost or added since): global sizes"
+    assert said in resumed.stderr
 
 
 @pytest.mark.slow

@@ -414,6 +414,17 @@ class TrainingLoop:
             fmt = output_format(self.cfg, out)
             export(self.cfg, policy, state.observation_space, fmt, out, "output.path")
 
+    def _other_ranks_line(self, saved_ranks: int) -> str:
+        """The one line of a run going on with another number of ranks than its checkpoint's
+        (a node lost under torchrun's ``--nnodes=MIN:MAX``, or a launch of another size)."""
+        sizes = "global sizes kept: the same global batch and optimiser steps, shared out anew"
+        if self.cfg.env.num_envs_per_rank is not None:
+            sizes = "env.num_envs_per_rank: the global batch follows the ranks"
+        return (
+            f"distrl: going on with {self.comm.world_size} rank(s) from a checkpoint of {saved_ranks} "
+            f"(ranks lost or added since): {sizes}"
+        )
+
     def _restore(self, files: ckpt.CheckpointFiles) -> None:
         """Load a checkpoint on every rank (the files came from rank 0, read from the run dir's
         checkpoint of their step); rank r takes rank r's RNG and own state when the saving launch
@@ -431,13 +442,15 @@ class TrainingLoop:
                 "(use a new --run-dir to start over)"
             )
         train_state.restore(state, files, where)
+        ranks = meta["ranks"]
         if self.comm.is_main:
             print(f"distrl: resuming from {where}", file=sys.stderr)
+            if len(ranks) != self.comm.world_size:
+                print(self._other_ranks_line(len(ranks)), file=sys.stderr)
         self.global_step = meta["global_step"]
         self.update_index = meta["update_index"]
         self.counts_before = meta.get("event_counts", {})
         self.event_counts = dict(self.counts_before)
-        ranks = meta["ranks"]
         if self.comm.rank < len(ranks):
             mine = ranks[self.comm.rank]
             rng = base64.b64decode(mine["torch_rng"])
