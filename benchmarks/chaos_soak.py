@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -53,6 +54,8 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 RECOVERY_S = 240.0
 """A fault the run has not recovered from (no new metrics row) within this is not survived."""
+TAIL = 400
+"""Metrics rows read while watching a fault: the newest, past any checkpoint a launch resumes from."""
 
 
 @dataclass
@@ -112,21 +115,18 @@ class Soak:
             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
         )  # fmt: skip
 
-    def rows(self) -> list[dict]:
+    def rows(self, last: int | None = None) -> list[dict]:
+        """The run's metrics rows (``last``: only the last so many)."""
         path = self.run_dir / "metrics.jsonl"
         if not path.is_file():
             return []
         rows = []
-        for line in path.read_text().splitlines():
+        for line in path.read_text().splitlines()[-last if last else 0 :]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:  # a row being written
                 continue
         return rows
-
-    def newest_step(self) -> int:
-        rows = self.rows()
-        return rows[-1]["global_step"] if rows else 0
 
     def tree(self) -> list[psutil.Process]:
         if self.process is None:
@@ -168,18 +168,18 @@ class Soak:
 
     # ----------------------------------------------------------------------------- faults
     def inject(self, kind: str) -> None:
-        rows = self.rows()
-        fault = Fault(kind, time.monotonic() - self.began, rows[-1]["global_step"] if rows else 0)
+        rows = self.rows(last=TAIL)
+        before = rows[-1] if rows else {"global_step": 0, "update": 0, "resumes": 0}
+        fault = Fault(kind, time.monotonic() - self.began, before["global_step"])
         said_before = self.log.read_text(errors="replace").count(self.workload.hang_line)
         self.faults.append(fault)
         self.workload.kinds[kind](self)
         hit = time.monotonic()
-        deadline = hit + RECOVERY_S
         undetected_hang = kind.startswith("sigstop")
-        # Rows before the fault; for a hang, before it was detected (an update in flight when the
-        # process stopped may still log one).
-        seen = rows
-        while time.monotonic() < deadline:
+        # The newest row before the fault; for a hang, before it was detected (an update in flight
+        # when the process stopped may still log one).
+        seen = before
+        while time.monotonic() < hit + RECOVERY_S:
             self.sample()
             if self.process is not None and self.process.poll() is not None:
                 self.start(resume=True)
@@ -188,18 +188,19 @@ class Soak:
                 and self.log.read_text(errors="replace").count(self.workload.hang_line) > said_before
             ):
                 fault.detected_s = time.monotonic() - hit
-                undetected_hang, seen = False, self.rows()
-            now_rows = self.rows()
-            first_new = _first_row_after(seen, now_rows)
-            # A fault that restarts training is over at the first row of a launch begun after it.
-            relaunched = first_new is not None and time.monotonic() - first_new["time_s"] > hit
-            over = relaunched or kind in self.workload.kept_running
-            if first_new is not None and over and not undetected_hang:
+                undetected_hang, seen = False, (self.rows(last=1) or [before])[-1]
+            now_rows = self.rows(last=TAIL)
+            # A fault that restarts training is over at the first row of a launch after it (one
+            # more resume); one it goes on through, at the first row of a later update.
+            relaunched = [row for row in now_rows if row.get("resumes", 0) > before.get("resumes", 0)]
+            later = [row for row in now_rows if row["update"] > seen["update"]]
+            first_new = (later if kind in self.workload.kept_running else relaunched)[:1]
+            if first_new and not undetected_hang:
                 fault.survived = True
                 fault.recovered_s = time.monotonic() - hit
                 # A resumed run's first new row is one update past the checkpoint it resumed from.
-                if rows:
-                    resumed_from = first_new["global_step"] - _steps_per_update(rows)
+                if len(rows) > 1:
+                    resumed_from = first_new[0]["global_step"] - _steps_per_update(rows)
                     fault.steps_lost = max(fault.step - resumed_from, 0)
                 fault.restarts = int(now_rows[-1].get("launcher_restarts", 0))
                 break
@@ -283,15 +284,6 @@ def _each_once(ledger: Path) -> bool | None:
     return len(trained) == len(set(trained))
 
 
-def _first_row_after(before: list[dict], after: list[dict]) -> dict | None:
-    """The first row the run wrote after a fault: where ``after`` stops agreeing with ``before``
-    (a resumed run rewrites the rows past its checkpoint), or the first one past its end."""
-    for i, row in enumerate(after):
-        if i >= len(before) or row != before[i]:
-            return row
-    return None
-
-
 def _steps_per_update(rows: list[dict]) -> int:
     return rows[-1]["global_step"] - rows[-2]["global_step"] if len(rows) > 1 else rows[-1]["global_step"]
 
@@ -315,6 +307,17 @@ def _slope_per_hour(points: list[tuple[float, int]]) -> float:
     return 100.0 * slope * 3600.0 / mean_r
 
 
+def _role(command: str) -> str:
+    """What a process is, from its command line: a Ray process's title, the module a Python
+    process runs, or the program."""
+    words = command.split()
+    if not words:
+        return "?"
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1]
+    return words[0] if words[0].startswith("ray::") else words[0].rsplit("/", 1)[-1]
+
+
 def rss_slopes(samples: list[tuple[float, int, str, int]], min_life_s: float = 60.0) -> dict:
     """Each process's RSS slope over the last two-thirds of its sampled life (those that lived
     ``min_life_s``), and the whole tree's over the last two-thirds of the soak."""
@@ -336,8 +339,13 @@ def rss_slopes(samples: list[tuple[float, int, str, int]], min_life_s: float = 6
     if tree:
         start = tree[0][0] + (tree[-1][0] - tree[0][0]) / 3
         tree_slope = _slope_per_hour([p for p in tree if p[0] >= start])
+    by_role: dict[str, float] = {}
+    for process, slope in per_process.items():
+        role = _role(process.split(" ", 1)[1])
+        by_role[role] = max(by_role.get(role, -math.inf), slope)
     return {
         "rss_slope_pct_per_hour": per_process,
+        "rss_slope_max_pct_per_hour_by_role": by_role,
         "rss_slope_max_pct_per_hour": max(per_process.values(), default=0.0),
         "tree_rss_slope_pct_per_hour": tree_slope,
     }
