@@ -5,6 +5,9 @@ Usage:
     python benchmarks/chaos_soak.py --workload ppo-torchrun|grpo-ray [--minutes 30] [--fault-every 60]
         [--seed 0] [--run-dir DIR] [--out results/chaos_<workload>.json]
 
+``--fault-every 0`` runs the workload without faults: the memory baseline, every process living
+the whole run.
+
 Faults come at random times (uniform between a third of ``--fault-every`` and all of it after the
 run recovered from the last one), so they land in updates, collectives and checkpoint writes
 alike; their kinds cycle through the workload's kinds in an order drawn from the seed, so each
@@ -441,7 +444,9 @@ def main() -> None:
     try:
         soak.wait(20.0)  # past start-up and the first checkpoint
         order: list[str] = []
-        while time.monotonic() - soak.began < args.minutes * 60:
+        if not args.fault_every:  # the memory baseline: the same run without faults
+            soak.wait(args.minutes * 60 - 20.0)
+        while args.fault_every and time.monotonic() - soak.began < args.minutes * 60:
             if not order:
                 order = soak.rng.sample(kinds, len(kinds))
             soak.wait(soak.rng.uniform(args.fault_every / 3, args.fault_every))
