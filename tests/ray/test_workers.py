@@ -113,7 +113,7 @@ import json, os, signal, sys, time
 import ray
 
 from distrl.algos.registry import WorkerGroup
-from distrl.ray.workers import RestartedByRay, Retries, StartedWorkers, actor_process
+from distrl.ray.workers import READ_EVERY_S, RestartedByRay, Retries, StartedWorkers, actor_process
 
 ray.init(address=sys.argv[1], namespace="deaths", log_to_driver=False)
 
@@ -171,6 +171,7 @@ counts["mid-task"] = workers.counts()["probe_worker_failures"]
 # so no call of ours fails. Counted all the same.
 killed_and_back(workers.call(0, "pid"))
 counts["idle call"] = workers.call(0, "pid") > 0
+time.sleep(READ_EVERY_S)  # counted within it
 counts["idle"] = workers.counts()["probe_worker_failures"]
 
 # A worker that raised and is kept: one failure, no death.

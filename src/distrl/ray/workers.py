@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -133,6 +134,10 @@ def killed_as_hung(handle: Any, timeout_s: float) -> str:
     )
 
 
+READ_EVERY_S = 1.0
+"""A group's failure count reads Ray's actor table at most this often (and after a failed call)."""
+
+
 class GroupFailures:
     """A worker group's failures since the launch began: the calls in which a worker raised, plus
     its workers' deaths as Ray's actor table counts them (its restarts). So every death counts
@@ -148,16 +153,24 @@ class GroupFailures:
         self.deaths = 0
         """Deaths since, as last read."""
 
+        self.read_at = -math.inf
+        """When the actor table was last read (monotonic)."""
+
     def failed(self, exc: Exception) -> None:
         if not is_death(exc):
             self.raised += 1
+        self.read_at = -math.inf  # the next count reads the table again
 
     def count(self) -> int:
-        """Failures so far; a worker whose table cannot be read keeps the deaths last read."""
-        restarts = [actor_restarts(handle) for handle in self.handles]
-        if all(now is not None for now in restarts):
-            pairs = zip(restarts, self.restarts_before, strict=True)
-            self.deaths = sum(now - before for now, before in pairs)
+        """Failures so far. Ray's table is read at most every ``READ_EVERY_S`` (a GCS query per
+        worker, ~1 ms: not every fast update), and after every failed call; a death no call
+        noticed is counted within that. Unreadable, the deaths last read stand."""
+        if time.monotonic() - self.read_at >= READ_EVERY_S:
+            self.read_at = time.monotonic()
+            restarts = [actor_restarts(handle) for handle in self.handles]
+            if all(now is not None for now in restarts):
+                pairs = zip(restarts, self.restarts_before, strict=True)
+                self.deaths = sum(now - before for now, before in pairs)
         return self.raised + self.deaths
 
 
