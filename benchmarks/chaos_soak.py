@@ -21,6 +21,8 @@ kind comes as often as the others. Kinds:
 - ``sigkill-verifier``, ``sigkill-prompt``, ``sigkill-eval``: a Ray worker killed; Ray restarts
   it and the learner does its work again.
 - ``sigterm-driver``: the launcher stopped by SIGTERM, then started again with ``--resume``.
+- ``sigkill-launcher``: torchrun's agent killed (its ranks get no signal: they must notice and
+  stop with a checkpoint), then started again with ``--resume``.
 - ``truncate-checkpoint``: the newest checkpoint's weights cut to half, then a training process
   killed: the resume must pass over it to the one before.
 
@@ -382,8 +384,10 @@ def _grpo_ray(soak: Soak, resume: bool) -> list[str]:
     ]  # fmt: skip
 
 
-RANK = r"-m distrl\.train"
+RANK = r"^(?!.*torch\.distributed\.run).*-m distrl\.train"
+"""A rank's command line, not its launcher's (which names the module it runs too)."""
 LEARNER = r"^ray::Learner"
+LAUNCHER = r"-m torch\.distributed\.run"
 
 
 def _truncate_then_kill(pattern: str) -> Callable[[Soak], None]:
@@ -398,6 +402,7 @@ WORKLOADS = {
     "ppo-torchrun": Workload(
         _ppo_torchrun,
         {
+            "sigkill-launcher": lambda soak: soak.signal_named(LAUNCHER, signal.SIGKILL),
             "sigkill-rank": lambda soak: soak.signal_named(RANK, signal.SIGKILL),
             "sigstop-rank": lambda soak: soak.signal_named(RANK, signal.SIGSTOP),
             "sigterm-driver": Soak.stop_launcher,

@@ -285,3 +285,27 @@ def test_grpo_with_a_rank_killed_trains_every_prompt_once_and_ends_bit_identical
         for run in ("unbroken", "broken")
     ]
     assert weights[0] == weights[1]
+
+
+@pytest.mark.slow
+def test_ranks_whose_torchrun_agent_dies_save_a_checkpoint_and_stop(tmp_path: Path) -> None:
+    """torchrun's agent SIGKILLed (the OOM killer's pick, say) sends its ranks nothing: they
+    notice their parent gone, stop as if preempted (a checkpoint at their last update, exit code
+    75) instead of training on as orphans beside the next launch."""
+    proc = start_torchrun(tmp_path, "--total-steps=100000000", "train.stop_return=null")
+    wait_for(lambda: len(metrics_steps(tmp_path)) >= 3, 240, proc)
+    ranks = children(proc.pid)
+    proc.kill()
+    _, stderr = proc.communicate(timeout=120)  # its pipe closes once both ranks have ended
+    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+    assert stderr.count("preempted by the death of its launcher (torchrun's agent) at step") >= 1, stderr[
+        -3000:
+    ]
+    assert ckpt.resolve_checkpoint(tmp_path).name == ckpt.checkpoint_dir_name(metrics_steps(tmp_path)[-1])
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 
 PREEMPTED_EXIT_CODE = 75
 """EX_TEMPFAIL: the run stopped early on purpose, with its progress saved; run it again."""
@@ -20,13 +21,20 @@ PREEMPTED_EXIT_CODE = 75
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
+LAUNCHER_WATCH_S = 1.0
+"""How often a rank under torchrun's agent checks that the agent is still its parent."""
+
+
 class PreemptionFlag:
-    """Set by SIGTERM/SIGUSR1 once installed; read by the training loop after every update."""
+    """Set by SIGTERM/SIGUSR1 once installed, or, for a rank under torchrun's elastic agent, by
+    the agent's death (killed, out of memory: it sends no signal then, and its ranks would train
+    on as orphans beside the next launch); read by the training loop after every update."""
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self._previous: dict[signal.Signals, object] = {}
         """The handlers ``install`` replaced, for ``restore``."""
+        self._watching = threading.Event()
 
     @property
     def raised(self) -> bool:
@@ -37,6 +45,9 @@ class PreemptionFlag:
             return  # a Ray actor's task thread: Ray owns the process's signals
         for sig in _SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
+        if "TORCHELASTIC_RUN_ID" in os.environ:
+            self._watching.set()
+            threading.Thread(target=self._watch_launcher, args=(os.getppid(),), daemon=True).start()
 
     def restore(self) -> None:
         """Put back the handlers ``install`` replaced: a process that trains in-process (a test,
@@ -44,6 +55,14 @@ class PreemptionFlag:
         for sig, handler in self._previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         self._previous.clear()
+        self._watching.clear()
+
+    def _watch_launcher(self, launcher: int) -> None:
+        while self._watching.is_set():
+            if os.getppid() != launcher:
+                self.signal_name = "the death of its launcher (torchrun's agent)"
+                return
+            time.sleep(LAUNCHER_WATCH_S)
 
     def _handle(self, signum: int, frame: object) -> None:
         self.signal_name = signal.Signals(signum).name
