@@ -9,6 +9,7 @@ outside ``distrl.comm`` and ``distrl.launch`` creates a group.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -158,9 +159,23 @@ def silent_ranks(store: dist.Store | None, rank: int, world_size: int) -> str:
     """After a failed collective, which ranks are to blame, as the end of the one line: each rank
     whose collective failed says so in the group's store, and those that say nothing within
     ``REPORT_WAIT_S`` died, hung (a stopped process, a deadlock) or were cut off. Costs nothing
-    until a collective fails. "" when the store cannot tell."""
+    until a collective fails. "" when the store cannot tell. The store is asked from a thread
+    given ``REPORT_WAIT_S`` and a second more: a store cut off with its host may block a call
+    far longer than that."""
     if store is None:
         return ""
+    said: list[str] = []
+    asking = threading.Thread(target=_ask_store, args=(store, rank, world_size, said), daemon=True)
+    asking.start()
+    asking.join(REPORT_WAIT_S + 1.0)
+    return (
+        said[0]
+        if said
+        else "; the group's store is unreachable too: its host (rank 0 or the launcher) is gone"
+    )
+
+
+def _ask_store(store: dist.Store, rank: int, world_size: int, said: list[str]) -> None:
     keys = [f"distrl/collective-failed/{r}" for r in range(world_size)]
     try:
         store.set(keys[rank], "1")
@@ -170,11 +185,12 @@ def silent_ranks(store: dist.Store | None, rank: int, world_size: int) -> str:
         ):
             time.sleep(0.1)
     except (dist.DistError, RuntimeError, *TRANSPORT_ERRORS):
-        return "; the group's store is unreachable too: its host (rank 0 or the launcher) is gone"
+        return
     if not silent:
-        return "; every rank's collective failed: the network between them broke"
+        said.append("; every rank's collective failed: the network between them broke")
+        return
     named = ", ".join(map(str, silent))
-    return f"; rank {named} did not say its collective failed: it died, hung or was cut off"
+    said.append(f"; rank {named} did not say its collective failed: it died, hung or was cut off")
 
 
 class TorchGroupComm(TorchComm):
