@@ -108,6 +108,7 @@ from distrl.comm import TorchComm
 from distrl.config.run import load_config
 from distrl.ray.cluster import worker_path
 from distrl.ray.env_workers import EnvWorker, RayEnvWorkers
+from distrl.ray.workers import Retries
 from distrl.ray.groups import WORKER_GROUPS
 from distrl.runners.base import RemoteWorkers, RunContext
 
@@ -135,7 +136,7 @@ def same(a, b):
 
 for config, overrides in runs.items():
     cfg = load_config(config, overrides)
-    env_workers = RayEnvWorkers(WORKER_GROUPS["env"], handles, 0, 0.1)
+    env_workers = RayEnvWorkers(WORKER_GROUPS["env"], handles, Retries(0, 0.1, 600.0))
     remote = after_three_updates(cfg, RemoteWorkers(groups={"env": env_workers}))
     local = after_three_updates(cfg, RemoteWorkers())
     names = [f.name for f in dataclasses.fields(remote)]

@@ -151,7 +151,7 @@ def _collective(method: Callable) -> Callable:
     return wrapper
 
 
-REPORT_WAIT_S = 5.0
+REPORT_WAIT_S = 2.0
 """How long a rank whose collective failed waits for the others to say theirs failed too."""
 
 

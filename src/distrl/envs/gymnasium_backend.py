@@ -197,10 +197,22 @@ class GymnasiumVecEnv:
         try:
             yield
         except (ValueError, TypeError, KeyError) as exc:
-            for index, obs in enumerate(getattr(self._env, "_env_obs", [])):
-                if (wrong := misfit(self._declared_space, obs)) is not None:
-                    raise misfit_error(self.env_id, index, self.num_envs, self.steps, wrong) from None
-            raise exc
+            if _in_batching(exc):  # not an error of the user's env itself, which keeps its traceback
+                for index, obs in enumerate(getattr(self._env, "_env_obs", [])):
+                    if (wrong := misfit(self._declared_space, obs)) is not None:
+                        raise misfit_error(self.env_id, index, self.num_envs, self.steps, wrong) from None
+            raise
 
     def close(self) -> None:
         self._env.close()
+
+
+def _in_batching(exc: Exception) -> bool:
+    """``exc`` came from gymnasium joining the envs' observations into one batch."""
+    frame = exc.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if "concatenate" in code.co_name and "gymnasium" in code.co_filename:
+            return True
+        frame = frame.tb_next
+    return False
