@@ -2,11 +2,18 @@
 fault cost and how every process's memory moved.
 
 Usage:
-    python benchmarks/chaos_soak.py --workload ppo-torchrun|grpo-ray [--minutes 30] [--fault-every 60]
+    python benchmarks/chaos_soak.py --workload WORKLOAD [--minutes 30] [--fault-every 60]
         [--seed 0] [--run-dir DIR] [--out results/chaos_<workload>.json]
 
 ``--fault-every 0`` runs the workload without faults: the memory baseline, every process living
 the whole run.
+
+Workloads: 2 ranks under torchrun's elastic agent of PPO on CartPole (``ppo-torchrun``), on
+Pong's pixels (``atari-ppo-torchrun``), recurrent PPO (``lstm-ppo-torchrun``), SAC on Pendulum
+(``sac-torchrun``), APPO with a collector process per rank (``appo-torchrun``) and GRPO with its
+weights sharded over the ranks (``grpo-sharded-torchrun``); GRPO in Ray mode with verifier,
+prompt and eval workers (``grpo-ray``) and asynchronous, with a generation worker one update
+ahead (``grpo-async-ray``).
 
 Faults come at random times (uniform between a third of ``--fault-every`` and all of it after the
 run recovered from the last one), so they land in updates, collectives and checkpoint writes
@@ -18,12 +25,15 @@ kind comes as often as the others. Kinds:
 - ``sigstop-rank`` / ``sigstop-verifier``: a process stopped (a hang); its peers' collectives
   time out (``comm.timeout_s``) or the learner's call does (``workers.call_timeout_s``), and it
   is handled as a crash.
-- ``sigkill-verifier``, ``sigkill-prompt``, ``sigkill-eval``: a Ray worker killed; Ray restarts
-  it and the learner does its work again.
+- ``sigkill-verifier``, ``sigkill-prompt``, ``sigkill-eval``, ``sigkill-generation``: a Ray
+  worker killed; Ray restarts it and the learner does its work again.
+- ``sigkill-collector``: a rank's collector process killed; the rank starts it again and collects
+  the lost segment anew.
 - ``sigterm-driver``: the launcher stopped by SIGTERM, then started again with ``--resume``.
 - ``sigkill-launcher``: torchrun's agent killed (its ranks get no signal: they must notice and
   stop with a checkpoint), then started again with ``--resume``.
-- ``truncate-checkpoint``: the newest checkpoint's weights cut to half, then a training process
+- ``truncate-checkpoint``: the newest checkpoint's weights (one shard of a sharded one) cut to
+  half, then a training process
   killed: the resume must pass over it to the one before.
 
 Per fault it records the kind, its time, the step it hit, the launcher restarts so far, the time
@@ -233,12 +243,16 @@ class Soak:
         self.start(resume=True)
 
     def truncate_newest_checkpoint(self) -> None:
+        """Its largest safetensors file (the weights; one shard of a sharded checkpoint) cut in half."""
         checkpoints = sorted((self.run_dir / "checkpoints").glob("step_*"))
-        if checkpoints:
-            weights = checkpoints[-1] / "model.safetensors"
-            if weights.is_file():
-                with weights.open("r+b") as f:
-                    f.truncate(weights.stat().st_size // 2)
+        files = (
+            sorted(checkpoints[-1].rglob("*.safetensors"), key=lambda f: f.stat().st_size)
+            if checkpoints
+            else []
+        )
+        if files:
+            with files[-1].open("r+b") as f:
+                f.truncate(files[-1].stat().st_size // 2)
 
     def _kill_leftovers(self) -> None:
         for proc in self.stopped:
@@ -363,31 +377,43 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ppo_torchrun(soak: Soak, resume: bool) -> list[str]:
-    return [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-        "--max-restarts=1000", "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-        "-m", "distrl.train", "--config", "configs/cartpole_ppo.yaml", "--run-dir", str(soak.run_dir),
-        "--distributed", *(["--resume"] if resume else []), "train.total_steps=1000000000",
-        "train.stop_return=null", "checkpoint.interval_steps=20480", "checkpoint.keep_last=3",
-        "comm.timeout_s=15", "log.progress=false", "log.tensorboard=false",
-    ]  # fmt: skip
+def _torchrun(config: str, *overrides: str) -> Callable[[Soak, bool], list[str]]:
+    """2 ranks of ``config`` under torchrun's elastic agent, restarting them after any failure."""
+
+    def command(soak: Soak, resume: bool) -> list[str]:
+        return [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+            "--max-restarts=1000", "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+            "-m", "distrl.train", "--config", config, "--run-dir", str(soak.run_dir), "--distributed",
+            *(["--resume"] if resume else []), "train.total_steps=1000000000", "train.stop_return=null",
+            "checkpoint.keep_last=3", "comm.timeout_s=15", "log.progress=false", "log.tensorboard=false",
+            *overrides,
+        ]  # fmt: skip
+
+    return command
 
 
-def _grpo_ray(soak: Soak, resume: bool) -> list[str]:
-    return [
-        sys.executable, "-m", "distrl", "train", "--config", "configs/grpo_small_cpu.yaml",
-        "--launcher", "ray", "--run-dir", str(soak.run_dir), *(["--resume"] if resume else []),
-        "train.total_steps=1000000000", "train.stop_return=null", "checkpoint.interval_steps=8192",
-        "checkpoint.keep_last=3", "workers.call_timeout_s=20", "workers.max_restarts=5",
-        "log.progress=false", "log.tensorboard=false",
-    ]  # fmt: skip
+def _ray(config: str, *overrides: str) -> Callable[[Soak, bool], list[str]]:
+    """``config`` in Ray mode on a local Ray instance the launcher starts."""
+
+    def command(soak: Soak, resume: bool) -> list[str]:
+        return [
+            sys.executable, "-m", "distrl", "train", "--config", config, "--launcher", "ray",
+            "--run-dir", str(soak.run_dir), *(["--resume"] if resume else []),
+            "train.total_steps=1000000000", "train.stop_return=null", "checkpoint.keep_last=3",
+            "workers.call_timeout_s=20", "workers.max_restarts=5", "log.progress=false",
+            "log.tensorboard=false", *overrides,
+        ]  # fmt: skip
+
+    return command
 
 
 RANK = r"^(?!.*torch\.distributed\.run).*-m distrl\.train"
 """A rank's command line, not its launcher's (which names the module it runs too)."""
 LEARNER = r"^ray::Learner"
 LAUNCHER = r"-m torch\.distributed\.run"
+COLLECTOR = r"--multiprocessing-fork"
+"""A rank's collector process (started by multiprocessing's spawn)."""
 
 
 def _truncate_then_kill(pattern: str) -> Callable[[Soak], None]:
@@ -398,31 +424,80 @@ def _truncate_then_kill(pattern: str) -> Callable[[Soak], None]:
     return fault
 
 
+def _signal(pattern: str, signum: int) -> Callable[[Soak], None]:
+    return lambda soak: soak.signal_named(pattern, signum)
+
+
+RANK_FAULTS: dict[str, Callable[[Soak], None]] = {
+    "sigkill-launcher": _signal(LAUNCHER, signal.SIGKILL),
+    "sigkill-rank": _signal(RANK, signal.SIGKILL),
+    "sigstop-rank": _signal(RANK, signal.SIGSTOP),
+    "sigterm-driver": Soak.stop_launcher,
+    "truncate-checkpoint": _truncate_then_kill(RANK),
+}
+"""A torchrun workload's faults."""
+RANK_HANG_LINE = "did not say its collective failed"
+
+
+def _torchrun_workload(config: str, *overrides: str, **more_faults: Callable[[Soak], None]) -> Workload:
+    return Workload(
+        _torchrun(config, *overrides),
+        {**RANK_FAULTS, **{kind.replace("_", "-"): fault for kind, fault in more_faults.items()}},
+        kept_running={kind.replace("_", "-") for kind in more_faults},
+        hang_line=RANK_HANG_LINE,
+    )
+
+
+GRPO_RAY_FAULTS: dict[str, Callable[[Soak], None]] = {
+    "sigkill-verifier": _signal(r"^ray::VerifierWorker", signal.SIGKILL),
+    "sigkill-prompt": _signal(r"^ray::PromptWorker", signal.SIGKILL),
+    "sigkill-eval": _signal(r"^ray::EvalWorker", signal.SIGKILL),
+    "sigstop-verifier": _signal(r"^ray::VerifierWorker", signal.SIGSTOP),
+    "sigkill-learner": _signal(LEARNER, signal.SIGKILL),
+    "sigterm-driver": Soak.stop_launcher,
+    "truncate-checkpoint": _truncate_then_kill(LEARNER),
+}
+GRPO_RAY_KEPT_RUNNING = {"sigkill-verifier", "sigkill-prompt", "sigkill-eval", "sigstop-verifier"}
+
 WORKLOADS = {
-    "ppo-torchrun": Workload(
-        _ppo_torchrun,
-        {
-            "sigkill-launcher": lambda soak: soak.signal_named(LAUNCHER, signal.SIGKILL),
-            "sigkill-rank": lambda soak: soak.signal_named(RANK, signal.SIGKILL),
-            "sigstop-rank": lambda soak: soak.signal_named(RANK, signal.SIGSTOP),
-            "sigterm-driver": Soak.stop_launcher,
-            "truncate-checkpoint": _truncate_then_kill(RANK),
-        },
-        kept_running=set(),
-        hang_line="did not say its collective failed",
+    "ppo-torchrun": _torchrun_workload("configs/cartpole_ppo.yaml", "checkpoint.interval_steps=20480"),
+    "atari-ppo-torchrun": _torchrun_workload(
+        "configs/atari_pong_ppo.yaml", "checkpoint.interval_steps=20480"
+    ),
+    "lstm-ppo-torchrun": _torchrun_workload(
+        "configs/cartpole_positions_lstm_ppo.yaml", "checkpoint.interval_steps=8192"
+    ),
+    "sac-torchrun": _torchrun_workload(
+        "configs/pendulum_sac.yaml",
+        "env.num_envs=2",
+        "algo.rollout_steps=16",
+        "algo.gradient_steps=16",
+        "checkpoint.interval_steps=2048",
+    ),
+    "appo-torchrun": _torchrun_workload(
+        "configs/cartpole_appo.yaml",
+        "checkpoint.interval_steps=20480",
+        sigkill_collector=_signal(COLLECTOR, signal.SIGKILL),
+    ),
+    "grpo-sharded-torchrun": _torchrun_workload(
+        "configs/grpo_reverse.yaml", "train.sharding=fsdp", "checkpoint.interval_steps=4096"
     ),
     "grpo-ray": Workload(
-        _grpo_ray,
-        {
-            "sigkill-verifier": lambda soak: soak.signal_named(r"^ray::VerifierWorker", signal.SIGKILL),
-            "sigkill-prompt": lambda soak: soak.signal_named(r"^ray::PromptWorker", signal.SIGKILL),
-            "sigkill-eval": lambda soak: soak.signal_named(r"^ray::EvalWorker", signal.SIGKILL),
-            "sigstop-verifier": lambda soak: soak.signal_named(r"^ray::VerifierWorker", signal.SIGSTOP),
-            "sigkill-learner": lambda soak: soak.signal_named(LEARNER, signal.SIGKILL),
-            "sigterm-driver": Soak.stop_launcher,
-            "truncate-checkpoint": _truncate_then_kill(LEARNER),
-        },
-        kept_running={"sigkill-verifier", "sigkill-prompt", "sigkill-eval", "sigstop-verifier"},
+        _ray("configs/grpo_small_cpu.yaml", "checkpoint.interval_steps=8192"),
+        GRPO_RAY_FAULTS,
+        kept_running=GRPO_RAY_KEPT_RUNNING,
+        hang_line="no answer within workers.call_timeout_s",
+    ),
+    "grpo-async-ray": Workload(
+        _ray(
+            "configs/grpo_small_cpu.yaml",
+            "workers.generation=1",
+            "collect.lag=1",
+            "cluster.cpus_per_node=3",
+            "checkpoint.interval_steps=8192",
+        ),
+        {**GRPO_RAY_FAULTS, "sigkill-generation": _signal(r"^ray::GenerationWorker", signal.SIGKILL)},
+        kept_running={*GRPO_RAY_KEPT_RUNNING, "sigkill-generation"},
         hang_line="no answer within workers.call_timeout_s",
     ),
 }

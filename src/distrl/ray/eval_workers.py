@@ -80,12 +80,10 @@ class RayEvalWorkers:
         """Its declaration: its name in messages, its metrics' names."""
         self.handles = handles
         self.retries = retries
-        self.running: dict[Any, tuple[int, Evaluation]] = {}
-        """A running evaluation's result ref -> (its worker, the evaluation)."""
+        self.running: dict[Any, tuple[int, Evaluation, float]] = {}
+        """A running evaluation's result ref -> (its worker, the evaluation, when it was sent:
+        one running past ``workers.call_timeout_s`` hung)."""
         self.queued: Evaluation | None = None
-        self.sent_at: dict[Any, float] = {}
-        """A running evaluation's result ref -> when it was sent (monotonic): one running past
-        ``workers.call_timeout_s`` hung."""
         self.failures = GroupFailures(handles)
         self.finished: list[tuple[Evaluation, list[float]]] = []
         self.processes: dict[int, ActorProcess] = {}
@@ -108,8 +106,7 @@ class RayEvalWorkers:
             done, waiting = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
             self._hung(waiting)
             for ref in done:
-                del self.sent_at[ref]
-                index, evaluation = self.running.pop(ref)
+                index, evaluation, _ = self.running.pop(ref)
                 try:
                     process, returns = ray.get(ref)
                 except worker_failures() as exc:
@@ -161,9 +158,8 @@ class RayEvalWorkers:
 
         now = time.monotonic()
         for ref in waiting:
-            if now - self.sent_at[ref] > self.retries.call_timeout_s:
-                del self.sent_at[ref]
-                index, evaluation = self.running.pop(ref)
+            if now - self.running[ref][2] > self.retries.call_timeout_s:
+                index, evaluation, _ = self.running.pop(ref)
                 self._failed(
                     index, evaluation, GetTimeoutError(f"evaluation of step {evaluation.global_step}")
                 )
@@ -211,7 +207,7 @@ class RayEvalWorkers:
         """The queued evaluation to a free worker that is up."""
         if self.queued is None or time.monotonic() < self.queued.not_before:
             return
-        busy = {index for index, _ in self.running.values()} | set(self.coming_back.values())
+        busy = {index for index, _, _ in self.running.values()} | set(self.coming_back.values())
         free = [i for i in range(len(self.handles)) if i not in busy]
         if free:
             evaluation, self.queued = self.queued, None
@@ -219,5 +215,4 @@ class RayEvalWorkers:
             if free[0] not in self.processes and (process := actor_process(worker)):
                 self.processes[free[0]] = process  # a first evaluation's failure has its cause too
             ref = worker.evaluate.remote(evaluation.policy, evaluation.episodes, evaluation.seed)
-            self.running[ref] = (free[0], evaluation)
-            self.sent_at[ref] = time.monotonic()
+            self.running[ref] = (free[0], evaluation, time.monotonic())

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 
@@ -48,25 +49,47 @@ def _alarm(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-@contextlib.contextmanager
-def _watchdog(seconds: float) -> Iterator[None]:
-    caller = threading.get_ident()
-    lock = threading.Lock()
-    running = [True]
+class _Watchdog:
+    """One thread per process timing every other thread's calls (a thread per call would cost
+    more than a short reward function)."""
 
-    def passed() -> None:
-        with lock:  # never raised once the call is over
-            if running[0]:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(caller), ctypes.py_object(DeadlinePassed)
-                )
+    def __init__(self) -> None:
+        self.due: dict[int, float] = {}
+        """A watched thread -> when its call runs out (monotonic)."""
+        self.changed = threading.Condition()
+        self.thread: threading.Thread | None = None
 
-    timer = threading.Timer(seconds, passed)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        with lock:
-            running[0] = False
-        timer.cancel()
+    @contextlib.contextmanager
+    def watch(self, seconds: float) -> Iterator[None]:
+        caller = threading.get_ident()
+        with self.changed:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="distrl-deadline", daemon=True)
+                self.thread.start()
+            self.due[caller] = time.monotonic() + seconds
+            self.changed.notify()
+        try:
+            yield
+        finally:
+            with self.changed:
+                if self.due.pop(caller, None) is None:  # it ran out just as it ended: nothing raised later
+                    _raise_in(caller, None)
+
+    def _run(self) -> None:
+        with self.changed:
+            while True:
+                now = time.monotonic()
+                for caller in [caller for caller, due in self.due.items() if due <= now]:
+                    del self.due[caller]
+                    _raise_in(caller, DeadlinePassed)
+                self.changed.wait(min(self.due.values(), default=now + 3600.0) - now)
+
+
+def _raise_in(thread: int, exception: type[BaseException] | None) -> None:
+    """Raise ``exception`` in ``thread`` at its next instruction (None: take back one not yet raised)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread), ctypes.py_object(exception) if exception else ctypes.py_object()
+    )
+
+
+_watchdog = _Watchdog().watch
