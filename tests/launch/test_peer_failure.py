@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.distributed import free_port
-from tests.helpers import CARTPOLE, clean_env
+from tests.helpers import CARTPOLE, GRPO_REVERSE, clean_env
 
 TIMEOUT_S = 10
 
 
-def start_slurm_style_ranks(run_dir: Path) -> list[subprocess.Popen]:
+def start_slurm_style_ranks(run_dir: Path, *training: str) -> list[subprocess.Popen]:
     port = free_port()
     procs = []
     for rank in range(2):
@@ -30,18 +30,28 @@ def start_slurm_style_ranks(run_dir: Path) -> list[subprocess.Popen]:
             "MASTER_PORT": str(port),
         }
         cmd = [
-            sys.executable, "-m", "distrl.train", "--config", str(CARTPOLE), "--run-dir", str(run_dir),
-            "--total-steps", "100000000", "train.stop_return=null", f"comm.timeout_s={TIMEOUT_S}",
-            "--distributed",
+            sys.executable, "-m", "distrl.train", *(training or ("--config", str(CARTPOLE))),
+            "--run-dir", str(run_dir), "--total-steps", "100000000", "train.stop_return=null",
+            f"comm.timeout_s={TIMEOUT_S}", "--distributed",
         ]  # fmt: skip
         procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
     return procs
 
 
-@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["dies", "hangs"])
+SHARDED_GRPO = ("--config", str(GRPO_REVERSE), "train.sharding=fsdp", "log.progress=false")
+"""Collectives torch runs itself (FSDP's gathers and reduce-scatters), not distrl's."""
+
+
+@pytest.mark.parametrize(
+    "fault, training",
+    [(signal.SIGKILL, ()), (signal.SIGSTOP, ()), (signal.SIGSTOP, SHARDED_GRPO)],
+    ids=["dies", "hangs", "hangs-in-fsdp"],
+)
 @pytest.mark.slow
-def test_survivor_fails_clearly_within_the_timeout(tmp_path: Path, fault: signal.Signals) -> None:
-    survivor, victim = start_slurm_style_ranks(tmp_path)
+def test_survivor_fails_clearly_within_the_timeout(
+    tmp_path: Path, fault: signal.Signals, training: tuple[str, ...]
+) -> None:
+    survivor, victim = start_slurm_style_ranks(tmp_path, *training)
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):

@@ -7,7 +7,8 @@ in ``torch_comm``, jax.distributed in ``jax_comm``) and add their framework's te
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 from distrl.errors import UserError
 
@@ -39,6 +40,13 @@ class Comm:
 
     def barrier(self) -> None:
         pass
+
+    @contextlib.contextmanager
+    def peer_failures_named(self) -> Iterator[None]:
+        """Around code whose collectives a library runs itself (FSDP's gathers and
+        reduce-scatters): one that fails ends the run in the same one line as distrl's own
+        collectives, naming the ranks to blame. One process has none."""
+        yield
 
     def close(self) -> None:
         pass

@@ -8,10 +8,12 @@ outside ``distrl.comm`` and ``distrl.launch`` creates a group.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -142,13 +144,17 @@ def _collective(method: Callable) -> Callable:
         except (dist.DistError, *TRANSPORT_ERRORS) as exc:
             # Only a failed transport (closed, reset, timed out, unreachable) or gloo's report of
             # one; anything else is a bug and keeps its traceback.
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PeerFailure(
-                f"rank {self.rank}: {method.__name__} failed; another rank died, hung past "
-                f"comm.timeout_s or became unreachable ({detail}){self.silent_ranks()}"
-            ) from None
+            raise self.peer_failure(method.__name__, exc) from None
 
     return wrapper
+
+
+def _failed_transport(exc: BaseException) -> bool:
+    """A collective's failed transport, as torch's own callers see it (FSDP's gathers report
+    gloo's and NCCL's errors as plain RuntimeErrors)."""
+    if isinstance(exc, (dist.DistError, *TRANSPORT_ERRORS)):
+        return True
+    return isinstance(exc, RuntimeError) and re.search(r"/gloo/|NCCL", str(exc)) is not None
 
 
 REPORT_WAIT_S = 2.0
@@ -231,6 +237,25 @@ class TorchGroupComm(TorchComm):
             sums["socket"] = socket_sum.sum_
         self.sum_algorithm = sum_algorithm
         self._sum_ = sums[sum_algorithm]
+
+    def peer_failure(self, what: str, exc: BaseException) -> PeerFailure:
+        """The one line for a collective (``what``) that failed with ``exc``, naming the ranks
+        that did not say theirs failed too."""
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return PeerFailure(
+            f"rank {self.rank}: {what} failed; another rank died, hung past comm.timeout_s or "
+            f"became unreachable ({detail}){self.silent_ranks()}"
+        )
+
+    @contextlib.contextmanager
+    def peer_failures_named(self) -> Iterator[None]:
+        """``Comm.peer_failures_named``: a failed transport under it is a PeerFailure."""
+        try:
+            yield
+        except RuntimeError as exc:
+            if not _failed_transport(exc):
+                raise
+            raise self.peer_failure("a collective torch ran itself (FSDP's)", exc) from None
 
     ranks_per_node: int = 1
     """Ranks on each node (the launcher's), for HSDP's mesh."""

@@ -143,7 +143,8 @@ class TrainingLoop:
             while self.global_step < total_steps:
                 iteration_start = time.perf_counter()
                 sync_before = self.comm.grad_sync_time_s
-                result = self.runner.iteration(self.global_step)
+                with self.comm.peer_failures_named():
+                    result = self.runner.iteration(self.global_step)
                 profiler.step()
                 self.update_index += 1
                 self.global_step += result.env_steps
