@@ -5,11 +5,13 @@ workers sized by their own keys or, in a config written before those, the env an
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from distrl.io import checkpoint as ckpt
 from tests.helpers import REPO, distrl
 from tests.ray_cluster import final_row, metrics_rows, param_digests, ray_train, ray_train_killing
 
@@ -33,10 +35,10 @@ RAY_BUDGET = [*BUDGET, "grpo.batch_size=4", "grpo.num_generations_per_prompt=4",
 """The shipped Ray config sets these three in its grpo: section: overridden there."""
 
 
-def local_run(run_dir: Path) -> None:
+def local_run(run_dir: Path, *overrides: str) -> None:
     result = distrl(
         "train", "--config", str(GRPO), "--run-dir", str(run_dir), "log.progress=false",
-        "log.tensorboard=false", *BUDGET, *(f"algo.{key}" for key in SHAPE),
+        "log.tensorboard=false", *BUDGET, *(f"algo.{key}" for key in SHAPE), *overrides,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -86,4 +88,28 @@ def test_a_killed_verifier_is_restarted_and_its_part_scored_again(ray_head: str,
     # Without eval workers the learner scores held-out prompts itself, in the loop.
     assert any("heldout/exact_match" in row for row in metrics_rows(tmp_path / "ray"))
     local_run(tmp_path / "local")
+    assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
+
+
+@pytest.mark.slow
+def test_a_killed_learner_resumes_and_ends_bit_identical_to_one_process(
+    ray_head: str, tmp_path: Path
+) -> None:
+    """The learner killed mid-run: the driver rebuilds its group from the newest checkpoint, and
+    the run trains each prompt once, in the same updates (its ledger), and ends with the weights
+    of one process that was never stopped, to the bit."""
+    every_4 = "checkpoint.interval_steps=64"  # a checkpoint every 4 updates of 16 completions
+    result, killed = ray_train_killing(
+        ray_head, tmp_path / "ray", "policy", 12, *RAY_BUDGET, every_4, config=GRPO_RAY
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert killed, "the run ended before the learner could be killed"
+    assert "the learners' group is rebuilt and resumes from the newest checkpoint" in result.stderr
+    assert (
+        json.loads((ckpt.resolve_checkpoint(tmp_path / "ray") / "state.json").read_text())["launch_index"]
+        == 1
+    )
+    local_run(tmp_path / "local", every_4)
+    ledgers = [(tmp_path / run / "ledger.jsonl").read_text() for run in ("ray", "local")]
+    assert ledgers[0] == ledgers[1] and len(ledgers[0].splitlines()) == 30
     assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")

@@ -52,10 +52,14 @@ def metrics_steps(run_dir: Path) -> list[int]:
 
 
 def start_torchrun(
-    run_dir: Path, *args: str, max_restarts: int = 0, training: tuple[str, ...] = ("--config", str(CARTPOLE))
+    run_dir: Path,
+    *args: str,
+    max_restarts: int = 0,
+    training: tuple[str, ...] = ("--config", str(CARTPOLE)),
+    ranks: int = 2,
 ) -> subprocess.Popen:
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={ranks}",
         f"--max-restarts={max_restarts}", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
         "-m", "distrl.train", *training, "--run-dir", str(run_dir), *args, "--distributed",
     ]  # fmt: skip
@@ -253,15 +257,18 @@ def ledger(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
 @pytest.mark.slow
-def test_grpo_with_a_rank_killed_trains_every_prompt_once_and_ends_bit_identical(tmp_path: Path) -> None:
+def test_grpo_with_a_rank_killed_trains_every_prompt_once_and_ends_bit_identical(
+    tmp_path: Path, ranks: int
+) -> None:
     """torchrun's elastic agent restarts the group from the newest checkpoint after a rank is
     SIGKILLed mid-run: the run's ledger holds each update's prompts once, the same as an unbroken
     run's, and the final weights are the unbroken run's to the bit."""
-    unbroken = start_torchrun(tmp_path / "unbroken", training=GRPO_SMALL)
+    unbroken = start_torchrun(tmp_path / "unbroken", training=GRPO_SMALL, ranks=ranks)
     _, stderr = unbroken.communicate(timeout=600)
     assert unbroken.returncode == 0, stderr[-3000:]
-    broken = start_torchrun(tmp_path / "broken", max_restarts=2, training=GRPO_SMALL)
+    broken = start_torchrun(tmp_path / "broken", max_restarts=2, training=GRPO_SMALL, ranks=ranks)
     wait_for(
         lambda: (tmp_path / "broken" / "ledger.jsonl").is_file() and len(ledger(tmp_path / "broken")) >= 25,
         300,

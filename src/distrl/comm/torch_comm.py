@@ -141,17 +141,19 @@ def _collective(method: Callable) -> Callable:
     def wrapper(self: TorchGroupComm, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except (dist.DistError, *TRANSPORT_ERRORS) as exc:
+        except (RuntimeError, *TRANSPORT_ERRORS) as exc:
             # Only a failed transport (closed, reset, timed out, unreachable) or gloo's report of
             # one; anything else is a bug and keeps its traceback.
+            if not _failed_transport(exc):
+                raise
             raise self.peer_failure(method.__name__, exc) from None
 
     return wrapper
 
 
 def _failed_transport(exc: BaseException) -> bool:
-    """A collective's failed transport, as torch's own callers see it (FSDP's gathers report
-    gloo's and NCCL's errors as plain RuntimeErrors)."""
+    """A collective's failed transport: torch's DistError, a socket's OSError, or gloo's and
+    NCCL's reports as plain RuntimeErrors (a timed-out send of ``all_gather``, FSDP's gathers)."""
     if isinstance(exc, (dist.DistError, *TRANSPORT_ERRORS)):
         return True
     return isinstance(exc, RuntimeError) and re.search(r"/gloo/|NCCL", str(exc)) is not None
