@@ -32,9 +32,9 @@ kind comes as often as the others. Kinds:
 - ``sigterm-driver``: the launcher stopped by SIGTERM, then started again with ``--resume``.
 - ``sigkill-launcher``: torchrun's agent killed (its ranks get no signal: they must notice and
   stop with a checkpoint), then started again with ``--resume``.
-- ``truncate-checkpoint``: the newest checkpoint's weights (one shard of a sharded one) cut to
-  half, then a training process
-  killed: the resume must pass over it to the one before.
+- ``truncate-checkpoint``: the newest checkpoint's largest file (one shard of a sharded one) cut
+  to half once an older one exists, then a training process killed: the resume must pass over
+  it to the one before.
 
 Per fault it records the kind, its time, the step it hit, the launcher restarts so far, the time
 until training went on (a new metrics row) and the env steps (or completions) lost: those
@@ -205,9 +205,12 @@ class Soak:
                 fault.detected_s = time.monotonic() - hit
                 undetected_hang, seen = False, (self.rows(last=1) or [before])[-1]
             now_rows = self.rows(last=TAIL)
-            # A fault that restarts training is over at the first row of a launch after it (one
-            # more resume); one it goes on through, at the first row of a later update.
-            relaunched = [row for row in now_rows if row.get("resumes", 0) > before.get("resumes", 0)]
+            # A fault that restarts training is over at the first row of a launch after it: one
+            # more launcher restart, or a new launcher (restarts from 0) one more resume. (A resume
+            # past a corrupt checkpoint to an older one takes that one's count of resumes: only
+            # the launcher's restarts tell then.) One it goes on through, at the first row of a
+            # later update.
+            relaunched = [row for row in now_rows if _launch(row) != _launch(before)]
             later = [row for row in now_rows if row["update"] > seen["update"]]
             first_new = (later if kind in self.workload.kept_running else relaunched)[:1]
             if first_new and not undetected_hang:
@@ -243,13 +246,13 @@ class Soak:
         self.start(resume=True)
 
     def truncate_newest_checkpoint(self) -> None:
-        """Its largest safetensors file (the weights; one shard of a sharded checkpoint) cut in half."""
+        """Its largest safetensors file (the weights or optimiser state; one shard of a sharded
+        checkpoint) cut in half, once there is one before it to resume from (with none, the run
+        stops in one line: nothing to survive)."""
         checkpoints = sorted((self.run_dir / "checkpoints").glob("step_*"))
-        files = (
-            sorted(checkpoints[-1].rglob("*.safetensors"), key=lambda f: f.stat().st_size)
-            if checkpoints
-            else []
-        )
+        if len(checkpoints) < 2:
+            return
+        files = sorted(checkpoints[-1].rglob("*.safetensors"), key=lambda f: f.stat().st_size)
         if files:
             with files[-1].open("r+b") as f:
                 f.truncate(files[-1].stat().st_size // 2)
@@ -301,6 +304,11 @@ def _each_once(ledger: Path) -> bool | None:
         return None
     trained = [i for line in ledger.read_text().splitlines() for i in json.loads(line)["trained"]]
     return len(trained) == len(set(trained))
+
+
+def _launch(row: dict) -> tuple[int, int]:
+    """Which launch wrote a metrics row."""
+    return row.get("resumes", 0), row.get("launcher_restarts", 0)
 
 
 def _steps_per_update(rows: list[dict]) -> int:
@@ -461,9 +469,7 @@ GRPO_RAY_KEPT_RUNNING = {"sigkill-verifier", "sigkill-prompt", "sigkill-eval", "
 
 WORKLOADS = {
     "ppo-torchrun": _torchrun_workload("configs/cartpole_ppo.yaml", "checkpoint.interval_steps=20480"),
-    "atari-ppo-torchrun": _torchrun_workload(
-        "configs/atari_pong_ppo.yaml", "checkpoint.interval_steps=20480"
-    ),
+    "atari-ppo-torchrun": _torchrun_workload("configs/atari_pong_ppo.yaml", "checkpoint.interval_steps=8192"),
     "lstm-ppo-torchrun": _torchrun_workload(
         "configs/cartpole_positions_lstm_ppo.yaml", "checkpoint.interval_steps=8192"
     ),
