@@ -186,6 +186,7 @@ class Soak:
         rows = self.rows(last=TAIL)
         before = rows[-1] if rows else {"global_step": 0, "update": 0, "resumes": 0}
         fault = Fault(kind, time.monotonic() - self.began, before["global_step"])
+        old = {_key(row) for row in self.rows()}  # every row written before the fault
         said_before = self.log.read_text(errors="replace").count(self.workload.hang_line)
         self.faults.append(fault)
         self.workload.kinds[kind](self)
@@ -210,7 +211,7 @@ class Soak:
             # past a corrupt checkpoint to an older one takes that one's count of resumes: only
             # the launcher's restarts tell then.) One it goes on through, at the first row of a
             # later update.
-            relaunched = [row for row in now_rows if _launch(row) != _launch(before)]
+            relaunched = [row for row in now_rows if _launch(row) != _launch(before) and _key(row) not in old]
             later = [row for row in now_rows if row["update"] > seen["update"]]
             first_new = (later if kind in self.workload.kept_running else relaunched)[:1]
             if first_new and not undetected_hang:
@@ -309,6 +310,11 @@ def _each_once(ledger: Path) -> bool | None:
 def _launch(row: dict) -> tuple[int, int]:
     """Which launch wrote a metrics row."""
     return row.get("resumes", 0), row.get("launcher_restarts", 0)
+
+
+def _key(row: dict) -> tuple[int, int, int, float]:
+    """A metrics row, told apart from one a later launch writes for the same update."""
+    return (*_launch(row), row["update"], row.get("time_s", 0.0))
 
 
 def _steps_per_update(rows: list[dict]) -> int:
@@ -499,7 +505,8 @@ WORKLOADS = {
             "configs/grpo_small_cpu.yaml",
             "workers.generation=1",
             "collect.lag=1",
-            "cluster.cpus_per_node=3",
+            "workers.cpus_per_generation=0.5",
+            "workers.cpus_per_policy=0.5",
             "checkpoint.interval_steps=8192",
         ),
         {**GRPO_RAY_FAULTS, "sigkill-generation": _signal(r"^ray::GenerationWorker", signal.SIGKILL)},
