@@ -246,17 +246,19 @@ class Soak:
         self._kill_leftovers()
         self.start(resume=True)
 
-    def truncate_newest_checkpoint(self) -> None:
+    def truncate_newest_checkpoint(self) -> bool:
         """Its largest safetensors file (the weights or optimiser state; one shard of a sharded
         checkpoint) cut in half, once there is one before it to resume from (with none, the run
-        stops in one line: nothing to survive)."""
+        stops in one line: nothing to survive). Whether it was cut."""
         checkpoints = sorted((self.run_dir / "checkpoints").glob("step_*"))
         if len(checkpoints) < 2:
-            return
+            return False
         files = sorted(checkpoints[-1].rglob("*.safetensors"), key=lambda f: f.stat().st_size)
-        if files:
-            with files[-1].open("r+b") as f:
-                f.truncate(files[-1].stat().st_size // 2)
+        if not files:
+            return False
+        with files[-1].open("r+b") as f:
+            f.truncate(files[-1].stat().st_size // 2)
+        return True
 
     def _kill_leftovers(self) -> None:
         for proc in self.stopped:
@@ -432,7 +434,8 @@ COLLECTOR = r"--multiprocessing-fork"
 
 def _truncate_then_kill(pattern: str) -> Callable[[Soak], None]:
     def fault(soak: Soak) -> None:
-        soak.truncate_newest_checkpoint()
+        if not soak.truncate_newest_checkpoint():  # a kill alone, and counted as one
+            soak.faults[-1].kind = "sigkill (no older checkpoint: none cut)"
         soak.signal_named(pattern, signal.SIGKILL)
 
     return fault
@@ -453,11 +456,15 @@ RANK_FAULTS: dict[str, Callable[[Soak], None]] = {
 RANK_HANG_LINE = "did not say its collective failed"
 
 
-def _torchrun_workload(config: str, *overrides: str, **more_faults: Callable[[Soak], None]) -> Workload:
+def _torchrun_workload(
+    config: str, *overrides: str, **kept_running_faults: Callable[[Soak], None]
+) -> Workload:
+    """``config`` on 2 torchrun ranks with the rank faults, and ``kept_running_faults`` (faults of
+    processes beside the ranks, which training goes on through)."""
     return Workload(
         _torchrun(config, *overrides),
-        {**RANK_FAULTS, **{kind.replace("_", "-"): fault for kind, fault in more_faults.items()}},
-        kept_running={kind.replace("_", "-") for kind in more_faults},
+        {**RANK_FAULTS, **{kind.replace("_", "-"): fault for kind, fault in kept_running_faults.items()}},
+        kept_running={kind.replace("_", "-") for kind in kept_running_faults},
         hang_line=RANK_HANG_LINE,
     )
 
@@ -471,6 +478,7 @@ GRPO_RAY_FAULTS: dict[str, Callable[[Soak], None]] = {
     "sigterm-driver": Soak.stop_launcher,
     "truncate-checkpoint": _truncate_then_kill(LEARNER),
 }
+WORKER_HANG_LINE = "no answer within workers.call_timeout_s"
 GRPO_RAY_KEPT_RUNNING = {"sigkill-verifier", "sigkill-prompt", "sigkill-eval", "sigstop-verifier"}
 
 WORKLOADS = {
@@ -498,7 +506,7 @@ WORKLOADS = {
         _ray("configs/grpo_small_cpu.yaml", "checkpoint.interval_steps=8192"),
         GRPO_RAY_FAULTS,
         kept_running=GRPO_RAY_KEPT_RUNNING,
-        hang_line="no answer within workers.call_timeout_s",
+        hang_line=WORKER_HANG_LINE,
     ),
     "grpo-async-ray": Workload(
         _ray(
@@ -511,7 +519,7 @@ WORKLOADS = {
         ),
         {**GRPO_RAY_FAULTS, "sigkill-generation": _signal(r"^ray::GenerationWorker", signal.SIGKILL)},
         kept_running={*GRPO_RAY_KEPT_RUNNING, "sigkill-generation"},
-        hang_line="no answer within workers.call_timeout_s",
+        hang_line=WORKER_HANG_LINE,
     ),
 }
 

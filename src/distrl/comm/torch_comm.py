@@ -151,12 +151,28 @@ def _collective(method: Callable) -> Callable:
     return wrapper
 
 
+TRANSPORT_FAILURE = re.compile(
+    r"timed out|timeout|connection (closed|reset|refused)|read error|write error|broken pipe|aborted|"
+    r"network error|remote process exited",
+    re.IGNORECASE,
+)
+"""What gloo's and NCCL's reports of a failed transport say (not their reports of a bug, such as
+ranks sending different sizes)."""
+COLLECTIVE_LIBRARY = re.compile(r"/gloo/|NCCL")
+"""Where such a report comes from (a user's error mentioning a timeout is not one)."""
+
+
 def _failed_transport(exc: BaseException) -> bool:
     """A collective's failed transport: torch's DistError, a socket's OSError, or gloo's and
     NCCL's reports as plain RuntimeErrors (a timed-out send of ``all_gather``, FSDP's gathers)."""
     if isinstance(exc, (dist.DistError, *TRANSPORT_ERRORS)):
         return True
-    return isinstance(exc, RuntimeError) and re.search(r"/gloo/|NCCL", str(exc)) is not None
+    message = str(exc)
+    return (
+        isinstance(exc, RuntimeError)
+        and COLLECTIVE_LIBRARY.search(message) is not None
+        and TRANSPORT_FAILURE.search(message) is not None
+    )
 
 
 REPORT_WAIT_S = 2.0
@@ -257,7 +273,7 @@ class TorchGroupComm(TorchComm):
         except RuntimeError as exc:
             if not _failed_transport(exc):
                 raise
-            raise self.peer_failure("a collective torch ran itself (FSDP's)", exc) from None
+            raise self.peer_failure("a collective torch ran itself (FSDP's, say)", exc) from None
 
     ranks_per_node: int = 1
     """Ranks on each node (the launcher's), for HSDP's mesh."""

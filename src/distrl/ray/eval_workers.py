@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState
@@ -72,6 +72,15 @@ class Evaluation:
     """Monotonic time before which it is not retried (the backoff)."""
 
 
+class Running(NamedTuple):
+    """An evaluation a worker runs."""
+
+    worker: int
+    evaluation: Evaluation
+    sent_at: float
+    """When it was sent (monotonic): one running past ``workers.call_timeout_s`` hung."""
+
+
 class RayEvalWorkers:
     """Rank 0's eval workers (``runners.base.EvalWorkers``)."""
 
@@ -80,9 +89,8 @@ class RayEvalWorkers:
         """Its declaration: its name in messages, its metrics' names."""
         self.handles = handles
         self.retries = retries
-        self.running: dict[Any, tuple[int, Evaluation, float]] = {}
-        """A running evaluation's result ref -> (its worker, the evaluation, when it was sent:
-        one running past ``workers.call_timeout_s`` hung)."""
+        self.running: dict[Any, Running] = {}
+        """A running evaluation's result ref -> where and when it runs."""
         self.queued: Evaluation | None = None
         self.failures = GroupFailures(handles)
         self.finished: list[tuple[Evaluation, list[float]]] = []
@@ -158,7 +166,7 @@ class RayEvalWorkers:
 
         now = time.monotonic()
         for ref in waiting:
-            if now - self.running[ref][2] > self.retries.call_timeout_s:
+            if now - self.running[ref].sent_at > self.retries.call_timeout_s:
                 index, evaluation, _ = self.running.pop(ref)
                 self._failed(
                     index, evaluation, GetTimeoutError(f"evaluation of step {evaluation.global_step}")
@@ -207,7 +215,7 @@ class RayEvalWorkers:
         """The queued evaluation to a free worker that is up."""
         if self.queued is None or time.monotonic() < self.queued.not_before:
             return
-        busy = {index for index, _, _ in self.running.values()} | set(self.coming_back.values())
+        busy = {running.worker for running in self.running.values()} | set(self.coming_back.values())
         free = [i for i in range(len(self.handles)) if i not in busy]
         if free:
             evaluation, self.queued = self.queued, None
@@ -215,4 +223,4 @@ class RayEvalWorkers:
             if free[0] not in self.processes and (process := actor_process(worker)):
                 self.processes[free[0]] = process  # a first evaluation's failure has its cause too
             ref = worker.evaluate.remote(evaluation.policy, evaluation.episodes, evaluation.seed)
-            self.running[ref] = (free[0], evaluation, time.monotonic())
+            self.running[ref] = Running(free[0], evaluation, time.monotonic())

@@ -140,47 +140,50 @@ class TrainingLoop:
         self._last_checkpoint = (self.global_step, time.monotonic())
         row: dict[str, Any] = {}
         try:
-            while self.global_step < total_steps:
-                iteration_start = time.perf_counter()
-                sync_before = self.comm.grad_sync_time_s
-                with self.comm.peer_failures_named():
+            # Collectives torch runs itself (FSDP's) fail in the same one line as distrl's own.
+            with self.comm.peer_failures_named():
+                while self.global_step < total_steps:
+                    iteration_start = time.perf_counter()
+                    sync_before = self.comm.grad_sync_time_s
                     result = self.runner.iteration(self.global_step)
-                profiler.step()
-                self.update_index += 1
-                self.global_step += result.env_steps
-                iteration_s = time.perf_counter() - iteration_start
-                row = self._metrics_row(
-                    result,
-                    sps=(self.global_step - start_step) / (time.perf_counter() - start_time),
-                    grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
-                    time_s=time.perf_counter() - start_time,
-                )
-                with self.clock("eval"):
-                    self._evaluate_periodically(row)
-                    solved = self._reached_stop_return(row)
-                    self._evaluate_asynchronously(row)
-                with self.clock("log"):
-                    logger.log(row)
-                    if result.trained is not None:
-                        logger.log_ledger(self.update_index, self.global_step, self._gathered(result.trained))
-                self._count_bad_updates(result.skipped)
-                agreed = self._agree()
-                if agreed.preempted:
-                    self.save_checkpoint()
-                    raise Preempted(
-                        self.preemption.signal_name or "a signal on another rank", self.global_step
+                    profiler.step()
+                    self.update_index += 1
+                    self.global_step += result.env_steps
+                    iteration_s = time.perf_counter() - iteration_start
+                    row = self._metrics_row(
+                        result,
+                        sps=(self.global_step - start_step) / (time.perf_counter() - start_time),
+                        grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
+                        time_s=time.perf_counter() - start_time,
                     )
-                if solved:
-                    self.stopped_by_check = True
-                    break
-                # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
-                healthy = not self.bad_updates_in_a_row
-                if agreed.checkpoint_due and healthy and self.global_step < total_steps:
-                    with self.clock("checkpoint"):
+                    with self.clock("eval"):
+                        self._evaluate_periodically(row)
+                        solved = self._reached_stop_return(row)
+                        self._evaluate_asynchronously(row)
+                    with self.clock("log"):
+                        logger.log(row)
+                        if result.trained is not None:
+                            logger.log_ledger(
+                                self.update_index, self.global_step, self._gathered(result.trained)
+                            )
+                    self._count_bad_updates(result.skipped)
+                    agreed = self._agree()
+                    if agreed.preempted:
                         self.save_checkpoint()
-            self.save_checkpoint()
-            if output is not None:
-                self._write_output(output)
+                        raise Preempted(
+                            self.preemption.signal_name or "a signal on another rank", self.global_step
+                        )
+                    if solved:
+                        self.stopped_by_check = True
+                        break
+                    # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
+                    healthy = not self.bad_updates_in_a_row
+                    if agreed.checkpoint_due and healthy and self.global_step < total_steps:
+                        with self.clock("checkpoint"):
+                            self.save_checkpoint()
+                self.save_checkpoint()
+                if output is not None:
+                    self._write_output(output)
         finally:
             self.preemption.restore()
             profiler.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import signal
 import threading
 import time
@@ -51,18 +52,22 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 class _Watchdog:
     """One thread per process timing every other thread's calls (a thread per call would cost
-    more than a short reward function)."""
+    more than a short reward function). A thread's calls are timed one at a time (not nested)."""
 
     def __init__(self) -> None:
         self.due: dict[int, float] = {}
         """A watched thread -> when its call runs out (monotonic)."""
-        self.changed = threading.Condition()
+        # A plain lock, taken by a ``with`` (in C): a DeadlinePassed pending in the caller is then
+        # raised inside the block, which releases the lock. Condition.__enter__ is Python code,
+        # where the exception could land between taking the lock and the block that releases it.
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
 
     @contextlib.contextmanager
     def watch(self, seconds: float) -> Iterator[None]:
         caller = threading.get_ident()
-        with self.changed:
+        with self.lock:
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="distrl-deadline", daemon=True)
                 self.thread.start()
@@ -71,25 +76,21 @@ class _Watchdog:
         try:
             yield
         finally:
-            with self.changed:
-                if self.due.pop(caller, None) is None:  # it ran out just as it ended: nothing raised later
-                    _raise_in(caller, None)
+            # A call that ran out just as it ended is still cut off: the exception, already sent,
+            # is raised here at the latest (the watchdog sends none once the call is off its list).
+            with self.lock:
+                del self.due[caller]
 
     def _run(self) -> None:
         with self.changed:
             while True:
                 now = time.monotonic()
                 for caller in [caller for caller, due in self.due.items() if due <= now]:
-                    del self.due[caller]
-                    _raise_in(caller, DeadlinePassed)
-                self.changed.wait(min(self.due.values(), default=now + 3600.0) - now)
-
-
-def _raise_in(thread: int, exception: type[BaseException] | None) -> None:
-    """Raise ``exception`` in ``thread`` at its next instruction (None: take back one not yet raised)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread), ctypes.py_object(exception) if exception else ctypes.py_object()
-    )
+                    self.due[caller] = math.inf  # sent once
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(caller), ctypes.py_object(DeadlinePassed)
+                    )
+                self.changed.wait(min([*self.due.values(), now + 3600.0]) - now)
 
 
 _watchdog = _Watchdog().watch
