@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Overrides appended to the demo's training command (tests/test_docs_examples.py shortens it).
 DEMO_ARGS ?=
 
-.PHONY: install demo test test-fast lint docs bench clean
+.PHONY: install demo test test-fast learn lint docs bench clean
 
 install: $(STAMP)
 
@@ -24,11 +24,19 @@ demo: $(STAMP)
 		-m distrl.train --config configs/cartpole_ppo.yaml --run-dir runs/demo --overwrite --distributed $(DEMO_ARGS)
 	$(BIN)/distrl eval --checkpoint runs/demo --episodes 10
 
+# Every behaviour, the real multi-process paths included, and each learning claim on its kept seed;
+# the 25 slowest tests printed at the end. The tiers and the flaky-test policy: docs/reference/testing.md.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The learning tier (not run by CI): every learning claim over its seeds, each claim's pass rate at
+# the end and in runs/learn.json. One claim alone: make learn LEARN_ARGS="-k test_name".
+LEARN_ARGS ?=
+learn: $(STAMP)
+	$(BIN)/python -m pytest -q --learn --learn-report runs/learn.json -p no:cacheprovider $(LEARN_ARGS)
 
 # The documentation site, into site/ (tests/test_docs.py builds it strictly in make test too).
 docs: $(STAMP)

@@ -7,6 +7,7 @@ running, starts a fresh interpreter."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -22,6 +23,7 @@ import pytest
 import torch
 
 from tests.distributed import free_port
+from tests.stopping import kill_tree
 
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = REPO / "configs" / "cartpole_ppo.yaml"
@@ -51,16 +53,23 @@ def run_python(
     *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """``python ARGS`` in a clean environment (no launcher variables) unless ``env`` is given,
-    output captured."""
-    return subprocess.run(
-        [sys.executable, *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
+    output captured. A timeout (or an interrupt) kills the process and everything it started
+    (torchrun's workers), not the process alone."""
+    with subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
         env=clean_env() if env is None else env,
-        timeout=timeout,
-    )
+    ) as process:  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
+            # Bounded: a process that left the tree before it was read may hold the pipes open.
+            stdout, stderr = process.communicate(timeout=10)
+            raise subprocess.TimeoutExpired(process.args, timeout, stdout, stderr) from None
+        except BaseException:
+            kill_tree(process.pid)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def distrl(
@@ -148,10 +157,16 @@ class PreloadedCli:
             )
             started = self.message(None)
             assert started is not None
-            ended = self.message(timeout)
+            try:
+                ended = self.message(timeout)
+            except BaseException:  # an interrupt: the server may be gone too, and is out of step
+                self._kill(started["pids"])
+                self.server.kill()
+                self.server.wait()
+                self.server = None
+                raise
             if ended is None:
-                for pid in started["pids"]:
-                    os.killpg(pid, signal.SIGKILL)
+                self._kill(started["pids"])
                 self.message(None)
             argv, read = ["distrl", *args], [(out.read_text(), err.read_text()) for out, err in outputs]
             if ended is None:
@@ -160,6 +175,14 @@ class PreloadedCli:
                 subprocess.CompletedProcess(argv, code, *output)
                 for code, output in zip(ended["codes"], read, strict=True)
             ]
+
+    @staticmethod
+    def _kill(pids: list[int]) -> None:
+        """Kill the children ``pids`` with their process groups and everything they started."""
+        for pid in pids:
+            kill_tree(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 _PRELOADED = PreloadedCli()

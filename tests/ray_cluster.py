@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,44 +25,64 @@ BUDGET = ["train.total_steps=4096", "train.stop_return=null", "checkpoint.interv
 """A short CartPole run with a checkpoint at its end."""
 
 
+@dataclass(frozen=True)
+class RayHead:
+    """The session's Ray head: where it listens, and what a process needs to join it."""
+
+    address: str
+    env: dict[str, str]
+    """The variables a process needs to join it: token authentication's two, no usage stats."""
+
+
 @pytest.fixture(scope="session")
-def ray_head() -> Iterator[str]:
-    """A Ray head on 127.0.0.1 with token authentication; its address (skipped without the ray
-    extra). The tests' distrl processes join it with the same token (the environment carries
-    both variables)."""
+def ray_session_head() -> Iterator[RayHead]:
+    """A Ray head on 127.0.0.1 with token authentication, for the whole session (skipped without
+    the ray extra). The variables to join it are the head's alone: ``ray_head`` lends them to the
+    tests that use it, one at a time."""
     pytest.importorskip("ray", reason="the ray extra is installed by make test")
     temp = Path(tempfile.mkdtemp(prefix="distrl-ray-test-"))  # short: Ray's Unix sockets live there
     token = temp / "auth_token"
     token.write_text(secrets.token_hex(32))
-    saved = {
-        k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_USAGE_STATS_ENABLED")
-    }
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), RAY_USAGE_STATS_ENABLED="0")
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
     port = free_port()
     ray_bin = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
          f"--num-cpus={HEAD_CPUS}", "--num-gpus=0", "--include-dashboard=false", f"--temp-dir={temp}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # No draining on SIGTERM: it waits up to 30 s on a GCS that the same signal may have ended.
+        env={**os.environ, **env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
     )  # fmt: skip
     address = f"127.0.0.1:{port}"
     try:
-        _wait_for_head(address)
-        yield address
+        _wait_for_head(address, env)
+        yield RayHead(address, env)
     finally:
         head.terminate()
         head.wait(timeout=60)
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _wait_for_head(address: str) -> None:
+@pytest.fixture
+def ray_head(ray_session_head: RayHead, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The session's Ray head's address. While the test runs, and only then, this process's
+    environment carries the variables to join it, so the processes the test starts inherit them
+    and no other test sees them."""
+    for name, value in ray_session_head.env.items():
+        monkeypatch.setenv(name, value)
+    return ray_session_head.address
+
+
+def _wait_for_head(address: str, env: dict[str, str]) -> None:
     probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); ray.shutdown()"
     deadline = time.monotonic() + 60
     while True:
         result = subprocess.run(
-            [sys.executable, "-c", probe, address], capture_output=True, text=True, check=False
+            [sys.executable, "-c", probe, address],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, **env},
         )
         if result.returncode == 0:
             return

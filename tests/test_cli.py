@@ -8,6 +8,7 @@ from pathlib import Path
 import gymnasium
 import pytest
 
+from tests.eval.reference import reference_returns
 from tests.helpers import CARTPOLE, GRPO_REVERSE, distrl
 
 
@@ -96,7 +97,7 @@ def test_train_eval_and_refuse_to_clobber(tmp_path: Path) -> None:
     first = distrl(*args)
     assert first.returncode == 0, first.stderr
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["global_step"] >= 2048
+    assert [row["global_step"] for row in rows] == [512, 1024, 1536, 2048]  # 32 envs x 16 steps
     assert {"global_step", "episode_return_mean", "sps", "time_s"} <= set(rows[-1])
     assert (run / "config.yaml").is_file() and list((run / "tensorboard").iterdir())
 
@@ -104,6 +105,7 @@ def test_train_eval_and_refuse_to_clobber(tmp_path: Path) -> None:
     report = json.loads(evaluation.stdout)
     assert report["episodes"] == 3 and len(report["returns"]) == 3
     assert report["return_mean"] == pytest.approx(sum(report["returns"]) / 3)
+    assert report["returns"] == reference_returns(run, 3)  # played again apart from `distrl eval`
 
     saved = sorted((run / "checkpoints").iterdir())
     assert_user_error(distrl(*args), "already holds a run", "--resume", "--overwrite")

@@ -131,9 +131,11 @@ def test_the_target_network_is_copied_every_so_many_updates(every: int) -> None:
     assert not any(p.requires_grad for p in algo.target.parameters())
 
 
+@pytest.mark.learning(seeds=10, kept=1)
 @pytest.mark.slow
-def test_it_learns_cartpole_one_update_behind(tmp_path: Path) -> None:
-    run = ["train", "--config", str(CARTPOLE), "algo.name=appo", "collect.processes=1", "collect.lag=1",
+def test_it_learns_cartpole_one_update_behind(tmp_path: Path, seed: int) -> None:
+    run = ["train", "--config", str(CARTPOLE), "--seed", str(seed), "algo.name=appo", "collect.processes=1",
+           "collect.lag=1",
            "log.tensorboard=false", "log.progress=false"]  # fmt: skip
     result = distrl(*run, "--run-dir", str(tmp_path / "solved"))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,51 +20,21 @@ from distrl.collect.processes import CollectorProcesses, LaggedCollection, Sched
 from distrl.config.run import load_config
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.policies import acting_modules, ppo_actor_critic
-from tests.helpers import (
-    CARTPOLE,
-    CARTPOLE_DQN,
-    CARTPOLE_MEMORY,
-    GRPO_REVERSE,
-    PENDULUM_SAC,
-    children,
-    clean_env,
-    distrl,
-    run_python,
-)
+from tests.helpers import CARTPOLE, GRPO_REVERSE, children, clean_env, distrl, run_python
 from tests.ray_cluster import metrics_rows, param_digests
-
-QUIET = ["train.stop_return=null", "log.tensorboard=false", "log.progress=false"]
-SMALL = ["env.num_envs=8", "algo.rollout_steps=32", "algo.minibatch_size=64", "train.total_steps=1024"]
-RUNS = {
-    "ppo": (CARTPOLE, ["train.total_steps=4096", "collect.processes=2"]),
-    "ppo-lstm": (CARTPOLE_MEMORY, ["train.total_steps=2048", "collect.processes=2"]),
-    # uint8 frames through shared memory, read by a CNN on the learner.
-    "ppo-images": (CARTPOLE, ["--env", "tests.envs.toy:BrightnessEnv", *SMALL, "collect.processes=2"]),
-    # Dict observations packed into one tensor, under APPO.
-    "appo-dict": (CARTPOLE, ["algo.name=appo", "--env", "tests.envs.toy:DictCueEnv",
-                             "env.obs_keys=[cue,noise,flags]", *SMALL, "collect.processes=2"]),
-    "dqn": (CARTPOLE_DQN, ["train.total_steps=2048", "algo.learning_starts=512", "collect.processes=2"]),
-    # One process for both envs: continuous actions computed for fewer rows at a time round
-    # differently in the last bit (CPU kernels vary with the batch), so only the same rows match.
-    "sac": (PENDULUM_SAC, ["env.num_envs=2", "algo.rollout_steps=4", "algo.learning_starts=64",
-                           "train.total_steps=256", "collect.processes=1"]),
-}  # fmt: skip
-"""Each run's config and budget, with the processes it is collected by."""
+from tests.reference_runs import QUIET, REFERENCE_RUNS, train
 
 
-def train(run_dir: Path, config: Path, *overrides: str) -> list[dict]:
-    result = distrl("train", "--config", str(config), "--run-dir", str(run_dir), *QUIET, *overrides)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return metrics_rows(run_dir)
-
-
-@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("name", sorted(REFERENCE_RUNS))
 @pytest.mark.slow
-def test_at_lag_0_processes_train_exactly_as_the_rank_alone(tmp_path: Path, name: str) -> None:
-    config, (*budget, processes) = RUNS[name]
-    alone = train(tmp_path / "alone", config, *budget)
-    beside = train(tmp_path / "beside", config, *budget, processes)
-    assert param_digests(tmp_path / "beside") == param_digests(tmp_path / "alone")
+def test_at_lag_0_processes_train_exactly_as_the_rank_alone(
+    tmp_path: Path, name: str, reference_run: Callable[[str], Path]
+) -> None:
+    """...the rank alone: the session's reference run (``tests/reference_runs.py``)."""
+    run = REFERENCE_RUNS[name]
+    alone = metrics_rows(reference_run(name))
+    beside = train(tmp_path / "beside", run.config, *run.overrides, f"collect.processes={run.collectors}")
+    assert param_digests(tmp_path / "beside") == param_digests(reference_run(name))
     assert [row["sample_age"] for row in beside] == [0] * len(beside)
     assert [row["episode_return_mean"] for row in beside] == [row["episode_return_mean"] for row in alone]
     assert all(row.get("time/env", 0) == 0 and row["time/collector_wait"] > 0 for row in beside)
@@ -71,7 +42,7 @@ def test_at_lag_0_processes_train_exactly_as_the_rank_alone(tmp_path: Path, name
 
 @pytest.mark.slow
 def test_at_lag_1_every_sample_is_one_update_old_and_runs_repeat(tmp_path: Path) -> None:
-    config, (*budget, _) = RUNS["ppo"]
+    config, budget = REFERENCE_RUNS["ppo"].config, REFERENCE_RUNS["ppo"].overrides
     lagged = [
         train(tmp_path / f"lagged{i}", config, *budget, "collect.processes=1", "collect.lag=1")
         for i in (1, 2)
@@ -87,14 +58,19 @@ def test_newest_weights_drop_and_count_old_segments_and_a_full_queues_oldest(tmp
     """At ``max_age: 0`` every segment a process started before the learner's last update is too
     old: at least one is dropped per update after the first, and the rest are trained on. A
     process whose full queue drops its oldest segments has them counted too."""
-    config, (*budget, _) = RUNS["ppo"]
+    config, budget = REFERENCE_RUNS["ppo"].config, REFERENCE_RUNS["ppo"].overrides
     rows = train(
         tmp_path, config, *budget, "collect.processes=1", "collect.weights=newest", "collect.max_age=0"
     )
     assert [row["sample_age"] for row in rows] == [0] * len(rows)
     assert rows[-1]["dropped_segments"] >= len(rows) - 1
     free = train(tmp_path / "free", config, *budget, "collect.processes=1", "collect.weights=newest")
-    assert all(row["sample_age"] >= 0 for row in free) and free[-1]["dropped_segments"] == 0
+    assert free[-1]["dropped_segments"] == 0
+    # A process waits only for request 0 and for room in its queue of max(lag, 1) = 1 segment: the
+    # one update u (from 0) takes was started once update u - 2 took its own, with those weights or
+    # newer. It starts the next as it hands one over, before the learner's update: that one is older.
+    ages = {row["update"] - 1: row["sample_age"] for row in free}
+    assert all(age <= min(update, 2) for update, age in ages.items()) and max(ages.values()) > 0, ages
     # Dropping the oldest of a full queue: the process never waits, the learner counts its drops.
     # Small segments and long updates (30 epochs): the process fills its queue during each update.
     newest = ["collect.processes=1", "collect.weights=newest", "collect.queue_full=drop_oldest"]

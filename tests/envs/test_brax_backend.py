@@ -15,6 +15,7 @@ import torch
 from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
+from tests.eval.reference import reference_returns
 from tests.helpers import distrl
 
 pytest.importorskip("jax")
@@ -92,8 +93,13 @@ def test_compiled_ppo_trains_on_brax_and_its_checkpoint_evaluates(tmp_path: Path
     result = distrl("train", *run, "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["global_step"] == 1024
+    assert [row["global_step"] for row in rows] == [256, 512, 768, 1024]  # 16 envs x 16 steps
     assert rows[-1]["episodes"] > 0 and np.isfinite(rows[-1]["value_loss"])
+    # A reward of 1 per upright step: each ended episode's return is its length.
+    assert all(row["episode_return_mean"] == row["episode_length_mean"] for row in rows)
     evaluated = distrl("eval", "--checkpoint", str(tmp_path), "--episodes", "2", "--json")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert 0 < json.loads(evaluated.stdout)["return_mean"] <= 100  # a reward of 1 per upright step
+    report = json.loads(evaluated.stdout)
+    assert 0 < report["return_mean"] <= 100  # a reward of 1 per upright step
+    # The final checkpoint's policy, its episodes played again apart from `distrl eval`.
+    assert report["global_step"] == 1024 and report["returns"] == reference_returns(tmp_path, 2)

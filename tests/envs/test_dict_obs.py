@@ -86,14 +86,19 @@ def test_keys_that_cannot_be_packed_are_one_line(tmp_path: Path, overrides: list
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.learning(seeds=5, kept=1)
 @pytest.mark.slow
-def test_a_dict_policy_trains_evaluates_exports_and_normalises_vectors_only(tmp_path: Path) -> None:
+def test_a_dict_policy_trains_evaluates_exports_and_normalises_vectors_only(
+    tmp_path: Path, seed: int
+) -> None:
     run = tmp_path / "run"
     result = distrl(
         "train",
         *CUE,
         KEYS,
         "normalize.observations=true",
+        "--seed",
+        str(seed),
         "--total-steps",
         "4096",
         "--run-dir",
@@ -129,10 +134,11 @@ def test_a_dict_policy_trains_evaluates_exports_and_normalises_vectors_only(tmp_
     assert resumed.returncode == 0, resumed.stderr
 
 
+@pytest.mark.learning(seeds=5, kept=1)
 @pytest.mark.slow
-def test_images_in_a_dict_go_through_the_cnn(tmp_path: Path) -> None:
+def test_images_in_a_dict_go_through_the_cnn(tmp_path: Path, seed: int) -> None:
     result = distrl(
-        "train", *CUE, "env.kwargs={image: true}", "env.obs_keys=[frame,noise,flags]",
+        "train", *CUE, "--seed", str(seed), "env.kwargs={image: true}", "env.obs_keys=[frame,noise,flags]",
         "--total-steps", "8192", "--run-dir", str(tmp_path), cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -140,10 +146,14 @@ def test_images_in_a_dict_go_through_the_cnn(tmp_path: Path) -> None:
     assert json.loads(evaluated.stdout)["return_mean"] >= 14
 
 
+@pytest.mark.learning(seeds=5, kept=1)
 @pytest.mark.slow
-def test_the_shipped_minigrid_config_solves_the_empty_room(tmp_path: Path) -> None:
+def test_the_shipped_minigrid_config_solves_the_empty_room(tmp_path: Path, seed: int) -> None:
     pytest.importorskip("minigrid", reason="the minigrid extra is installed by make test")
-    result = distrl("train", "--config", str(MINIGRID), "--run-dir", str(tmp_path), "log.tensorboard=false")
+    result = distrl(
+        "train", "--config", str(MINIGRID), "--seed", str(seed), "--run-dir", str(tmp_path),
+        "log.tensorboard=false",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     evaluated = distrl("eval", "--checkpoint", str(tmp_path), "--json")
     assert json.loads(evaluated.stdout)["return_mean"] >= 0.9  # the shortest path earns 0.955

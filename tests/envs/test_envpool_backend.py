@@ -302,8 +302,10 @@ def test_missing_envpool_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.slow
-def test_ppo_solves_cartpole_on_the_envpool_backend(tmp_path: Path) -> None:
+@pytest.mark.learning(seeds=3)
+def test_ppo_solves_cartpole_on_the_envpool_backend(tmp_path: Path, seed: int) -> None:
     args = ["--config", str(CARTPOLE_PPO), "env.backend=envpool", "--total-steps", "300000"]
+    args += ["--seed", str(seed)]
     result = distrl("train", *args, "log.tensorboard=false", "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)

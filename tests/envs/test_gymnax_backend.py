@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 from distrl.config.sections import EnvConfig
 from distrl.envs import StepResult, check_env, make_vec_env
 from distrl.errors import UserError
+from distrl.io import checkpoint as ckpt
 from tests.helpers import CARTPOLE as CARTPOLE_PPO
 from tests.helpers import distrl
 
@@ -175,7 +177,13 @@ def test_ppo_trains_on_the_gymnax_backend(tmp_path: Path) -> None:
     ]
     result = distrl("train", "--config", str(CARTPOLE_PPO), *overrides, "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step_"))
+    checkpoints = ckpt.list_checkpoints(tmp_path / "checkpoints")
+    assert [c.name for c in checkpoints] == [ckpt.checkpoint_dir_name(4096)]  # the final one only
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["global_step"] for row in rows] == list(range(512, 4097, 512))  # 32 envs x 16 steps
+    # CartPole pays 1 a step: each ended episode's return is its length, and episodes did end.
+    assert all(row["episode_return_mean"] == row["episode_length_mean"] for row in rows)
+    assert rows[-1]["episodes"] > 0
 
 
 def test_pendulum_step_matches_gymnasium() -> None:

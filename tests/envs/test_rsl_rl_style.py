@@ -85,10 +85,11 @@ def test_the_example_class_is_built_with_num_envs_device_and_seed() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.learning(seeds=3)
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_ppo_trains_a_users_rsl_rl_style_env(tmp_path: Path, ranks: int) -> None:
+def test_ppo_trains_a_users_rsl_rl_style_env(tmp_path: Path, ranks: int, seed: int) -> None:
     args = [
-        "--config", str(CARTPOLE), "env.backend=torch", f"env.id={EXAMPLE}",
+        "--config", str(CARTPOLE), "env.backend=torch", f"env.id={EXAMPLE}", "--seed", str(seed),
         "--total-steps", "200000", "log.tensorboard=false", "--run-dir", str(tmp_path),
     ]  # fmt: skip
     result = distrl("train", *args) if ranks == 1 else train_ranks(2, *args)

@@ -14,9 +14,10 @@ TRAIN = ["--config", str(CARTPOLE), "env.backend=torch", "--total-steps", "30000
 
 
 @pytest.mark.slow
+@pytest.mark.learning(seeds=3)
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_ppo_solves_cartpole_on_the_torch_backend(tmp_path: Path, ranks: int) -> None:
-    args = [*TRAIN, "--run-dir", str(tmp_path)]
+def test_ppo_solves_cartpole_on_the_torch_backend(tmp_path: Path, ranks: int, seed: int) -> None:
+    args = [*TRAIN, "--run-dir", str(tmp_path), "--seed", str(seed)]
     result = distrl("train", *args) if ranks == 1 else train_ranks(2, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)

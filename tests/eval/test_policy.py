@@ -12,6 +12,7 @@ from distrl.envs.spaces import space_from_json
 from distrl.eval.policy import load_policy
 from distrl.io import checkpoint as ckpt
 from distrl.io.train_state import FORMAT_VERSION
+from tests.eval.reference import reference_returns
 from tests.helpers import CARTPOLE, CARTPOLE_DQN, REPO, distrl
 
 PENDULUM = REPO / "configs" / "pendulum_ppo.yaml"
@@ -64,3 +65,5 @@ def test_dqn_trains_evaluates_and_resumes_from_the_command_line(tmp_path: Path) 
     assert steps == list(range(256, 2049, 256))  # 8 envs x 32 steps per iteration, none repeated
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--episodes", "2", "--json").stdout)
     assert report["episodes"] == 2 and report["global_step"] == 2048
+    # The resumed run's final policy, its episodes played again apart from `distrl eval`.
+    assert report["returns"] == reference_returns(tmp_path, 2)

@@ -64,9 +64,10 @@ def kill_all(procs: list[subprocess.Popen]) -> None:
         proc.communicate()
 
 
-@pytest.fixture
-def hosts() -> Iterator[Hosts]:
-    tag = os.getpid() % 100000
+@contextlib.contextmanager
+def two_hosts(tag: str) -> Iterator[Hosts]:
+    """Two hosts named by ``tag`` (namespaces distrl<tag>h0/h1, veth pair dv<tag>a/b), removed at
+    the end; skips the test where they cannot be made."""
     namespaces, links = [f"distrl{tag}h0", f"distrl{tag}h1"], [f"dv{tag}a", f"dv{tag}b"]
     if shutil.which("ip") is None or shutil.which("unshare") is None:
         print("iproute2's ip or util-linux's unshare is missing: skipping")
@@ -101,6 +102,13 @@ def hosts() -> Iterator[Hosts]:
         for ns in namespaces:
             _ip("netns", "del", ns)
             shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+
+
+@pytest.fixture
+def hosts() -> Iterator[Hosts]:
+    """Two hosts of the test's own: it may cut one off or kill its processes."""
+    with two_hosts(str(os.getpid() % 100000)) as made:
+        yield made
 
 
 def wait_ok(procs: list[subprocess.Popen], timeout: float = 240) -> None:
@@ -289,6 +297,47 @@ def test_jax_launcher_across_cluster_hosts(hosts: Hosts, tmp_path: Path) -> None
     assert_trained_and_saved_on_host0(tmp_path, steps=2048)
 
 
+@pytest.mark.slow
+def test_losing_a_host_the_run_goes_on_on_the_other_with_global_sizes_kept(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    """torchrun's elastic agents with ``--nnodes=1:2``: the second host drops dead mid-run (its
+    launcher and ranks killed); the first host's rank fails its collective, its agent starts
+    again with the hosts left, and the run resumes on 1 rank from the newest checkpoint (in a run
+    dir both hosts share), saying so in one line, and ends at its budget."""
+    run_dir, total = tmp_path / "shared-run", 160 * 512
+    procs = []
+    for i in range(2):
+        conf = c10d(i, cluster_names=False)
+        conf[-1] += ",last_call_timeout=1"  # the hosts left go on without waiting for more
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=1",
+            "--max-restarts=2", *conf, "-m", "distrl.train", "--config", str(CARTPOLE),
+            "--total-steps", str(total), "train.stop_return=null", "checkpoint.interval_steps=2048",
+            "comm.timeout_s=20", "--run-dir", str(run_dir), "--distributed",
+        ]  # fmt: skip
+        procs.append(hosts.start(i, cmd, cluster_names=False))
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 180
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 6):
+            assert time.monotonic() < deadline and procs[0].poll() is None
+            time.sleep(0.1)
+        # The second host dies: every process in its network namespace (torchrun's agent gives
+        # its ranks sessions of their own), at once.
+        for pid in _ip("netns", "pids", hosts.namespaces[1]).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        _, stderr = procs[0].communicate(timeout=300)
+    finally:
+        kill_all(procs)
+    assert procs[0].returncode == 0, stderr[-3000:]
+    assert "distrl: going on with 1 rank(s) from a checkpoint of 2 (ranks lost or added since)" in stderr
+    state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
+    assert state["world_size"] == 1 and state["global_step"] == total
+    steps = [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(512, total + 1, 512))  # the same global batch; no update twice
+
+
 @contextlib.contextmanager
 def ray_cluster(hosts: Hosts, tmp_path: Path, wrap_worker: Sequence[str] = ()) -> Iterator[tuple[str, dict]]:
     """A Ray head on host 0 and a worker node on host 1 (token authentication on), the worker's
@@ -333,23 +382,56 @@ def sampled_nodes(run_dir: Path, group: str) -> set[str]:
     return {sample["node"] for sample in samples if sample["worker"].split("-")[2] == group}
 
 
+@dataclass
+class RayOnTwoHosts:
+    """A Ray cluster of a head on host 0 and a worker node on host 1 (``ray_cluster``)."""
+
+    hosts: Hosts
+    head: str
+    env: dict[str, str]
+    """The environment to join it."""
+    data: Path
+    """1500 logged rows on host 0; host 1's Ray node sees another 1000 at this path."""
+
+
+@pytest.fixture(scope="module")
+def ray_on_two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayOnTwoHosts]:
+    """The Ray cluster of the module's last tests (last: it stands until the module ends), built
+    once: two hosts of its own, the worker node run in a mount namespace of its own with its part
+    of a split data set mounted at the path of host 0's part (``data.layout=split``), which no
+    other run reads."""
+    pytest.importorskip("ray", reason="the ray extra is installed by make test")
+    tmp = tmp_path_factory.mktemp("ray-on-two-hosts")
+    with two_hosts(f"r{os.getpid() % 100000}") as hosts:
+        data, part1 = tmp / "data", tmp / "part1"
+        collect(data, 1500, 750, seed=0)
+        collect(part1, 1000, 1000, seed=1)
+        mount = 'mount --bind "$0" "$1" && shift && exec "$@"'
+        mount_part1 = ["unshare", "--mount", "sh", "-c", mount, str(part1), str(data)]
+        with ray_cluster(hosts, tmp, wrap_worker=mount_part1) as (head, env):
+            yield RayOnTwoHosts(hosts, head, env, data)
+
+
 @pytest.mark.slow
-def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(hosts: Hosts, tmp_path: Path) -> None:
+def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(
+    ray_on_two_hosts: RayOnTwoHosts, tmp_path: Path
+) -> None:
     """The job's two nodes (``cluster.strategy`` SPREAD: one Ray node each) hold the learner with
     2 env workers and the third env worker, so each host steps envs."""
-    run_dir = tmp_path / "run"
-    with ray_cluster(hosts, tmp_path) as (head, env):
-        ray_train(
-            hosts, head, env, run_dir, "--config", str(CARTPOLE), "--total-steps", "16384",
-            "train.stop_return=null", "workers.env=3", "workers.cpus_per_env=0.5",
-        )  # fmt: skip
+    cluster, run_dir = ray_on_two_hosts, tmp_path / "run"
+    ray_train(
+        cluster.hosts, cluster.head, cluster.env, run_dir, "--config", str(CARTPOLE),
+        "--total-steps", "16384", "train.stop_return=null", "workers.env=3", "workers.cpus_per_env=0.5",
+    )  # fmt: skip
     state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
     assert state["global_step"] == 16384
     assert sampled_nodes(run_dir, "env") == set(ADDRESSES)  # env workers on both hosts
 
 
 @pytest.mark.slow
-def test_ray_mode_reads_each_hosts_own_part_under_split_layout(hosts: Hosts, tmp_path: Path) -> None:
+def test_ray_mode_reads_each_hosts_own_part_under_split_layout(
+    ray_on_two_hosts: RayOnTwoHosts, tmp_path: Path
+) -> None:
     """``data.layout=split``: host 0 holds 1500 logged rows at ``data.path``, host 1 another 1000
     at the same path (its Ray node runs in a mount namespace of its own with its part mounted
     there). Either way each part is read once an epoch of 2500 rows at 64 rows per step:
@@ -357,22 +439,17 @@ def test_ray_mode_reads_each_hosts_own_part_under_split_layout(hosts: Hosts, tmp
       (had both workers read one part: 48 or 32 steps);
     - a learner on each host reading its host's part, 32 rows per step each: ceil(1500 / 32) = 47
       steps (had they divided one part, fewer rows)."""
-    data, part1 = tmp_path / "data", tmp_path / "part1"
-    collect(data, 1500, 750, seed=0)
-    collect(part1, 1000, 1000, seed=1)
-    mount = 'mount --bind "$0" "$1" && shift && exec "$@"'
-    mount_part1 = ["unshare", "--mount", "sh", "-c", mount, str(part1), str(data)]
+    cluster = ray_on_two_hosts
     runs = {
         "data-workers": ["workers.data_per_node=1", "algo.gradient_steps=40"],
         "learners": ["workers.policy_per_node=1", "algo.gradient_steps=47"],
     }
-    with ray_cluster(hosts, tmp_path, wrap_worker=mount_part1) as (head, env):
-        for name, overrides in runs.items():
-            ray_train(
-                hosts, head, env, tmp_path / name, "--config", str(OFFLINE), f"data.path={data}",
-                "data.layout=split", "algo.batch_size=64", "train.total_steps=5000",
-                "train.stop_return=null", "eval.cpe_every=0", "checkpoint.interval_steps=5000", *overrides,
-            )  # fmt: skip
+    for name, overrides in runs.items():
+        ray_train(
+            cluster.hosts, cluster.head, cluster.env, tmp_path / name, "--config", str(OFFLINE),
+            f"data.path={cluster.data}", "data.layout=split", "algo.batch_size=64", "train.total_steps=5000",
+            "train.stop_return=null", "eval.cpe_every=0", "checkpoint.interval_steps=5000", *overrides,
+        )  # fmt: skip
     for name in runs:
         rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         assert [(row["global_step"], row["epoch"]) for row in rows] == [(2500, 0), (5000, 1)], name
@@ -395,44 +472,3 @@ def _wait_for_ray_nodes(hosts: Hosts, address: str, count: int, env: dict[str, s
             return
         assert time.monotonic() < deadline, f"the Ray cluster did not reach {count} node(s): {stderr[-2000:]}"
         time.sleep(1)
-
-
-@pytest.mark.slow
-def test_losing_a_host_the_run_goes_on_on_the_other_with_global_sizes_kept(
-    hosts: Hosts, tmp_path: Path
-) -> None:
-    """torchrun's elastic agents with ``--nnodes=1:2``: the second host drops dead mid-run (its
-    launcher and ranks killed); the first host's rank fails its collective, its agent starts
-    again with the hosts left, and the run resumes on 1 rank from the newest checkpoint (in a run
-    dir both hosts share), saying so in one line, and ends at its budget."""
-    run_dir, total = tmp_path / "shared-run", 160 * 512
-    procs = []
-    for i in range(2):
-        conf = c10d(i, cluster_names=False)
-        conf[-1] += ",last_call_timeout=1"  # the hosts left go on without waiting for more
-        cmd = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=1",
-            "--max-restarts=2", *conf, "-m", "distrl.train", "--config", str(CARTPOLE),
-            "--total-steps", str(total), "train.stop_return=null", "checkpoint.interval_steps=2048",
-            "comm.timeout_s=20", "--run-dir", str(run_dir), "--distributed",
-        ]  # fmt: skip
-        procs.append(hosts.start(i, cmd, cluster_names=False))
-    metrics = run_dir / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + 180
-        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 6):
-            assert time.monotonic() < deadline and procs[0].poll() is None
-            time.sleep(0.1)
-        # The second host dies: every process in its network namespace (torchrun's agent gives
-        # its ranks sessions of their own), at once.
-        for pid in _ip("netns", "pids", hosts.namespaces[1]).stdout.split():
-            os.kill(int(pid), signal.SIGKILL)
-        _, stderr = procs[0].communicate(timeout=300)
-    finally:
-        kill_all(procs)
-    assert procs[0].returncode == 0, stderr[-3000:]
-    assert "distrl: going on with 1 rank(s) from a checkpoint of 2 (ranks lost or added since)" in stderr
-    state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
-    assert state["world_size"] == 1 and state["global_step"] == total
-    steps = [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()]
-    assert steps == list(range(512, total + 1, 512))  # the same global batch; no update twice

@@ -42,11 +42,14 @@ def test_each_dimension_is_its_own_categorical() -> None:
     assert torch.equal(most_likely, torch.stack([first.argmax(-1), second.argmax(-1)], -1))
 
 
+@pytest.mark.learning(seeds=5, kept=1)
 @pytest.mark.slow
-def test_multi_discrete_actions_are_learnt_evaluated_and_exported(tmp_path: Path) -> None:
+def test_multi_discrete_actions_are_learnt_evaluated_and_exported(tmp_path: Path, seed: int) -> None:
     """Chance earns about 13 per episode; reading the targets earns 32."""
     run = tmp_path / "run"
-    trained = distrl("train", *DIALS, "--total-steps", "8192", "--run-dir", str(run), cwd=REPO)
+    trained = distrl(
+        "train", *DIALS, "--seed", str(seed), "--total-steps", "8192", "--run-dir", str(run), cwd=REPO
+    )
     assert trained.returncode == 0, trained.stderr
     evaluated = distrl("eval", "--checkpoint", str(run), "--episodes", "4", "--json", cwd=REPO)
     assert evaluated.returncode == 0, evaluated.stderr

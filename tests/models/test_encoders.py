@@ -18,8 +18,10 @@ from distrl.config.run import load_config
 from distrl.config.sections import ModelConfig
 from distrl.envs import make_vec_env
 from distrl.errors import UserError
+from distrl.io import checkpoint as ckpt
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.encoders import ImpalaCNN, NatureCNN, channels_last
+from tests.eval.reference import reference_returns
 from tests.helpers import REPO, distrl, train_ranks
 
 CPU = torch.device("cpu")
@@ -69,6 +71,10 @@ def test_pixels_train_on_two_ranks(tmp_path: Path) -> None:
     """The pixel config of ``test_pixels_learn_in_either_precision`` trains on 2 ranks."""
     two = train_ranks(2, *PIXELS, "--total-steps", "2048", "--run-dir", str(tmp_path / "two"))
     assert two.returncode == 0, two.stderr
+    rows = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["global_step"] for row in rows] == list(range(256, 2049, 256))  # 8 envs in all x 32
+    state = json.loads((ckpt.resolve_checkpoint(tmp_path / "two") / "state.json").read_text())
+    assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]  # gradients shared
 
 
 @pytest.mark.parametrize(
@@ -101,11 +107,13 @@ def test_the_impala_encoder_reads_any_frame_size_into_256_features(shape: tuple[
     assert all(p.grad is not None for p in encoder.parameters())
 
 
+@pytest.mark.learning(seeds=5, kept=1)
 @pytest.mark.slow
-def test_dqn_learns_from_uint8_frames_in_its_replay_buffer(tmp_path: Path) -> None:
+def test_dqn_learns_from_uint8_frames_in_its_replay_buffer(tmp_path: Path, seed: int) -> None:
     """CleanRL's Atari DQN layout (the CNN and one linear layer); chance earns 8 of 16."""
     result = distrl(
-        "train", "--env", "tests.envs.toy:BrightnessEnv", "algo.name=dqn", "--num-envs", "4",
+        "train", "--seed", str(seed), "--env", "tests.envs.toy:BrightnessEnv", "algo.name=dqn",
+        "--num-envs", "4",
         "--total-steps", "6016", "algo.learning_starts=500", "algo.gradient_steps=16",
         "algo.rollout_steps=32", "train.stop_return=null", "log.tensorboard=false",
         "--run-dir", str(tmp_path), cwd=REPO,
@@ -126,8 +134,13 @@ def test_each_encoder_and_core_trains_on_pixels(tmp_path: Path, overrides: list[
         "train", *PIXELS, "--total-steps", "512", "--run-dir", str(tmp_path), *overrides, cwd=REPO
     )
     assert result.returncode == 0, result.stderr
-    evaluated = distrl("eval", "--checkpoint", str(tmp_path), "--episodes", "2", "--json", cwd=REPO)
+    # 8 episodes (one batch of 16 steps): enough actions that another policy's would not match by chance.
+    evaluated = distrl("eval", "--checkpoint", str(tmp_path), "--episodes", "8", "--json", cwd=REPO)
     assert evaluated.returncode == 0, evaluated.stderr
+    # The final checkpoint's policy (its core's state carried step to step), its episodes played
+    # again apart from `distrl eval`.
+    report = json.loads(evaluated.stdout)
+    assert report["global_step"] == 512 and report["returns"] == reference_returns(tmp_path, 8)
 
 
 def test_an_image_too_small_is_a_user_error() -> None:
@@ -159,14 +172,16 @@ def test_mixed_precision_runs_the_encoder_in_bf16_and_the_rest_in_float32() -> N
     assert low_precision("bf16", CPU, heavy_model=True) == torch.bfloat16
 
 
+@pytest.mark.learning(seeds=5, kept=1)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.slow
-def test_pixels_learn_in_either_precision(tmp_path: Path, precision: str) -> None:
+def test_pixels_learn_in_either_precision(tmp_path: Path, precision: str, seed: int) -> None:
     # The brightness task (8 of 16 by chance, 16 reading the pixels) is learnt from uint8 frames:
     # at a learning rate of 1e-3 in 3,072 steps (bf16 is emulated, about 20x slower, on a CPU
     # without bf16 units).
     result = distrl(
-        "train", *PIXELS, "--total-steps", "3072", "algo.learning_rate=1e-3", "--run-dir", str(tmp_path),
+        "train", "--seed", str(seed), *PIXELS, "--total-steps", "3072", "algo.learning_rate=1e-3",
+        "--run-dir", str(tmp_path),
         f"train.mixed_precision={precision}", cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -1,11 +1,12 @@
 """Ray mode's environment workers on the session's real Ray head: one learner with env workers
-collects exactly what one process with the same envs collects (PPO and DQN), tagged with the
+collects exactly what one process with the same envs collects (PPO, APPO, DQN, SAC), tagged with the
 version of the weights they were sent, and a worker that dies mid-rollout is restarted, its part
 collected again and the run finishes with every sample counted once."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,9 @@ import pytest
 from distrl.config.run import load_config
 from distrl.errors import UserError
 from distrl.ray.driver import check_workers
-from tests.helpers import (
-    CARTPOLE,
-    CARTPOLE_DQN,
-    CARTPOLE_MEMORY,
-    PENDULUM_SAC,
-    run_python,
-)
+from tests.helpers import CARTPOLE, CARTPOLE_DQN, run_python
 from tests.ray_cluster import BUDGET, final_row, local_train, param_digests, ray_train, ray_train_killing
+from tests.reference_runs import QUIET, REFERENCE_RUNS
 
 CRASHING = [
     "env.id=tests.envs.toy:CrashingEnv", "env.max_episode_steps=30", "env.num_envs=4",
@@ -29,72 +25,30 @@ CRASHING = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("config", "budget"),
-    [
-        (CARTPOLE, BUDGET),
-        (CARTPOLE_DQN, [*BUDGET, "train.total_steps=2048", "checkpoint.interval_steps=2048"]),  # 8 iterations
-        # uint8 frames through Ray's object store, read by a CNN on the learner.
-        (
-            CARTPOLE,
-            [
-                *BUDGET,
-                "--env",
-                "tests.envs.toy:BrightnessEnv",
-                "env.num_envs=8",
-                "algo.rollout_steps=32",
-                "algo.minibatch_size=64",
-                "train.total_steps=1024",
-                "checkpoint.interval_steps=1024",
-            ],
-        ),
-        # Each worker carries its envs' LSTM states from rollout to rollout.
-        (CARTPOLE_MEMORY, [*BUDGET, "env.max_episode_steps=20", "train.total_steps=1024"]),
-        # Dict observations packed into one tensor; the space travels to the learner.
-        (
-            CARTPOLE,
-            [
-                *BUDGET,
-                "--env",
-                "tests.envs.toy:DictCueEnv",
-                "env.obs_keys=[cue,noise,flags]",
-                "env.num_envs=8",
-                "algo.rollout_steps=32",
-                "algo.minibatch_size=64",
-                "train.total_steps=1024",
-            ],
-        ),  # fmt: skip
-        # One worker for all envs: continuous actions computed for fewer rows at a time round
-        # differently in the last bit (CPU kernels vary with the batch), so only the same rows match.
-        (
-            PENDULUM_SAC,
-            [
-                *BUDGET,
-                "workers.env=1",
-                "env.num_envs=2",
-                "algo.rollout_steps=8",
-                "algo.gradient_steps=4",
-                "algo.learning_starts=64",
-                "algo.batch_size=32",
-                "train.total_steps=512",
-                "checkpoint.interval_steps=512",
-            ],
-        ),  # fmt: skip
-    ],
-    ids=["ppo", "dqn", "ppo-images", "ppo-lstm", "ppo-dict", "sac"],  # A2C collects as PPO does
-)
+@pytest.mark.parametrize("name", sorted(REFERENCE_RUNS))  # A2C collects as PPO does
 @pytest.mark.slow
 def test_one_learner_with_env_workers_trains_exactly_as_one_process(
-    ray_head: str, tmp_path: Path, config: Path, budget: list[str]
+    ray_head: str, tmp_path: Path, name: str, reference_run: Callable[[str], Path]
 ) -> None:
-    result = ray_train(ray_head, tmp_path / "ray", "workers.env=2", *budget, config=config)
+    """...one process: the session's reference run (``tests/reference_runs.py``)."""
+    run = REFERENCE_RUNS[name]
+    workers = f"workers.env={run.collectors}"
+    result = ray_train(ray_head, tmp_path / "ray", workers, *QUIET, *run.overrides, config=run.config)
     assert result.returncode == 0, result.stderr[-3000:]
-    reference = local_train(tmp_path / "local", *budget, config=config)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    assert param_digests(tmp_path / "ray") == param_digests(tmp_path / "local")
-    ray_row, local_row = final_row(tmp_path / "ray"), final_row(tmp_path / "local")
-    assert ray_row["env_worker_failures"] == 0  # the env workers collected
+    assert param_digests(tmp_path / "ray") == param_digests(reference_run(name))
+    ray_row, local_row = final_row(tmp_path / "ray"), final_row(reference_run(name))
+    assert ray_row["env_worker_failures"] == 0
     assert ray_row["episode_return_mean"] == local_row["episode_return_mean"]
+    # The env workers stepped every env (each its equal part), for every update and no more.
+    steps = ray_row["global_step"] // run.collectors
+    assert env_steps_by_worker(tmp_path / "ray") == [steps] * run.collectors
+
+
+def env_steps_by_worker(run_dir: Path) -> list[int]:
+    """Each env worker's env steps (its ``work_done``) in the driver's last sample of the run's
+    ``workers.jsonl``, taken once the learners had ended; by worker name."""
+    last = {row["worker"]: row for row in map(json.loads, (run_dir / "workers.jsonl").open())}
+    return [last[name]["work_done"] for name in sorted(last) if "-env-" in name]
 
 
 _VERSIONS = """

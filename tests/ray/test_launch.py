@@ -1,6 +1,7 @@
 """``distrl train --launcher ray`` on a real Ray instance (the session's head, token
-authentication on): learners as Ray actors train exactly as torchrun's ranks do, solve CartPole,
-and a cluster or placement group that cannot hold them is one line, in seconds."""
+authentication on): learners as Ray actors train exactly as ranks started with torchrun's
+variables do, solve CartPole, and a cluster or placement group that cannot hold them is one line,
+in seconds."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from distrl.config.sections import ClusterConfig, WorkersConfig
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import shards
-from tests.helpers import CARTPOLE, REPO, clean_env, distrl, run_python, torchrun_train
+from tests.helpers import CARTPOLE, REPO, clean_env, distrl, run_python, train_ranks
+from tests.ray.test_env_workers import env_steps_by_worker
 from tests.ray_cluster import (
     BUDGET,
     HEAD_CPUS,
@@ -36,39 +38,39 @@ from distrl.ray.groups import WORKER_GROUPS, run_groups  # noqa: E402
 
 
 @pytest.mark.slow
-def test_two_learners_on_ray_train_exactly_as_two_torchrun_ranks(ray_head: str, tmp_path: Path) -> None:
+def test_two_learners_on_ray_train_exactly_as_two_ranks(ray_head: str, tmp_path: Path) -> None:
+    """...as two ranks started with torchrun's variables (``train_ranks``; torchrun itself is
+    tested in tests/runners/test_torchrun.py)."""
     result = ray_train(ray_head, tmp_path / "ray", "workers.policy=2", *BUDGET)
     assert result.returncode == 0, result.stderr[-3000:]
     # The driver prints rank 0's last line: what was trained and why it stopped.
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("distrl: trained 4096 env steps on 2 rank(s)"), result.stdout[-2000:]
     assert "stopped: the step budget (train.total_steps=4096) was reached" in last
-    reference = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "torchrun"), *BUDGET)
+    reference = train_ranks(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "ranks"), *BUDGET)
     assert reference.returncode == 0, reference.stderr[-3000:]
     on_ray = param_digests(tmp_path / "ray")
     assert len(on_ray) == 2 and on_ray[0] == on_ray[1]  # the learners stay bit-identical
-    assert on_ray == param_digests(tmp_path / "torchrun")  # and take torchrun's very steps
+    assert on_ray == param_digests(tmp_path / "ranks")  # and take the ranks' very steps
 
 
 @pytest.mark.slow
-def test_two_sharded_learners_on_ray_train_as_two_sharded_torchrun_ranks(
-    ray_head: str, tmp_path: Path
-) -> None:
-    """``train.sharding=fsdp`` over Ray's learners: the same weights as torchrun's sharded ranks,
-    each learner writing its own shards."""
+def test_two_sharded_learners_on_ray_train_as_two_sharded_ranks(ray_head: str, tmp_path: Path) -> None:
+    """``train.sharding=fsdp`` over Ray's learners: the same weights as two sharded ranks started
+    with torchrun's variables, each learner writing its own shards."""
     short = ["train.total_steps=1024", "train.stop_return=null", "checkpoint.interval_steps=1024"]
     result = ray_train(ray_head, tmp_path / "ray", "workers.policy=2", "train.sharding=fsdp", *short)
     assert result.returncode == 0, result.stderr[-3000:]
-    reference = torchrun_train(
-        2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "torchrun"), "train.sharding=fsdp", *short
+    reference = train_ranks(
+        2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "ranks"), "train.sharding=fsdp", *short
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
-    on_ray, on_torchrun = (
+    on_ray, on_ranks = (
         shards.read_whole(ckpt.resolve_checkpoint(tmp_path / run) / shards.MODEL_DIR)
-        for run in ("ray", "torchrun")
+        for run in ("ray", "ranks")
     )
-    assert on_ray.keys() == on_torchrun.keys()
-    assert all(torch.equal(on_ray[name], on_torchrun[name]) for name in on_ray)
+    assert on_ray.keys() == on_ranks.keys()
+    assert all(torch.equal(on_ray[name], on_ranks[name]) for name in on_ray)
 
 
 @pytest.mark.slow
@@ -185,18 +187,6 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
     assert "distrl status --run-dir" in stderr
 
 
-@pytest.mark.slow
-def test_ray_address_in_the_environment_is_the_cluster_joined(ray_head: str, tmp_path: Path) -> None:
-    env = {**clean_env(), "RAY_ADDRESS": ray_head}
-    result = distrl(
-        "train", "--config", str(CARTPOLE), "--launcher", "ray", "--run-dir", str(tmp_path),
-        "log.progress=false", "log.tensorboard=false", *BUDGET, env=env,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert not (tmp_path / "ray").exists()  # no local Ray of its own: it ran on the session's head
-    assert final_row(tmp_path)["global_step"] == 4096
-
-
 _HOLD_CPUS = """
 import sys
 import ray
@@ -238,6 +228,7 @@ def test_a_node_that_cannot_be_placed_fails_in_seconds(ray_head: str, tmp_path: 
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow
 def test_a_job_larger_than_the_cluster_is_one_line(ray_head: str, tmp_path: Path) -> None:
     result = ray_train(ray_head, tmp_path, "workers.policy=3", "workers.cpus_per_policy=2")
     assert result.returncode == 2
@@ -380,7 +371,11 @@ def test_shipped_cpu_config_runs_learners_with_env_workers(ray_head: str, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     digests = param_digests(tmp_path)
     assert len(digests) == 2 and digests[0] == digests[1]
-    assert final_row(tmp_path)["env_worker_failures"] == 0  # the env workers collected
+    final = final_row(tmp_path)
+    assert final["env_worker_failures"] == 0
+    # 2 nodes of 1 learner and 2 env workers: each env worker stepped its 8 of the 32 envs for
+    # every update, no more.
+    assert env_steps_by_worker(tmp_path) == [final["global_step"] // 4] * 4
 
 
 def test_status_of_a_run_dir_whose_driver_was_killed_is_one_line(tmp_path: Path) -> None:
@@ -437,12 +432,21 @@ def test_an_actor_that_cannot_start_is_one_line_and_its_traceback_is_in_the_run_
 
 
 @pytest.mark.slow
-def test_a_dry_run_joins_the_learners_and_trains_nothing(ray_head: str, tmp_path: Path) -> None:
-    result = ray_train(ray_head, tmp_path, "workers.policy=2", "--dry-run")
+def test_a_dry_run_joins_the_learners_on_the_cluster_named_by_ray_address_and_trains_nothing(
+    ray_head: str, tmp_path: Path
+) -> None:
+    """No --ray-address: ``RAY_ADDRESS`` in the environment names the cluster to join."""
+    env = {**clean_env(), "RAY_ADDRESS": ray_head}
+    result = distrl(
+        "train", "--config", str(CARTPOLE), "--launcher", "ray", "--run-dir", str(tmp_path),
+        "log.progress=false", "log.tensorboard=false", "workers.policy=2", "--dry-run", env=env,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not (tmp_path / "ray").exists()  # no local Ray of its own: it ran on the session's head
     assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_jax_learners_under_ray_are_refused_before_ray_starts(ray_head: str, tmp_path: Path) -> None:
     result = ray_train(ray_head, tmp_path, "ml_framework=jax")
     assert result.returncode == 2

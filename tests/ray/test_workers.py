@@ -192,6 +192,7 @@ print("counts", json.dumps(counts))
 """
 
 
+@pytest.mark.slow
 def test_every_worker_death_is_counted_whoever_noticed_it(ray_head: str) -> None:
     """A worker killed mid-call (the call fails and is retried), one killed while idle (Ray
     restarts it and no call of ours ever fails), one that raised, and one stopped mid-call (a

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from distrl.io import checkpoint as ckpt
 from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from tests.distributed import free_port
 from tests.helpers import CARTPOLE, GRPO_REVERSE, OFFLINE, children, clean_env, collect, distrl
+from tests.stopping import kill_tree
 
 STEPS_PER_UPDATE = 32 * 16
 """The shipped PPO config's global batch, the same on 1 or 2 ranks; offline DQN below is set to
@@ -32,7 +34,7 @@ def logged_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(params=["ppo", "offline-dqn"])
+@pytest.fixture(scope="module", params=["ppo", "offline-dqn"])
 def training(request: pytest.FixtureRequest) -> list[str]:
     """The config arguments of a run: PPO on CartPole, or DQN from logged CartPole transitions."""
     if request.param == "ppo":
@@ -67,10 +69,15 @@ def start_torchrun(
 
 
 def wait_for(condition, timeout_s: float, proc: subprocess.Popen) -> None:
+    """Poll ``condition`` until it holds; if the launch ends first or ``timeout_s`` passes, fail
+    with the launch and everything it started killed."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert proc.poll() is None, f"launch ended early: {proc.communicate()[1][-3000:]}"
-        assert time.monotonic() < deadline, "timed out"
+        ended = proc.poll() is not None
+        if ended or time.monotonic() > deadline:
+            kill_tree(proc.pid)
+            stderr = proc.communicate(timeout=60)[1][-3000:]
+            pytest.fail(f"launch ended early: {stderr}" if ended else f"timed out: {stderr}")
         time.sleep(0.05)
 
 
@@ -115,8 +122,9 @@ def test_chaos_fixed_budget_ends_at_the_same_step_as_an_uninterrupted_run(
 
 
 @pytest.mark.slow
-def test_chaos_run_still_solves_cartpole(tmp_path: Path) -> None:
-    run_with_two_sigkills(tmp_path, "--total-steps=300000")
+@pytest.mark.learning(seeds=3)
+def test_chaos_run_still_solves_cartpole(tmp_path: Path, seed: int) -> None:
+    run_with_two_sigkills(tmp_path, "--total-steps=300000", f"--seed={seed}")
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["return_mean"] >= 475
 
@@ -201,15 +209,24 @@ def test_sigterm_single_process_exit_code(tmp_path: Path) -> None:
     assert ckpt.resolve_checkpoint(tmp_path).name == ckpt.checkpoint_dir_name(metrics_steps(tmp_path)[-1])
 
 
-@pytest.fixture
-def three_checkpoints(tmp_path: Path, training: list[str]) -> Path:
+@pytest.fixture(scope="module")
+def three_checkpoints_trained(tmp_path_factory: pytest.TempPathFactory, training: list[str]) -> Path:
+    """A run of 3072 steps with a checkpoint every 1024, trained once per kind of training: read
+    only (``three_checkpoints`` hands each test a copy)."""
+    run_dir = tmp_path_factory.mktemp("three-checkpoints")
     result = distrl(
-        "train", *training, "--run-dir", str(tmp_path), "--total-steps=3072",
+        "train", *training, "--run-dir", str(run_dir), "--total-steps=3072",
         "train.stop_return=null", "checkpoint.interval_steps=1024", "checkpoint.keep_last=5",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert len(ckpt.list_checkpoints(tmp_path / "checkpoints")) == 3
-    return tmp_path
+    assert len(ckpt.list_checkpoints(run_dir / "checkpoints")) == 3
+    return run_dir
+
+
+@pytest.fixture
+def three_checkpoints(three_checkpoints_trained: Path, tmp_path: Path) -> Path:
+    """This test's own copy of ``three_checkpoints_trained``, to damage and resume."""
+    return Path(shutil.copytree(three_checkpoints_trained, tmp_path / "run"))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])

@@ -286,4 +286,8 @@ def test_two_ranks_train_a_sequence_policy(tmp_path: Path) -> None:
     result = train_ranks(2, "--config", str(GRPO_REVERSE), "--run-dir", str(run_dir), *SMALL)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["ranks"] == 2 and rows[-1]["global_step"] == 45
+    assert rows[-1]["ranks"] == 2
+    # 5 prompts x 3 completions an update, shared by the ranks (3 and 2 prompts): 3 updates.
+    assert [row["global_step"] for row in rows] == [row["episodes"] for row in rows] == [15, 30, 45]
+    state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
+    assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]  # gradients shared

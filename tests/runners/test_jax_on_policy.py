@@ -24,12 +24,14 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.learning(seeds=10, kept=1)
 @pytest.mark.slow
-def test_jax_ppo_solves_cartpole_and_its_checkpoint_evaluates_and_exports(tmp_path: Path) -> None:
+def test_jax_ppo_solves_cartpole_and_its_checkpoint_evaluates_and_exports(tmp_path: Path, seed: int) -> None:
     run = tmp_path / "run"
     result = distrl(
-        "train", "--config", str(CARTPOLE), "--run-dir", str(run), "--ml-framework", "jax", *QUIET
-    )
+        "train", "--config", str(CARTPOLE), "--seed", str(seed), "--run-dir", str(run),
+        "--ml-framework", "jax", *QUIET,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert _rows(run)[-1]["stop_check_return"] >= 495  # stopped by the stop rule, not the budget
     evaluated = distrl("eval", "--checkpoint", str(run), "--episodes", "10", "--json")

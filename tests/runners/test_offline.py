@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from distrl.io import checkpoint as ckpt
+from tests.eval.reference import reference_returns
 from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect, distrl, train_ranks
 from tests.io.test_export import assert_file_acts_like_checkpoint
 
@@ -77,7 +78,9 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     report = json.loads(
         distrl("eval", "--checkpoint", str(tmp_path / "run"), "--episodes", "2", "--json").stdout
     )
-    assert report["episodes"] == 2
+    # The final checkpoint's policy, its episodes played again apart from `distrl eval`.
+    assert report["episodes"] == 2 and report["global_step"] == 7500
+    assert report["returns"] == reference_returns(tmp_path / "run", 2)
     # ReAgent's node 0 saving the model: the final policy, one deployable file.
     assert_file_acts_like_checkpoint(tmp_path / "model" / "policy.onnx", tmp_path / "run")
 
@@ -155,13 +158,15 @@ def logged_episode_returns(data: Path) -> list[float]:
     ]
 
 
+@pytest.mark.learning(seeds=3)
 @pytest.mark.slow
-def test_two_ranks_learn_a_better_policy_than_the_epsilon_greedy_logger(tmp_path: Path) -> None:
+def test_two_ranks_learn_a_better_policy_than_the_epsilon_greedy_logger(tmp_path: Path, seed: int) -> None:
     """ReAgent's use: log a deployed policy with exploration, learn offline, beat it. The logger is
     a briefly trained PPO policy taking a random action 30% of the time (returns around 90)."""
     logger = tmp_path / "logger"
     trained = distrl(
-        "train", "--config", str(CARTPOLE), "--run-dir", str(logger), "--total-steps", "8192",
+        "train", "--config", str(CARTPOLE), "--seed", str(seed), "--run-dir", str(logger),
+        "--total-steps", "8192",
         "train.stop_return=null", "log.tensorboard=false",
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr
@@ -182,14 +187,16 @@ def test_two_ranks_learn_a_better_policy_than_the_epsilon_greedy_logger(tmp_path
     assert report["return_mean"] > float(np.mean(logged_episode_returns(data)))
 
 
+@pytest.mark.learning(seeds=10, kept=1)
 @pytest.mark.slow
-def test_offline_dqn_from_random_transitions_far_outdoes_the_random_policy(tmp_path: Path) -> None:
+def test_offline_dqn_from_random_transitions_far_outdoes_the_random_policy(tmp_path: Path, seed: int) -> None:
     """ReAgent's offline CartPole check: random-policy transitions (a random policy lasts ~22
     steps) are enough for double DQN to learn to balance far longer."""
     collect(tmp_path / "data", 100_000, 25_000)
     data, run = str(tmp_path / "data"), str(tmp_path / "run")
     result = distrl(
-        "train", "--config", str(OFFLINE), "--data", data, "--run-dir", run, "--total-steps", "600000",
+        "train", "--config", str(OFFLINE), "--seed", str(seed), "--data", data, "--run-dir", run,
+        "--total-steps", "600000",
         "train.stop_return=null",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

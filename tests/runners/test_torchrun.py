@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from distrl.io import checkpoint as ckpt
+from tests.eval.reference import reference_returns
 from tests.helpers import CARTPOLE, CARTPOLE_A2C, CARTPOLE_DQN, PENDULUM_SAC, distrl, torchrun_train
 
 
@@ -40,9 +41,9 @@ def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_two_rank_cartpole_solves(tmp_path: Path) -> None:
-    # Seed 2: the config's own seed solves under torchrun in test_chaos_run_still_solves_cartpole.
-    result = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--seed", "2")
+@pytest.mark.learning(seeds=3)
+def test_two_rank_cartpole_solves(tmp_path: Path, seed: int) -> None:
+    result = torchrun_train(2, "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--seed", str(seed))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["episodes"] == 10 and report["return_mean"] >= 475
@@ -67,7 +68,10 @@ def test_two_rank_a2c_dqn_and_sac_end_with_identical_parameters(
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json", "--episodes", "2").stdout)
-    assert report["episodes"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert report["episodes"] == 2 and report["global_step"] == rows[-1]["global_step"]
+    # The 2 ranks' final policy, its episodes played again apart from `distrl eval`.
+    assert report["returns"] == reference_returns(tmp_path, 2)
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -9,6 +10,7 @@ import pytest
 
 from distrl.algos.grpo_config import RewardConfig, TaskConfig
 from distrl.errors import UserError
+from distrl.tasks.deadline import deadline
 from distrl.tasks.prompts import Example
 from distrl.tasks.verifiers import RewardFunctions, positional_match
 
@@ -78,3 +80,15 @@ def test_a_reward_function_that_never_returns_is_cut_off_with_its_prompt(
         f"task.rewards: {function} did not return within task.reward_timeout_s=0.5 s and was cut off "
         "(prompt 'rev 2=', completion '2')"
     )
+
+
+def test_a_reward_deadline_leaves_a_callers_own_alarm_running() -> None:
+    """A test's time limit (pytest-timeout's SIGALRM) outlives a reward call's deadline inside it."""
+    signal.setitimer(signal.ITIMER_REAL, 30)
+    try:
+        with deadline(5):
+            time.sleep(0.2)
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    assert 29 < remaining < 29.9

@@ -129,17 +129,19 @@ class TrainingLoop:
             self.checkpoint_writer = ckpt.BackgroundWriter(
                 self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
             )
-        self.preemption.install()
         profile = self.run_dir / "profile" / f"rank{self.comm.rank}.json"
         profiler = UpdateProfiler(self.cfg.log.profile_updates, profile)
-        self.runner.start(fresh=self.global_step == 0)
-        self.evaluate_in_process = self._in_process_evaluation()
-        self.clock.take()  # start-up is no update's time
-        start_time, start_step = time.perf_counter(), self.global_step
-        self._last_row_time = start_time
-        self._last_checkpoint = (self.global_step, time.monotonic())
         row: dict[str, Any] = {}
         try:
+            # Inside the try: whatever fails from here on (the runner's start included), the
+            # handlers are put back and the runner, writer and logger closed.
+            self.preemption.install()
+            self.runner.start(fresh=self.global_step == 0)
+            self.evaluate_in_process = self._in_process_evaluation()
+            self.clock.take()  # start-up is no update's time
+            start_time, start_step = time.perf_counter(), self.global_step
+            self._last_row_time = start_time
+            self._last_checkpoint = (self.global_step, time.monotonic())
             # Collectives torch runs itself (FSDP's) fail in the same one line as distrl's own.
             with self.comm.peer_failures_named():
                 while self.global_step < total_steps:
