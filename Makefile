@@ -32,11 +32,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# The learning tier (not run by CI): every learning claim over its seeds, each claim's pass rate at
-# the end and in runs/learn.json. One claim alone: make learn LEARN_ARGS="-k test_name".
+# The learning tier (not run by CI): every learning claim over its seeds, two runs at a time, each
+# claim's pass rate at the end and in runs/learn.json. One claim alone:
+# make learn LEARN_ARGS="-k test_name".
 LEARN_ARGS ?=
 learn: $(STAMP)
-	$(BIN)/python -m pytest -q --learn --learn-report runs/learn.json -p no:cacheprovider $(LEARN_ARGS)
+	$(BIN)/python -m pytest -q --learn --learn-report runs/learn.json -n 2 --timeout 1800 $(LEARN_ARGS)
 
 # The documentation site, into site/ (tests/test_docs.py builds it strictly in make test too).
 docs: $(STAMP)

@@ -74,9 +74,12 @@ def test_two_sharded_learners_on_ray_train_as_two_sharded_ranks(ray_head: str, t
 
 
 @pytest.mark.slow
-def test_one_learner_with_env_workers_on_ray_solves_cartpole(ray_head: str, tmp_path: Path) -> None:
+@pytest.mark.learning(seeds=5, kept=1)
+def test_one_learner_with_env_workers_on_ray_solves_cartpole(
+    ray_head: str, tmp_path: Path, seed: int
+) -> None:
     config = REPO / "configs" / "ray_small_cpu.yaml"  # 1 learner, 2 env workers, 1 eval worker
-    result = ray_train(ray_head, tmp_path, config=config)
+    result = ray_train(ray_head, tmp_path, "--seed", str(seed), config=config)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(distrl("eval", "--checkpoint", str(tmp_path), "--json").stdout)
     assert report["return_mean"] >= 475
