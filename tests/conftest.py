@@ -37,3 +37,31 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 def _signal_handlers_kept() -> Iterator[None]:
     with handlers_kept():
         yield
+
+
+SHARED_MACHINE_STATE = {
+    # A Ray instance: the session's head, a local Ray of a run's own, the chaos soak's. One at a
+    # time: two on one machine contend for Ray's fixed default ports.
+    "ray": (
+        "tests/ray/",
+        "tests/test_chaos_soak.py",
+        "tests/test_clean_stop.py",
+        "tests/test_docs_examples.py",
+    ),
+    # Network namespaces with fixed names and addresses.
+    "netns": ("tests/launch/test_multi_host.py",),
+}
+"""Tests that share something of the machine, by what they share: under pytest-xdist
+(``--dist loadgroup``) each group runs on one worker, one test at a time."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An xdist group for each test: what it shares of the machine, or else (but in the learning
+    tier, whose seeds run apart) its module, so that a module's fixtures are built once."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        shared = [name for name, paths in SHARED_MACHINE_STATE.items() if path.startswith(paths)]
+        if not shared and "ray_head" in getattr(item, "fixturenames", ()):
+            shared = ["ray"]
+        if shared or not config.getoption("--learn"):
+            item.add_marker(pytest.mark.xdist_group(shared[0] if shared else path))

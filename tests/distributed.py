@@ -6,11 +6,14 @@ without paying a second or two of imports."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
 import multiprocessing as mp
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from distrl.launch.process_group import connect
@@ -22,10 +25,29 @@ _CONTEXT = mp.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOADED)
 
 
+PORTS_PER_WORKER = 1000
+"""Under pytest-xdist each worker takes its ports from a range of its own, below Linux's ephemeral
+range (32768-60999): a port one worker found free and has not bound yet is never another's."""
+
+
+@functools.cache
+def _worker_ports(worker: str) -> Iterator[int]:
+    first = 20000 + int(worker.removeprefix("gw")) * PORTS_PER_WORKER
+    return itertools.cycle(range(first, first + PORTS_PER_WORKER))
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port on 127.0.0.1 free now (nothing holds it until the caller binds it)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...; unset without xdist
+    if worker is None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    for port in itertools.islice(_worker_ports(worker), PORTS_PER_WORKER):
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            return port
+    raise RuntimeError(f"no free port in xdist worker {worker}'s range")
 
 
 def run_ranks(

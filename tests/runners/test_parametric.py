@@ -44,13 +44,23 @@ def share_of_best(run: Path) -> float:
 
 
 @pytest.mark.slow
-def test_parametric_dqn_gets_close_to_the_best_achievable_reward(trained: Path) -> None:
-    assert share_of_best(trained) >= 0.95
+@pytest.mark.learning(seeds=5)
+def test_parametric_dqn_gets_close_to_the_best_achievable_reward(
+    recommendations: Path, tmp_path: Path, seed: int
+) -> None:
+    result = distrl(
+        "train", *TRAIN, "--seed", str(seed), "--data", str(recommendations), "--run-dir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert share_of_best(tmp_path) >= 0.95
 
 
 @pytest.mark.slow
-def test_two_ranks_learn_it_as_well(recommendations: Path, tmp_path: Path) -> None:
-    result = train_ranks(2, *TRAIN, "--data", str(recommendations), "--run-dir", str(tmp_path))
+@pytest.mark.learning(seeds=10, kept=1)
+def test_two_ranks_learn_it_as_well(recommendations: Path, tmp_path: Path, seed: int) -> None:
+    result = train_ranks(
+        2, *TRAIN, "--seed", str(seed), "--data", str(recommendations), "--run-dir", str(tmp_path)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]
