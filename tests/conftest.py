@@ -4,9 +4,11 @@ the signal handlers as it found them."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from tests.ray_cluster import ray_head, ray_session_head
 from tests.reference_runs import reference_run
@@ -19,6 +21,10 @@ _STOP = pytest.StashKey[SessionStop]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Workers share the cores: a worker's intra-op threads would spin against the other's
+        # (a 4 s test took 22 s). Runs in processes of their own get one thread anyway (clean_env).
+        torch.set_num_threads(1)
     stop = SessionStop()
     config.add_cleanup(stop.close)  # the very end of the session, whatever ended it
     stop.install()
