@@ -27,7 +27,7 @@ demo: $(STAMP)
 # Every behaviour, the real multi-process paths included, and each learning claim on its kept seed;
 # the 25 slowest tests printed at the end. The tiers and the flaky-test policy: docs/reference/testing.md.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadgroup
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -22,7 +22,7 @@ _STOP = pytest.StashKey[SessionStop]()
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # Workers share the cores: a worker's intra-op threads would spin against the other's
+        # Workers share the cores: a worker's intra-op threads would spin against the others'
         # (a 4 s test took 22 s). Runs in processes of their own get one thread anyway (clean_env).
         torch.set_num_threads(1)
     stop = SessionStop()
