@@ -24,10 +24,11 @@ demo: $(STAMP)
 		-m distrl.train --config configs/cartpole_ppo.yaml --run-dir runs/demo --overwrite --distributed $(DEMO_ARGS)
 	$(BIN)/distrl eval --checkpoint runs/demo --episodes 10
 
-# Every behaviour, the real multi-process paths included, and each learning claim on its kept seed;
-# the 25 slowest tests printed at the end. The tiers and the flaky-test policy: docs/reference/testing.md.
+# Every behaviour, the real multi-process paths included, and each learning claim on its kept seed,
+# two tests at a time; the 25 slowest printed at the end. The tiers, what runs apart and the
+# flaky-test policy: docs/reference/testing.md.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25 -n 3 --dist loadgroup
+	$(BIN)/python -m pytest -q --durations=25 -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

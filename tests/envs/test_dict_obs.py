@@ -146,7 +146,7 @@ def test_images_in_a_dict_go_through_the_cnn(tmp_path: Path, seed: int) -> None:
     assert json.loads(evaluated.stdout)["return_mean"] >= 14
 
 
-@pytest.mark.learning(seeds=5, kept=1)
+@pytest.mark.learning(seeds=5)  # make test: the Dict paths above; MiniGrid's ids: test_vec_env
 @pytest.mark.slow
 def test_the_shipped_minigrid_config_solves_the_empty_room(tmp_path: Path, seed: int) -> None:
     pytest.importorskip("minigrid", reason="the minigrid extra is installed by make test")

@@ -74,7 +74,7 @@ def test_two_sharded_learners_on_ray_train_as_two_sharded_ranks(ray_head: str, t
 
 
 @pytest.mark.slow
-@pytest.mark.learning(seeds=5, kept=1)
+@pytest.mark.learning(seeds=5)  # make test: Ray mode's exactness, workers and faults (this file)
 def test_one_learner_with_env_workers_on_ray_solves_cartpole(
     ray_head: str, tmp_path: Path, seed: int
 ) -> None:
