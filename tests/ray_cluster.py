@@ -168,6 +168,14 @@ def param_digests(run_dir: Path) -> list[str]:
     return [rank["param_sha256"] for rank in state["ranks"]]
 
 
+def env_steps_by_worker(run_dir: Path) -> list[int]:
+    """Each env worker's env steps (its ``work_done``) in the driver's last sample of the run's
+    ``workers.jsonl``, taken once the learners had ended; by worker name."""
+    rows = map(json.loads, (run_dir / "workers.jsonl").read_text().splitlines())
+    last = {row["worker"]: row for row in rows}
+    return [last[name]["work_done"] for name in sorted(last) if "-env-" in name]
+
+
 def final_row(run_dir: Path) -> dict:
     """The run's last metrics row."""
     return metrics_rows(run_dir)[-1]

@@ -15,7 +15,15 @@ from distrl.config.run import load_config
 from distrl.errors import UserError
 from distrl.ray.driver import check_workers
 from tests.helpers import CARTPOLE, CARTPOLE_DQN, run_python
-from tests.ray_cluster import BUDGET, final_row, local_train, param_digests, ray_train, ray_train_killing
+from tests.ray_cluster import (
+    BUDGET,
+    env_steps_by_worker,
+    final_row,
+    local_train,
+    param_digests,
+    ray_train,
+    ray_train_killing,
+)
 from tests.reference_runs import QUIET, REFERENCE_RUNS
 
 CRASHING = [
@@ -42,13 +50,6 @@ def test_one_learner_with_env_workers_trains_exactly_as_one_process(
     # The env workers stepped every env (each its equal part), for every update and no more.
     steps = ray_row["global_step"] // run.collectors
     assert env_steps_by_worker(tmp_path / "ray") == [steps] * run.collectors
-
-
-def env_steps_by_worker(run_dir: Path) -> list[int]:
-    """Each env worker's env steps (its ``work_done``) in the driver's last sample of the run's
-    ``workers.jsonl``, taken once the learners had ended; by worker name."""
-    last = {row["worker"]: row for row in map(json.loads, (run_dir / "workers.jsonl").open())}
-    return [last[name]["work_done"] for name in sorted(last) if "-env-" in name]
 
 
 _VERSIONS = """

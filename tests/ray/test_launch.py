@@ -21,10 +21,10 @@ from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import shards
 from tests.helpers import CARTPOLE, REPO, clean_env, distrl, run_python, train_ranks
-from tests.ray.test_env_workers import env_steps_by_worker
 from tests.ray_cluster import (
     BUDGET,
     HEAD_CPUS,
+    env_steps_by_worker,
     final_row,
     metrics_rows,
     param_digests,
