@@ -5,6 +5,8 @@ the signal handlers as it found them."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -25,6 +27,12 @@ def pytest_configure(config: pytest.Config) -> None:
         # Workers share the cores: a worker's intra-op threads would spin against the others'
         # (a 4 s test took 22 s). Runs in processes of their own get one thread anyway (clean_env).
         torch.set_num_threads(1)
+    if not os.environ.get("PYTEST_XDIST_WORKER") and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        # One XLA compile cache for the run: the JAX and Brax runs in its processes (workers,
+        # ranks, CLI calls) compile the same programs. A run's own, so no result outlives it.
+        cache = tempfile.mkdtemp(prefix="distrl-xla-cache-")
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+        config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
     stop = SessionStop()
     config.add_cleanup(stop.close)  # the very end of the session, whatever ended it
     stop.install()
@@ -46,28 +54,27 @@ def _signal_handlers_kept() -> Iterator[None]:
 
 
 SHARED_MACHINE_STATE = {
-    # A Ray instance: the session's head, a local Ray of a run's own, the chaos soak's. One at a
-    # time: two on one machine contend for Ray's fixed default ports.
-    "ray": (
-        "tests/ray/",
+    # A Ray instance a test starts itself (Ray's test cluster, a run's local Ray, the chaos
+    # soak's), so that two never meet on a port Ray chooses by default. Tests on the session's
+    # head need no group: each worker has a head of its own, on a port from the worker's range.
+    "own-ray": (
+        "tests/ray/test_workers.py::test_every_way_a_worker_ends_is_named_from_rays_tables",
+        "tests/ray/test_launch.py::test_without_an_address_a_local_ray_with_token_auth_runs_the_job",
         "tests/test_chaos_soak.py",
-        "tests/test_clean_stop.py",
-        "tests/test_docs_examples.py",
     ),
     # Network namespaces with fixed names and addresses.
     "netns": ("tests/launch/test_multi_host.py",),
+    # The demo's fixed port and run directory (runs/demo).
+    "demo": ("tests/test_docs_examples.py",),
 }
 """Tests that share something of the machine, by what they share: under pytest-xdist
-(``--dist loadgroup``) each group runs on one worker, one test at a time."""
+(``--dist loadgroup``) each group runs on one worker, one test at a time. Every other test goes
+to whichever worker is free."""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """An xdist group for each test: what it shares of the machine, or else (but in the learning
-    tier, whose seeds run apart) its module, so that a module's fixtures are built once."""
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        path = item.nodeid.split("::")[0]
-        shared = [name for name, paths in SHARED_MACHINE_STATE.items() if path.startswith(paths)]
-        if not shared and "ray_head" in getattr(item, "fixturenames", ()):
-            shared = ["ray"]
-        if shared or not config.getoption("--learn"):
-            item.add_marker(pytest.mark.xdist_group(shared[0] if shared else path))
+        shared = [name for name, ids in SHARED_MACHINE_STATE.items() if item.nodeid.startswith(ids)]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))

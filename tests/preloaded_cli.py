@@ -24,8 +24,9 @@ import runpy
 import sys
 from typing import Any
 
-PRELOADED = ("torch", "gymnasium", "distrl.cli", "distrl.entry", "distrl.runners.loop")
-"""Imported before any fork. Not Ray or JAX: both start threads that a fork would not carry."""
+PRELOADED = ("torch", "torch._dynamo", "gymnasium", "distrl.cli", "distrl.entry", "distrl.runners.loop")
+"""Imported before any fork (``torch._dynamo``: a learner's first optimizer imports it, a second
+of start-up). Not Ray or JAX: both start threads that a fork would not carry."""
 
 
 def become(request: dict[str, Any], process: dict[str, Any]) -> None:

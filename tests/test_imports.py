@@ -6,16 +6,20 @@ An edge goes to the module an import names (a package's ``__init__`` when it nam
 And imports point up a declared order of layers (``LAYERS``, the table in
 ``docs/reference/layout.md``): a module imports only from its own layer or the layers below.
 A registry's ``module:attribute`` strings are the one way down: they name the code an
-algorithm, env backend or worker group brings, loaded only when a run uses it."""
+algorithm, env backend or worker group brings, loaded only when a run uses it.
+
+And what a process imports when it starts leaves out what only some runs need."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from fnmatch import fnmatch
 from pathlib import Path
 
 import distrl
+from tests.helpers import CARTPOLE, run_python
 
 ROOT = Path(distrl.__file__).parent
 REFERENCE = re.compile(r"^(distrl(?:\.\w+)+):\w+$")
@@ -220,3 +224,33 @@ def test_launch_imports_nothing_of_ray() -> None:
         }
         names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not {n for n in names if n == "ray" or n.startswith("ray.")}, name
+
+
+_SHARDING_IMPORTS_OF_A_RUN = """
+import json, os, sys
+
+def loaded():
+    return [m for m in ("torch.distributed.checkpoint", "torch.distributed.tensor") if m in sys.modules]
+
+import distrl.entry
+at_start = loaded()
+from distrl.cli import main
+code = main(["train", "--config", sys.argv[1], "--run-dir", sys.argv[2], "train.total_steps=256",
+             "log.tensorboard=false", "log.progress=false"])
+print(json.dumps({"code": code, "at_start": at_start, "after_run": loaded()}), flush=True)
+os._exit(0)  # as ``distrl.cli.run`` exits, without the interpreter's teardown
+"""
+
+
+def test_start_up_imports_no_sharded_checkpoint_or_dtensor(tmp_path: Path) -> None:
+    """Every distrl process (a CLI call, a torchrun rank, a Ray actor) imports ``distrl.entry``,
+    which leaves out torch's distributed checkpoint and DTensor: most of a second, that only a
+    sharded learner or checkpoint needs. A run that checkpoints a learner that is not sharded
+    imports no distributed checkpoint either (DTensor it does: ``torch._dynamo`` imports it, and
+    torch's optimisers import that)."""
+    result = run_python("-c", _SHARDING_IMPORTS_OF_A_RUN, str(CARTPOLE), str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    assert (loaded["code"], loaded["at_start"]) == (0, [])
+    assert "torch.distributed.checkpoint" not in loaded["after_run"]
+    assert list((tmp_path / "run" / "checkpoints").iterdir())  # it did write a checkpoint

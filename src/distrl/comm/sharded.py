@@ -13,30 +13,29 @@ Acting, generating and evaluating take each rank a different number of forward p
 run on weights gathered once (``gathered``), not through FSDP's per-pass collectives; or, for
 GRPO's generation on the shards, with every rank stepping until all ranks are done
 (``models.generate``'s ``any_running``).
+
+FSDP is imported by ``shard_module_``, not here: it imports DTensor, most of a second of every
+distrl process's start-up, and only a sharded learner needs it.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import (
-    CPUOffloadPolicy,
-    FSDPModule,
-    MixedPrecisionPolicy,
-    OffloadPolicy,
-    fully_shard,
-    register_fsdp_forward_method,
-)
-from torch.distributed.tensor import DTensor
 
-from distrl.io.shards import full_tensor
+from distrl.io.shards import full_tensor, is_dtensor
 from distrl.timing import PhaseClock
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import FSDPModule
 
 GradientSync = Callable[[torch.Tensor], None]
 """Sums a tensor over all ranks in place (``algos.flat_gradients.GradientSync``)."""
@@ -58,6 +57,14 @@ def shard_module_(
     the gradients reduced in float32. ``offload``: the shards, gradients and optimiser state live
     in CPU memory and each unit's are copied to the device to be gathered (a CUDA learner's
     ``train.optimizer_offload``)."""
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+        register_fsdp_forward_method,
+    )
+
     # Said once per forward pass of a module whose outputs are views; distrl changes none in place.
     warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor")
     options = {
@@ -73,18 +80,26 @@ def shard_module_(
         register_fsdp_forward_method(module, method)
 
 
+def _fsdp_units(module: nn.Module) -> list[FSDPModule]:
+    """``module``'s FSDP units, itself included if it is one, without importing FSDP: no module
+    is sharded unless FSDP is imported already."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    if fsdp is None:
+        return []
+    return [unit for unit in module.modules() if isinstance(unit, fsdp.FSDPModule)]
+
+
 def resharded_(*modules: nn.Module) -> None:
     """Free whatever whole weights ``modules``' units still hold, so that their parameters are
     the shards again (FSDP keeps the root unit's after a forward pass, for the backward pass a
     frozen copy, a target network, never runs)."""
     for module in modules:
-        for unit in module.modules():
-            if isinstance(unit, FSDPModule):
-                unit.reshard()
+        for unit in _fsdp_units(module):
+            unit.reshard()
 
 
 def is_sharded(params: Iterable[torch.Tensor]) -> bool:
-    return any(isinstance(p, DTensor) for p in params)
+    return any(is_dtensor(p) for p in params)
 
 
 @contextmanager
@@ -92,7 +107,7 @@ def gathered(module: nn.Module) -> Iterator[None]:
     """Hold ``module``'s whole weights on every rank for the block: forward passes inside run no
     collective, so ranks may run different numbers of them. Entering and leaving are collectives
     (every rank enters). A module that is not sharded is left as it is."""
-    units = [unit for unit in module.modules() if isinstance(unit, FSDPModule)]
+    units = _fsdp_units(module)
     if not units:
         yield
         return
