@@ -56,7 +56,9 @@ def _signal_handlers_kept() -> Iterator[None]:
 SHARED_MACHINE_STATE = {
     # A Ray instance a test starts itself (Ray's test cluster, a run's local Ray, the chaos
     # soak's), so that two never meet on a port Ray chooses by default. Tests on the session's
-    # head need no group: each worker has a head of its own, on a port from the worker's range.
+    # head need no group: each worker has a head of its own, its address on a port from the
+    # worker's range (the fixed ports a second head fails to take, its client server's and
+    # dashboard's, serve nothing the tests use).
     "own-ray": (
         "tests/ray/test_workers.py::test_every_way_a_worker_ends_is_named_from_rays_tables",
         "tests/ray/test_launch.py::test_without_an_address_a_local_ray_with_token_auth_runs_the_job",

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CARTPOLE, CARTPOLE_A2C, CARTPOLE_DQN, GRPO_REVERSE, PENDULUM_SAC, REPO, distrl
+from tests.helpers import (
+    CARTPOLE,
+    CARTPOLE_A2C,
+    CARTPOLE_DQN,
+    GRPO_REVERSE,
+    PENDULUM_SAC,
+    REPO,
+    distrl,
+    train_ranks,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +68,14 @@ def test_cartpole_dqn_single_process_solves(tmp_path: Path, seed: int) -> None:
 @pytest.mark.learning(seeds=10, kept=1)
 def test_cartpole_a2c_single_process_solves(tmp_path: Path, seed: int) -> None:
     assert train_and_eval(CARTPOLE_A2C, tmp_path, "--seed", str(seed)) >= 475
+
+
+@pytest.mark.learning(seeds=10)
+def test_cartpole_a2c_two_ranks_solve(tmp_path: Path, seed: int) -> None:
+    """Two ranks, each stepping half of the config's envs, their gradients averaged."""
+    result = train_ranks(2, "--config", str(CARTPOLE_A2C), "--run-dir", str(tmp_path), "--seed", str(seed))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert evaluate(tmp_path) >= 475
 
 
 @pytest.mark.learning(seeds=3)

@@ -96,7 +96,8 @@ def test_workers_get_their_jax_variables_and_the_arguments_verbatim(
     coordinator: tuple[str, str],
 ) -> None:
     program = write_program(tmp_path, "record_env.py", RECORD_ENV)
-    env = {**clean_env(), "PYTHONPATH": str(tmp_path)}
+    # No JAX variable of the caller's (the session's compile cache), so every one seen is the launcher's.
+    env = {k: v for k, v in clean_env().items() if not k.startswith("JAX_")} | {"PYTHONPATH": str(tmp_path)}
     del env["OMP_NUM_THREADS"]  # the launcher's default: 1
     worker_args = ["--config", "c.yaml", "--nnodes", "5", "-m", "x", "algo.gamma=0.9"]
     target = ["-m", "record_env"] if module else [program]
