@@ -27,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Workers share the cores: a worker's intra-op threads would spin against the others'
         # (a 4 s test took 22 s). Runs in processes of their own get one thread anyway (clean_env).
         torch.set_num_threads(1)
-    if not os.environ.get("PYTEST_XDIST_WORKER") and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    elif "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         # One XLA compile cache for the run: the JAX and Brax runs in its processes (workers,
         # ranks, CLI calls) compile the same programs. A run's own, so no result outlives it.
         cache = tempfile.mkdtemp(prefix="distrl-xla-cache-")
