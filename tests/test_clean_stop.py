@@ -93,7 +93,9 @@ def _described(processes: Iterable[psutil.Process]) -> list[tuple[int, int, str]
     described = []
     for process in processes:
         with contextlib.suppress(psutil.Error, OSError):
-            described.append((process.pid, os.getsid(process.pid), " ".join(process.cmdline())[:150]))
+            # Whole: what is looked for in it may come late (torchrun's agent names its script
+            # after its options, and the clone's path comes first).
+            described.append((process.pid, os.getsid(process.pid), " ".join(process.cmdline())))
     return described
 
 
