@@ -77,8 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint`` and ``--best``: which checkpoint a command reads."""
     parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
+    parser.add_argument(
+        "--best",
+        action="store_true",
+        help="the run's checkpoint that scored best at its own checks (checkpoint.keep_best), not its newest",
+    )
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    add_checkpoint_arguments(parser)
     parser.add_argument("--episodes", type=int, default=None, help="episodes (default: eval.episodes)")
     parser.add_argument("--seed", type=int, default=None, help="first episode seed (default: eval.seed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -344,7 +354,7 @@ def command_eval(args: argparse.Namespace) -> int:
     from distrl.eval.policy import load_policy
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
-    loaded = load_policy(args.checkpoint)
+    loaded = load_policy(args.checkpoint, best=args.best)
     episodes = args.episodes if args.episodes is not None else loaded.cfg.eval.episodes
     if episodes < 1:
         raise UserError(f"--episodes {episodes}: must be at least 1")
@@ -358,6 +368,7 @@ def command_eval(args: argparse.Namespace) -> int:
         "returns": returns,
         "env": load(known.evaluated_on)(loaded.cfg),
         "checkpoint": str(loaded.checkpoint),
+        "chosen": loaded.chosen,
         "global_step": loaded.global_step,
     }
     print(json.dumps(result) if args.json else known.eval_line.format(**result))
@@ -418,7 +429,7 @@ class _ExportFormats:
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint dir or run dir")
+    add_checkpoint_arguments(parser)
     parser.add_argument(
         "--format",
         required=True,
@@ -434,7 +445,7 @@ def command_export(args: argparse.Namespace) -> int:
     from distrl.algos.registry import algorithm, export
     from distrl.eval.policy import load_policy
 
-    loaded = load_policy(args.checkpoint)
+    loaded = load_policy(args.checkpoint, best=args.best)
     formats = algorithm(loaded.cfg.algo.name).exports
     if args.format not in formats:
         raise UserError(
@@ -443,7 +454,8 @@ def command_export(args: argparse.Namespace) -> int:
         )
     export(loaded.cfg, loaded.policy, loaded.observation_space, args.format, args.out, "--out")
     print(
-        f"distrl: exported the {loaded.algorithm} policy of {loaded.checkpoint} to {args.out} ({args.format})"
+        f"distrl: exported the {loaded.algorithm} policy of the {loaded.chosen} checkpoint "
+        f"{loaded.checkpoint} to {args.out} ({args.format})"
     )
     return 0
 
@@ -553,6 +565,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             (
                 "distrl eval --checkpoint runs/cartpole_ppo",
                 "the run's newest checkpoint, eval.episodes episodes",
+            ),
+            (
+                "distrl eval --checkpoint runs/cartpole_ppo --best",
+                "the checkpoint whose weights scored best at the run's own checks",
             ),
             ("distrl eval --checkpoint runs/cartpole_ppo --episodes 100 --json", "one JSON object"),
         ),

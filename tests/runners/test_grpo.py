@@ -211,6 +211,21 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
     assert set(report["returns"]) <= {0.0, 1.0}  # exact match, whatever the training reward
     said = distrl("eval", "--checkpoint", str(run_dir), "--episodes", "6").stdout
     assert said.startswith("task reverse: held-out exact match "), said
+    assert "(newest checkpoint " in said, said
+    # The best checkpoint is the first with the highest held-out exact match (not the stop check's).
+    heldout = [
+        (row["heldout/exact_match"], row["global_step"]) for row in rows if "heldout/exact_match" in row
+    ]
+    top = max(score for score, _ in heldout)
+    record = ckpt.best_checkpoint(run_dir / "checkpoints")
+    assert record is not None and record["metric"] == "heldout/exact_match"
+    assert (record["value"], record["global_step"]) == next((s, g) for s, g in heldout if s == top)
+    best = distrl("eval", "--checkpoint", str(run_dir), "--episodes", "6", "--best", "--json")
+    assert best.returncode == 0, best.stderr
+    assert (json.loads(best.stdout)["chosen"], json.loads(best.stdout)["global_step"]) == (
+        "best",
+        record["global_step"],
+    )
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ POLICY_FILES = {"torchscript": "distrl.io.export:export_policy", "onnx": "distrl
 """Export formats of a policy of tensors in and actions out: one TorchScript or ONNX file."""
 EPISODES_LINE = (
     "{env}: return {return_mean:.1f} +- {return_std:.1f} over {episodes} deterministic episodes "
-    "({checkpoint})"
+    "({chosen} checkpoint {checkpoint})"
 )
 """``distrl eval``'s line for returns of deterministic episodes in an env."""
 
@@ -123,7 +123,8 @@ class Algorithm:
     ``distrl eval`` names it (its JSON's ``env``)."""
     eval_line: str = EPISODES_LINE
     """``distrl eval``'s printed line, a ``str.format`` template of its JSON's keys (``env``,
-    ``return_mean``, ``return_std``, ``episodes``, ``checkpoint``, ``global_step``)."""
+    ``return_mean``, ``return_std``, ``episodes``, ``checkpoint``, ``chosen``: newest, best or
+    given, ``global_step``)."""
     exports: dict[str, str] = field(default_factory=POLICY_FILES.copy)
     """``module:function`` of ``(deployable policy, observation space, format, out, where) ->
     None`` by the export format it writes (``distrl export --format``; ``output.path`` writes
@@ -136,6 +137,10 @@ class Algorithm:
     per episode}``: what the loop evaluates every ``eval.every`` updates of a run without eval
     workers, logging each metric's mean over ``eval.episodes`` episodes split over the ranks
     (GRPO's ``heldout/*``); None: such a run evaluates only for ``train.stop_return``."""
+    best_metric: str = "stop_check_return"
+    """The metrics row's key whose highest value marks the best checkpoint
+    (``checkpoint.keep_best``): a score of the ranks' own weights at that update (by default the
+    stop check's return; GRPO's held-out exact match)."""
     worker_groups: tuple[WorkerGroup, ...] = ()
     """Ray mode's worker groups of its own, each in the place of the generic group it
     ``replaces`` (``ray.groups.WORKER_GROUPS``), else after the generic ones: its runs' config
@@ -220,11 +225,13 @@ ALGORITHMS: dict[str, Algorithm] = {
             evaluator="distrl.eval.completions:evaluate_completions",
             evaluated_on="distrl.eval.completions:task_name",
             eval_line=(
-                "{env}: held-out exact match {return_mean:.3f} over {episodes} prompts, greedy ({checkpoint})"
+                "{env}: held-out exact match {return_mean:.3f} over {episodes} prompts, greedy "
+                "({chosen} checkpoint {checkpoint})"
             ),
             exports={"transformers": "distrl.models.transformers_export:export_transformers"},
             export_check="distrl.models.transformers_export:check_can_export_transformers",
             periodic_eval="distrl.eval.completions:held_out_metrics",
+            best_metric="heldout/exact_match",
             worker_groups=(
                 WorkerGroup(
                     "verifier",

@@ -300,6 +300,12 @@ class CheckpointConfig(Section):
     """Also write one when this many minutes passed since the last (rank 0's clock decides)."""
     keep_last: PositiveInt = 3
     """Checkpoints kept; older ones are deleted only after a newer one is safely on disk."""
+    keep_best: bool = True
+    """Also write a checkpoint whenever a check the ranks make of their own weights scores higher
+    than every earlier one (the stop check's return, ``train.stop_return``; GRPO's held-out exact
+    match every ``eval.every`` updates), and keep it beside the newest ``keep_last``;
+    ``distrl eval --best`` evaluates it. Eval workers' results do not count: they score older
+    weights than the ranks hold."""
 
 
 class OutputConfig(Section):

@@ -25,15 +25,26 @@ class LoadedPolicy:
     observation_space: gym.spaces.Box
     checkpoint: Path
     global_step: int
+    chosen: str
+    """Which of a run's checkpoints it is: "newest", "best" (``checkpoint.keep_best``), or
+    "given" (a checkpoint dir named)."""
 
 
-def load_policy(path: Path) -> LoadedPolicy:
-    """Rebuild the deterministic policy stored in a checkpoint or run dir; no env is built."""
-    checkpoint = ckpt.resolve_checkpoint(path)
+def load_policy(path: Path, best: bool = False) -> LoadedPolicy:
+    """Rebuild the deterministic policy stored in a checkpoint or run dir (its newest checkpoint,
+    or with ``best`` the one that scored best at the run's own checks); no env is built."""
+    checkpoint = ckpt.resolve_checkpoint(path, best=best)
+    chosen = "given" if checkpoint == path else "best" if best else "newest"
     saved = read_state(ckpt.load_checkpoint(checkpoint), checkpoint)
     cfg, policy = policy_from_saved(saved, str(checkpoint / "state.json"))
     return LoadedPolicy(
-        cfg, policy, saved.meta["algorithm"], saved.observation_space, checkpoint, saved.meta["global_step"]
+        cfg,
+        policy,
+        saved.meta["algorithm"],
+        saved.observation_space,
+        checkpoint,
+        saved.meta["global_step"],
+        chosen,
     )
 
 

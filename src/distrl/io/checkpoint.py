@@ -27,6 +27,9 @@ from distrl.io import shards as sharded_files
 
 CheckpointFiles = dict[str, bytes]
 MANIFEST = "manifest.json"
+BEST = "best.json"
+"""Beside the checkpoints: which one holds the weights that scored best at the run's own checks
+(``checkpoint.keep_best``), and the score; that one is kept whatever ``keep_last`` says."""
 _PREFIX = "step_"
 
 
@@ -68,11 +71,17 @@ def shards_dir(root: Path, global_step: int) -> Path:
 
 
 def save_checkpoint(
-    root: Path, global_step: int, files: CheckpointFiles, keep_last: int, shards: Path | None = None
+    root: Path,
+    global_step: int,
+    files: CheckpointFiles,
+    keep_last: int,
+    shards: Path | None = None,
+    best: dict[str, Any] | None = None,
 ) -> Path:
     """Atomically write ``files`` as ``root/step_<global_step>`` and prune old checkpoints;
     ``shards``: the ``shards_dir`` the ranks wrote their folders of shards in, which becomes the
-    checkpoint (the manifest lists their files too)."""
+    checkpoint (the manifest lists their files too); ``best``: its weights' score, the best so far
+    (recorded in ``root/best.json`` once the checkpoint is complete)."""
     final = root / checkpoint_dir_name(global_step)
     tmp = shards or root / f".{final.name}.tmp-{os.getpid()}"
     if shards is None:
@@ -92,6 +101,8 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        if best is not None:
+            _write_atomically(root / BEST, json_to_bytes({"checkpoint": final.name, **best}))
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(
@@ -137,11 +148,18 @@ class BackgroundWriter:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
         self._pending: Future[Path] | None = None
 
-    def submit(self, global_step: int, files: CheckpointFiles, shards: Path | None = None) -> None:
-        """``save_checkpoint`` of ``files`` (and the ``shards`` the ranks wrote) in the background."""
+    def submit(
+        self,
+        global_step: int,
+        files: CheckpointFiles,
+        shards: Path | None = None,
+        best: dict[str, Any] | None = None,
+    ) -> None:
+        """``save_checkpoint`` of ``files`` (and the ``shards`` the ranks wrote, and its ``best``
+        score) in the background."""
         self.wait()  # one write in flight at a time, and its errors surface here
         self._pending = self._pool.submit(
-            save_checkpoint, self.root, global_step, files, self.keep_last, shards
+            save_checkpoint, self.root, global_step, files, self.keep_last, shards, best
         )
 
     def wait(self) -> Path | None:
@@ -163,14 +181,37 @@ def list_checkpoints(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX))
 
 
-def resolve_checkpoint(path: Path) -> Path:
-    """Accept a checkpoint dir, a run dir or a run's ``checkpoints/`` dir; return the newest."""
+def best_checkpoint(root: Path) -> dict[str, Any] | None:
+    """``root/best.json``: the checkpoint that scored best at the run's own checks (its name under
+    ``checkpoint``), the metric and its value; None when the run kept none."""
+    try:
+        return json.loads((root / BEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def resolve_checkpoint(path: Path, best: bool = False) -> Path:
+    """Accept a checkpoint dir, a run dir or a run's ``checkpoints/`` dir; return the newest, or
+    with ``best`` the one whose weights scored best at the run's own checks."""
     if (path / MANIFEST).is_file():
+        if best:
+            raise UserError(f"--best picks a checkpoint of a run: give the run dir, not checkpoint {path}")
         return path
     for root in (path / "checkpoints", path):
+        if best:
+            record = best_checkpoint(root)
+            if record is not None and (root / record["checkpoint"] / MANIFEST).is_file():
+                return root / record["checkpoint"]
+            continue
         found = list_checkpoints(root)
         if found:
             return found[-1]
+    if best:
+        raise UserError(
+            f"no best checkpoint at {path}: the run kept none (checkpoint.keep_best is off, or no check "
+            "of its own scored its weights: train.stop_return unset, or GRPO's held-out prompts scored "
+            "by eval workers); its newest is evaluated without --best"
+        )
     raise UserError(f"no checkpoint found at {path} (expected a run dir or a checkpoint dir)")
 
 
@@ -204,5 +245,19 @@ def load_checkpoint(path: Path, verify_shards: bool = True) -> CheckpointFiles:
 
 
 def _prune(root: Path, keep_last: int) -> None:
+    """All but the newest ``keep_last`` checkpoints go, except the best one (``BEST``)."""
+    record = best_checkpoint(root)
+    best = record["checkpoint"] if record is not None else None
     for old in list_checkpoints(root)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        if old.name != best:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, which a reader sees whole or as it was."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

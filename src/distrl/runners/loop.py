@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
-from distrl.algos.registry import evaluator, export, output_format, periodic_evaluator
+from distrl.algos.registry import algorithm, evaluator, export, output_format, periodic_evaluator
 from distrl.config.run import describe_changes
 from distrl.errors import UserError
 from distrl.eval.policy import policy_from_saved
@@ -53,6 +53,8 @@ class Agreement:
 
     preempted: bool
     checkpoint_due: bool
+    best_due: bool
+    """This update's check scored the ranks' weights higher than any earlier (``checkpoint.keep_best``)."""
 
 
 class PreemptionSignal(Protocol):
@@ -108,6 +110,13 @@ class TrainingLoop:
         eval workers (``Algorithm.periodic_eval``; set when ``run()`` starts)."""
         self.checkpoint_writer: ckpt.BackgroundWriter | None = None
         """Rank 0's checkpoint writer, open while ``run()`` runs."""
+        keep_best = self.cfg.checkpoint.keep_best
+        self.best_metric = algorithm(self.cfg.algo.name).best_metric if keep_best else None
+        """The row's key whose highest value marks the best checkpoint; None: none is kept."""
+        self._best: dict[str, Any] | None = None
+        """Rank 0's record of the best checkpoint so far (``checkpoints/best.json``)."""
+        self._best_candidate: dict[str, Any] | None = None
+        """Rank 0's record of this update's score when it beats ``_best``."""
         self._last_checkpoint = (0, time.monotonic())
         """(global step, monotonic time) of the last checkpoint."""
         self._last_row_time = 0.0
@@ -129,9 +138,11 @@ class TrainingLoop:
             self.checkpoint_writer = ckpt.BackgroundWriter(
                 self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
             )
+            self._best = ckpt.best_checkpoint(self.run_dir / "checkpoints")  # an earlier launch's
         profile = self.run_dir / "profile" / f"rank{self.comm.rank}.json"
         profiler = UpdateProfiler(self.cfg.log.profile_updates, profile)
         row: dict[str, Any] = {}
+        best_unsaved = False
         try:
             # Inside the try: whatever fails from here on (the runner's start included), the
             # handlers are put back and the runner, writer and logger closed.
@@ -169,9 +180,10 @@ class TrainingLoop:
                                 self.update_index, self.global_step, self._gathered(result.trained)
                             )
                     self._count_bad_updates(result.skipped)
-                    agreed = self._agree()
+                    agreed = self._agree(row)
+                    best_unsaved = agreed.best_due
                     if agreed.preempted:
-                        self.save_checkpoint()
+                        self.save_checkpoint(best=agreed.best_due)
                         raise Preempted(
                             self.preemption.signal_name or "a signal on another rank", self.global_step
                         )
@@ -180,10 +192,12 @@ class TrainingLoop:
                         break
                     # A skipped update changed nothing worth saving: keep the last good checkpoint newest.
                     healthy = not self.bad_updates_in_a_row
-                    if agreed.checkpoint_due and healthy and self.global_step < total_steps:
+                    due = agreed.checkpoint_due or agreed.best_due
+                    if due and healthy and self.global_step < total_steps:
                         with self.clock("checkpoint"):
-                            self.save_checkpoint()
-                self.save_checkpoint()
+                            self.save_checkpoint(best=agreed.best_due)
+                        best_unsaved = False
+                self.save_checkpoint(best=best_unsaved)
                 if output is not None:
                     self._write_output(output)
         finally:
@@ -258,12 +272,29 @@ class TrainingLoop:
         row.update(timing)
         return row
 
-    def _agree(self) -> Agreement:
+    def _agree(self, row: dict[str, Any]) -> Agreement:
         """A preemption signal on any rank stops every rank; rank 0's clock alone decides
-        time-based checkpoint intervals, and every rank follows it."""
-        local = [float(self.preemption.raised), float(self.comm.is_main and self._checkpoint_due())]
-        preempted, checkpoint_due = self.comm.sum_scalars(local)
-        return Agreement(preempted=preempted > 0, checkpoint_due=checkpoint_due > 0)
+        time-based checkpoint intervals, and its record of the best score whether ``row``'s beats
+        it; every rank follows it."""
+        main = self.comm.is_main
+        local = [
+            float(self.preemption.raised),
+            float(main and self._checkpoint_due()),
+            float(main and self._beats_best(row)),
+        ]
+        preempted, checkpoint_due, best_due = self.comm.sum_scalars(local)
+        return Agreement(preempted=preempted > 0, checkpoint_due=checkpoint_due > 0, best_due=best_due > 0)
+
+    def _beats_best(self, row: dict[str, Any]) -> bool:
+        """Whether ``row`` scores the ranks' weights (``best_metric``) higher than every earlier
+        check of the run; if so its record waits in ``_best_candidate`` for the checkpoint."""
+        value = row.get(self.best_metric) if self.best_metric is not None else None
+        if value is None or not math.isfinite(value):
+            return False
+        if self._best is not None and value <= self._best["value"]:
+            return False
+        self._best_candidate = {"metric": self.best_metric, "value": value, "global_step": self.global_step}
+        return True
 
     def _count_bad_updates(self, skipped: bool) -> None:
         """Stop once ``train.max_bad_updates`` updates in a row had non-finite numbers."""
@@ -373,9 +404,10 @@ class TrainingLoop:
         )
 
     # ----------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, best: bool = False) -> None:
         """Collective: every rank contributes its RNG state, parameter digest and own state;
-        rank 0 checks the digests agree and writes."""
+        rank 0 checks the digests agree and writes; ``best``: and records it as the best so far
+        (``_best_candidate``)."""
         state = self.runner.train_state()
         mine = {
             "torch_rng": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
@@ -403,7 +435,11 @@ class TrainingLoop:
                 "config": self.cfg.model_dump(mode="json"),
                 "ranks": ranks,
             }
-            self.checkpoint_writer.submit(self.global_step, train_state.state_files(state, meta), shards)
+            record = self._best_candidate if best else None
+            files = train_state.state_files(state, meta)
+            self.checkpoint_writer.submit(self.global_step, files, shards, best=record)
+            if record is not None:
+                self._best = record
         self._last_checkpoint = (self.global_step, time.monotonic())
 
     def _write_output(self, out: Path) -> None:
