@@ -3,10 +3,15 @@ fault cost and how every process's memory moved.
 
 Usage:
     python benchmarks/chaos_soak.py --workload WORKLOAD [--minutes 30] [--fault-every 60]
-        [--seed 0] [--run-dir DIR] [--out results/chaos_<workload>.json]
+        [--faults N] [--seed 0] [--set KEY=VALUE ...] [--run-dir DIR]
+        [--out results/chaos_<workload>.json]
 
 ``--fault-every 0`` runs the workload without faults: the memory baseline, every process living
-the whole run.
+the whole run. ``--faults N`` ends the soak once N faults were injected and recovered from (or at
+``--minutes``, whichever comes first): the first N kinds of the drawn order, so N distinct kinds
+up to the workload's count, however fast or slow the machine. ``--set KEY=VALUE`` adds a config
+override to the workload's command line (e.g. a shorter ``workers.call_timeout_s``, so that a
+hang is named sooner).
 
 Workloads: 2 ranks under torchrun's elastic agent of PPO on CartPole (``ppo-torchrun``), on
 Pong's pixels (``atari-ppo-torchrun``), recurrent PPO (``lstm-ppo-torchrun``), SAC on Pendulum
@@ -105,9 +110,13 @@ class Workload:
 
 
 class Soak:
-    def __init__(self, workload: str, run_dir: Path, seed: int, fault_every: float) -> None:
+    def __init__(
+        self, workload: str, run_dir: Path, seed: int, fault_every: float, overrides: list[str]
+    ) -> None:
         self.workload_name = workload
         self.workload = WORKLOADS[workload]
+        self.overrides = overrides
+        """Config overrides after the workload's own (``--set``)."""
         self.run_dir = run_dir
         self.rng = random.Random(seed)
         self.fault_every = fault_every
@@ -126,8 +135,8 @@ class Soak:
         self.launches += 1
         out = self.log.open("a")
         self.process = subprocess.Popen(
-            self.workload.command(self, resume), cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
+            [*self.workload.command(self, resume), *self.overrides], cwd=REPO, stdout=out,
+            stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
         )  # fmt: skip
 
     def rows(self, last: int | None = None) -> list[dict]:
@@ -180,6 +189,13 @@ class Soak:
             if self.process is not None and self.process.poll() is not None:
                 self.start(resume=True)
             time.sleep(2.0)
+
+    def wait_for_start(self, seconds: float) -> None:
+        """Sample while ``seconds`` pass, then until the first checkpoint is written: past
+        start-up, every worker up, however loaded the machine."""
+        self.wait(seconds)
+        while not list((self.run_dir / "checkpoints").glob("step_*")):
+            self.wait(1.0)
 
     # ----------------------------------------------------------------------------- faults
     def inject(self, kind: str) -> None:
@@ -531,23 +547,33 @@ def main() -> None:
     parser.add_argument(
         "--fault-every", type=float, default=60.0, help="at most this many seconds between faults"
     )
+    parser.add_argument(
+        "--faults", type=int, default=0, help="end after this many faults (0: at --minutes only)"
+    )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override of the run"
+    )
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     run_dir = args.run_dir or REPO / "runs" / f"chaos_{args.workload}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    soak = Soak(args.workload, run_dir, args.seed, args.fault_every)
+    soak = Soak(args.workload, run_dir, args.seed, args.fault_every, args.set)
     soak.log.unlink(missing_ok=True)
     kinds = list(soak.workload.kinds)
     soak.start(resume=False)
     try:
-        soak.wait(20.0)  # past start-up and the first checkpoint
+        soak.wait_for_start(20.0)
         order: list[str] = []
         if not args.fault_every:  # the memory baseline: the same run without faults
             soak.wait(args.minutes * 60 - 20.0)
-        while args.fault_every and time.monotonic() - soak.began < args.minutes * 60:
+        while (
+            args.fault_every
+            and time.monotonic() - soak.began < args.minutes * 60
+            and not (args.faults and len(soak.faults) >= args.faults)
+        ):
             if not order:
                 order = soak.rng.sample(kinds, len(kinds))
             soak.wait(soak.rng.uniform(args.fault_every / 3, args.fault_every))

@@ -32,6 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # ranks, CLI calls) compile the same programs. A run's own, so no result outlives it.
         cache = tempfile.mkdtemp(prefix="distrl-xla-cache-")
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+        # Small programs too (JAX caches only compiles of 1 s or more): a JAX process compiles
+        # dozens of small ones, about 2 s of its start-up that a later process need not repeat.
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
     stop = SessionStop()
     config.add_cleanup(stop.close)  # the very end of the session, whatever ended it

@@ -1,10 +1,13 @@
 """Runs in one process that collected runs are compared with, bit for bit: collector processes
 beside a rank (tests/collect/test_processes.py) and Ray's env workers beside a learner
-(tests/ray/test_env_workers.py). Each is trained once per test session, on first use
-(``reference_run``, registered in conftest.py)."""
+(tests/ray/test_env_workers.py). Each is trained once per test session (by one of pytest-xdist's
+workers), on first use (``reference_run``, registered in conftest.py)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,15 +61,21 @@ def train(run_dir: Path, config: Path, *overrides: str) -> list[dict]:
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """The run dir of ``REFERENCE_RUNS[name]``, trained on first use and shared by the session's
-    tests: read it, never write to it."""
-    trained: dict[str, Path] = {}
+    tests: read it, never write to it. Under pytest-xdist every worker's tests share it too (in
+    the temp dir the workers' own are in): the first to need it trains it, the others wait."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
 
     def run_dir(name: str) -> Path:
-        if name not in trained:
-            path = tmp_path_factory.mktemp(f"reference-{name}")
-            run = REFERENCE_RUNS[name]
-            train(path, run.config, *run.overrides)
-            trained[name] = path
-        return trained[name]
+        path, trained = shared / f"reference-{name}", shared / f"reference-{name}.trained"
+        with (shared / f"reference-{name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+            if not trained.exists():
+                shutil.rmtree(path, ignore_errors=True)  # what a failed try left
+                run = REFERENCE_RUNS[name]
+                train(path, run.config, *run.overrides)
+                trained.touch()
+        return path
 
     return run_dir

@@ -1,8 +1,8 @@
-"""One JAX PPO update on a fixed global batch of 8 steps x 6 envs: alone, on all of it; under
-``python -m distrl.launch.jax``, each process on its share of the envs. Writes this process's
-parameters before and after to ``OUT/rank<r>_before.safetensors`` and
-``OUT/rank<r>.safetensors``, and the update's mean gradient norm (that of the global gradient)
-to ``OUT/rank<r>_grad_norm.txt``."""
+"""One JAX PPO update on a fixed global batch of 8 steps x 6 envs: alone, on all of it (the test
+calls ``write_update`` in its own process); under ``python -m distrl.launch.jax``, each process on
+its share of the envs. Writes this process's parameters before and after to
+``OUT/rank<r>_before.safetensors`` and ``OUT/rank<r>.safetensors``, and the update's mean gradient
+norm (that of the global gradient) to ``OUT/rank<r>_grad_norm.txt``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from distrl.algos.ppo_jax import Rollout
+from distrl.comm.jax_comm import JaxComm
 from distrl.config.run import load_config
 from distrl.io import checkpoint as ckpt
 from distrl.launch.jax_group import connect_jax
@@ -36,8 +37,8 @@ def global_batch() -> tuple[Rollout, np.ndarray]:
     return rollout, rng.normal(size=ENVS).astype(f32)
 
 
-def main(out: Path) -> None:
-    comm = connect_jax(discover_topology(), timeout_s=60)
+def write_update(comm: JaxComm, out: Path) -> None:
+    """Take the update on this rank's share of the batch and write what the module docstring says."""
     # One minibatch per epoch: every rank's part of it is its whole share, whatever its order.
     cfg = load_config(None, ["algo.update_epochs=3", "algo.num_minibatches=1", "algo.learning_rate=0.01"])
     space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
@@ -51,8 +52,9 @@ def main(out: Path) -> None:
     (out / f"rank{comm.rank}_grad_norm.txt").write_text(repr(float(stats.grad_norm)))
     tensors = learner.train_state().model_tensors()
     (out / f"rank{comm.rank}.safetensors").write_bytes(ckpt.tensors_to_bytes(tensors))
-    comm.close()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    launched = connect_jax(discover_topology(), timeout_s=60)
+    write_update(launched, Path(sys.argv[1]))
+    launched.close()

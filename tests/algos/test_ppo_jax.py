@@ -9,15 +9,26 @@ import pytest
 import torch
 
 from distrl.io import checkpoint as ckpt
-from tests.helpers import jax_launch, run_python
+from tests.helpers import jax_launch
 
 pytest.importorskip("jax", reason="the jax extra is installed by make test")
+
+from distrl.comm.jax_comm import JaxComm  # noqa: E402
+from tests.algos.jax_update_worker import write_update  # noqa: E402
+
 WORKER = str(Path(__file__).with_name("jax_update_worker.py"))
 
 
-def _run(out: Path, nproc: int) -> None:
+def _run_one(out: Path) -> None:
+    """The one-process update in this process (a one-device mesh, as a lone launched process
+    gets): no interpreter to start and import JAX in, as a subprocess would need."""
     out.mkdir()
-    result = run_python(WORKER, str(out)) if nproc == 1 else jax_launch(nproc, WORKER, str(out))
+    write_update(JaxComm(), out)
+
+
+def _run_two(out: Path) -> None:
+    out.mkdir()
+    result = jax_launch(2, WORKER, str(out))
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -27,8 +38,8 @@ def _params(path: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_two_processes_take_the_one_process_step_on_the_whole_batch(tmp_path: Path) -> None:
-    _run(tmp_path / "one", 1)
-    _run(tmp_path / "two", 2)
+    _run_one(tmp_path / "one")
+    _run_two(tmp_path / "two")
     reference = _params(tmp_path / "one" / "rank0.safetensors")
     rank0, rank1 = (_params(tmp_path / "two" / f"rank{r}.safetensors") for r in range(2))
     before = _params(tmp_path / "one" / "rank0_before.safetensors")

@@ -31,6 +31,19 @@ class CountingEnv(gym.Env):
         return np.array([self.count * self.scale, 1.0], dtype=np.float32)
 
 
+class PacedEnv(CountingEnv):
+    """Like CountingEnv, but each step sleeps ``step_s`` first: a run that must last until a
+    worker killed mid-run comes back mostly sleeps, leaving the shared cores to other tests."""
+
+    def __init__(self, step_s: float = 0.002) -> None:
+        super().__init__()
+        self.step_s = step_s
+
+    def step(self, action):
+        time.sleep(self.step_s)
+        return super().step(action)
+
+
 class BrokenSensorEnv(CountingEnv):
     """Like CountingEnv, but after ``healthy_steps`` steps every observation is NaN."""
 

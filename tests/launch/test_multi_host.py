@@ -305,7 +305,7 @@ def test_losing_a_host_the_run_goes_on_on_the_other_with_global_sizes_kept(
     launcher and ranks killed); the first host's rank fails its collective, its agent starts
     again with the hosts left, and the run resumes on 1 rank from the newest checkpoint (in a run
     dir both hosts share), saying so in one line, and ends at its budget."""
-    run_dir, total = tmp_path / "shared-run", 160 * 512
+    run_dir, total = tmp_path / "shared-run", 48 * 512
     procs = []
     for i in range(2):
         conf = c10d(i, cluster_names=False)
@@ -421,10 +421,10 @@ def test_ray_head_and_worker_node_on_two_hosts_run_env_workers_on_both(
     cluster, run_dir = ray_on_two_hosts, tmp_path / "run"
     ray_train(
         cluster.hosts, cluster.head, cluster.env, run_dir, "--config", str(CARTPOLE),
-        "--total-steps", "16384", "train.stop_return=null", "workers.env=3", "workers.cpus_per_env=0.5",
+        "--total-steps", "8192", "train.stop_return=null", "workers.env=3", "workers.cpus_per_env=0.5",
     )  # fmt: skip
     state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
-    assert state["global_step"] == 16384
+    assert state["global_step"] == 8192
     assert sampled_nodes(run_dir, "env") == set(ADDRESSES)  # env workers on both hosts
 
 

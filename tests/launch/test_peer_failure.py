@@ -3,39 +3,33 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.distributed import free_port
-from tests.helpers import CARTPOLE, GRPO_REVERSE, clean_env
+from tests.helpers import CARTPOLE, GRPO_REVERSE, Started, clean_env, start_distrl
 
 TIMEOUT_S = 10
 
 
-def start_slurm_style_ranks(run_dir: Path, *training: str) -> list[subprocess.Popen]:
+def start_slurm_style_ranks(run_dir: Path, *training: str) -> Started:
+    """Two ranks with SLURM's variables, forked as ``srun``'s tasks would start (how they are
+    started is not what these tests are about: what the survivor does is)."""
     port = free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **clean_env(),
-            "SLURM_PROCID": str(rank),
-            "SLURM_LOCALID": str(rank),
-            "SLURM_NTASKS": "2",
-            "SLURM_JOB_NODELIST": "localhost",
-            "MASTER_PORT": str(port),
-        }
-        cmd = [
-            sys.executable, "-m", "distrl.train", *(training or ("--config", str(CARTPOLE))),
-            "--run-dir", str(run_dir), "--total-steps", "100000000", "train.stop_return=null",
-            f"comm.timeout_s={TIMEOUT_S}", "--distributed",
-        ]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
-    return procs
+    argv = [
+        "train", *(training or ("--config", str(CARTPOLE))), "--run-dir", str(run_dir), "--total-steps",
+        "100000000", "train.stop_return=null", f"comm.timeout_s={TIMEOUT_S}", "--distributed",
+    ]  # fmt: skip
+    envs = [
+        {**clean_env(), "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": "2",
+         "SLURM_JOB_NODELIST": "localhost", "MASTER_PORT": str(port)}
+        for rank in range(2)
+    ]  # fmt: skip
+    return start_distrl([(argv, env) for env in envs])
 
 
 SHARDED_GRPO = ("--config", str(GRPO_REVERSE), "train.sharding=fsdp", "log.progress=false")
@@ -51,21 +45,20 @@ SHARDED_GRPO = ("--config", str(GRPO_REVERSE), "train.sharding=fsdp", "log.progr
 def test_survivor_fails_clearly_within_the_timeout(
     tmp_path: Path, fault: signal.Signals, training: tuple[str, ...]
 ) -> None:
-    survivor, victim = start_slurm_style_ranks(tmp_path, *training)
+    survivor, victim = 0, 1
     metrics = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
-        assert time.monotonic() < deadline and survivor.poll() is None
-        time.sleep(0.1)
-    victim.send_signal(fault)
-    start = time.monotonic()
-    try:
-        _, stderr = survivor.communicate(timeout=TIMEOUT_S + 60)
-    finally:
-        victim.kill()
-        victim.communicate()
+    with start_slurm_style_ranks(tmp_path, *training) as ranks:
+        deadline = time.monotonic() + 120
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline and ranks.poll(survivor) is None
+            time.sleep(0.1)
+        os.kill(ranks.pids[victim], fault)
+        start = time.monotonic()
+        code = ranks.wait(survivor, timeout=TIMEOUT_S + 60)
+        stderr = ranks.result(survivor).stderr
+    # The victim is killed on leaving the block.
     assert time.monotonic() - start < TIMEOUT_S + 30
-    assert survivor.returncode == 3, stderr[-2000:]
+    assert code == 3, stderr[-2000:]
     lines = stderr.strip().splitlines()
     assert lines[-1].startswith("distrl: error: rank 0: ")
     assert "another rank died, hung past comm.timeout_s or became unreachable" in lines[-1]

@@ -22,12 +22,25 @@ OFFLINE_RUN = [
 """Iterations of 30 steps of 64 rows over 2500 logged rows (an epoch is 40 steps), 38,400 rows."""
 
 
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2500 random CartPole transitions in 4 files of 625 rows, collected once for this module's
+    runs (which only read them)."""
+    data = tmp_path_factory.mktemp("logged")
+    collect(data, 2500, 625)
+    return data
+
+
+SHARES_LOGGED = pytest.mark.xdist_group("data-workers-logged")
+"""On one pytest-xdist worker, so that ``logged`` is collected once."""
+
+
+@SHARES_LOGGED
 @pytest.mark.slow
 def test_a_learner_fed_by_a_killed_data_worker_trains_as_one_reading_process(
-    ray_head: str, tmp_path: Path
+    ray_head: str, tmp_path: Path, logged: Path
 ) -> None:
-    collect(tmp_path / "data", 2500, 1000)
-    data = f"data.path={tmp_path / 'data'}"
+    data = f"data.path={logged}"
     result, killed = ray_train_killing(
         ray_head, tmp_path / "ray", "data", 4, data, "workers.data=1", *OFFLINE_RUN, config=OFFLINE
     )
@@ -47,15 +60,15 @@ def test_a_learner_fed_by_a_killed_data_worker_trains_as_one_reading_process(
     assert "killed by ray.kill" in result.stderr  # the cause
 
 
+@SHARES_LOGGED
 @pytest.mark.slow
 def test_two_learners_with_two_data_workers_each_use_every_row_once_an_epoch(
-    ray_head: str, tmp_path: Path
+    ray_head: str, tmp_path: Path, logged: Path
 ) -> None:
     # 4 files over 2 learners, each learner's 2 files over its 2 workers: 4 streams of 625 rows,
     # ceil(625 / 32) = 20 batches each, so an epoch is 40 steps of 2 x 32 rows = 2500 rows.
-    collect(tmp_path / "data", 2500, 625)
     result = ray_train(
-        ray_head, tmp_path / "run", f"data.path={tmp_path / 'data'}", "workers.policy=2", "workers.data=4",
+        ray_head, tmp_path / "run", f"data.path={logged}", "workers.policy=2", "workers.data=4",
         "workers.cpus_per_data=0.5",
         "algo.batch_size=64", "algo.gradient_steps=40", "train.total_steps=5000", "train.stop_return=null",
         "eval.cpe_every=1", config=OFFLINE,

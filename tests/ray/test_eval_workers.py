@@ -11,16 +11,23 @@ import pytest
 
 from tests.ray_cluster import BUDGET, metrics_rows, ray_train_killing
 
-UPDATES = 400
+STEPS_PER_UPDATE = 64
+"""4 envs x the config's 16 rollout steps."""
+UPDATES = 150
 EVALUATING = [
     *BUDGET,
-    f"train.total_steps={512 * UPDATES}",
+    "env.id=tests.envs.toy:PacedEnv",
+    "env.max_episode_steps=16",
+    "env.num_envs=4",
+    "algo.minibatch_size=64",
+    f"train.total_steps={STEPS_PER_UPDATE * UPDATES}",
     "workers.eval=1",
     "eval.every=1",
     "eval.episodes=4",
 ]
-"""400 updates of 512 steps (15 s or so), each one's weights handed to the eval worker: time
-enough for the killed worker to come back (a new process importing torch) and evaluate again."""
+"""150 updates of an env whose steps sleep (25 s or so, mostly asleep: the test machine's cores
+are left to other tests), each one's weights handed to the eval worker: time enough for the
+killed worker to come back (a new process importing torch, seconds) and evaluate again."""
 
 
 @pytest.mark.slow
@@ -30,7 +37,8 @@ def test_a_killed_eval_worker_never_stops_training(ray_head: str, tmp_path: Path
     assert killed, "the run ended before the worker could be killed"
     assert "Traceback" not in result.stderr
     rows = metrics_rows(tmp_path)
-    assert [row["global_step"] for row in rows] == [512 * (i + 1) for i in range(UPDATES)]  # every update ran
+    every_update = [STEPS_PER_UPDATE * (i + 1) for i in range(UPDATES)]
+    assert [row["global_step"] for row in rows] == every_update  # every update ran
     evaluated = [row for row in rows if "eval/return_mean" in row]
     assert evaluated, "no evaluation came back"
     for row in evaluated:

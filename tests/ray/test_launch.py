@@ -6,6 +6,8 @@ in seconds."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +22,7 @@ from distrl.config.sections import ClusterConfig, WorkersConfig
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import shards
+from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from tests.helpers import CARTPOLE, REPO, clean_env, distrl, run_python, train_ranks
 from tests.ray_cluster import (
     BUDGET,
@@ -143,6 +146,8 @@ print("connected", flush=True)
 
 @pytest.mark.slow
 def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: Path) -> None:
+    """...until its learner is preempted (SIGTERM, as a scheduler ends a node's processes) once
+    the job has been looked at: a checkpoint at its last update, and the local Ray gone."""
     env = {k: v for k, v in clean_env().items() if not k.startswith("RAY_")}  # nothing set for Ray
     env["HOME"] = str(tmp_path / "home")
     config, run_dir = REPO / "configs" / "ray_small_cpu.yaml", tmp_path / "run"
@@ -161,25 +166,34 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
         # While it runs: a driver without the token is turned away ...
         assert job.poll() is None, "the job ended before it could be looked at"
         address = json.loads((run_dir / "ray.json").read_text())["address"]
-        refused = subprocess.Popen(
-            [sys.executable, "-c", _UNAUTHENTICATED, address], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        refused_stderr = tmp_path / "refused.err"
+        with refused_stderr.open("w") as stderr_file:
+            refused = subprocess.Popen(
+                [sys.executable, "-c", _UNAUTHENTICATED, address], env=env, stdout=subprocess.PIPE,
+                stderr=stderr_file, text=True,
+            )  # fmt: skip
         # ... and, meanwhile, `distrl status --run-dir` finds the job's own Ray and its workers.
         status = distrl("status", "--run-dir", str(run_dir), "--json", env=env)
         assert status.returncode == 0, status.stderr[-3000:]
-        alive = {w["group"] for w in json.loads(status.stdout)["workers"] if w["state"] == "ALIVE"}
+        workers = json.loads(status.stdout)["workers"]
+        alive = {w["group"] for w in workers if w["state"] == "ALIVE"}
         assert alive == {"policy", "env", "eval"}
-        try:  # Ray's driver retries a refused connection for minutes
-            out, err = refused.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            refused.kill()
-            out, err = refused.communicate()
+        # Ray's driver retries a refused connection for minutes: its first refusal is enough.
+        refused_by = time.monotonic() + 15
+        while "InvalidAuthToken" not in refused_stderr.read_text() and time.monotonic() < refused_by:
+            time.sleep(0.1)
+        refused.kill()
+        out, err = refused.communicate()[0], refused_stderr.read_text()
         assert "connected" not in out and "InvalidAuthToken" in err, (out, err[-3000:])
+        # Looked at: the rest of the budget is not waited for.
+        (learner,) = (w["pid"] for w in workers if w["group"] == "policy")
+        os.kill(learner, signal.SIGTERM)
     finally:
         _, stderr = job.communicate(timeout=600)
-    assert job.returncode == 0, stderr[-3000:]
-    assert final_row(run_dir)["global_step"] == 102400
+    assert job.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    # The learner stopped cleanly: its last update logged and checkpointed.
+    state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
+    assert 0 < state["global_step"] == final_row(run_dir)["global_step"] < 102400
     # Ray's sessions, logs and token in the run dir (reached through a short link: this path is
     # too long for Ray's sockets), the token owner-only, nothing in the user's home.
     assert list((run_dir / "ray").glob("session_*/logs/raylet.out"))

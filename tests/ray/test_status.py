@@ -5,6 +5,8 @@ workers' usage in the run dir, beside the learners' own in the metrics; ``--prof
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from distrl.launch.preemption import PREEMPTED_EXIT_CODE
 from distrl.ray.status import LEARNER_KEY, print_report, resource_amount
 from tests.helpers import CARTPOLE, clean_env, distrl, run_python
 from tests.ray_cluster import BUDGET, HEAD_CPUS, metrics_rows
@@ -23,6 +26,8 @@ from ray.experimental.internal_kv import _internal_kv_list
 ray.init(address=sys.argv[1], namespace="distrl", log_to_driver=False)
 print(_internal_kv_list("{LEARNER_KEY}", namespace="distrl"))
 """
+PROFILED = ["env", "env", "eval", "rank0.json"]
+"""The traces ``--profile`` writes for the job below: its two env workers', eval worker's and learner's."""
 
 
 @pytest.mark.slow
@@ -49,11 +54,18 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
             time.sleep(0.2)
         shown = distrl("status", "--ray-address", ray_head, "--json")
         assert shown.returncode == 0, shown.stderr[-3000:]
+        # Shown, and --profile's traces written (each after two calls past the first): the rest
+        # of the budget is not waited for, the learner is preempted (SIGTERM).
+        traced_by = time.monotonic() + 60
+        while len(list((run_dir / "profile").glob("*"))) < len(PROFILED) and time.monotonic() < traced_by:
+            time.sleep(0.2)
+        (learner_pid,) = (w["pid"] for w in json.loads(shown.stdout)["workers"] if w["group"] == "policy")
+        os.kill(learner_pid, signal.SIGTERM)
         _, stderr = job.communicate(timeout=300)
     finally:
         job.kill()
-    assert job.returncode == 0, stderr[-3000:]
-    # The finished job's learner entries are gone from Ray's key-value store.
+    assert job.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    # The ended job's learner entries are gone from Ray's key-value store.
     listed = run_python("-c", LIST_LEARNER_ENTRIES, ray_head)
     assert listed.returncode == 0 and listed.stdout.strip() == "[]", listed.stderr[-3000:]
     report = json.loads(shown.stdout)
@@ -87,7 +99,7 @@ def test_status_shows_a_running_jobs_workers_and_the_run_records_their_usage(
     traces = sorted(
         path.name.split("-")[2] if "-" in path.name else path.name for path in (run_dir / "profile").iterdir()
     )
-    assert traces == ["env", "env", "eval", "rank0.json"]
+    assert traces == PROFILED
     for trace in (run_dir / "profile").iterdir():
         assert json.loads(trace.read_text())["traceEvents"]
 

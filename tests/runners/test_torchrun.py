@@ -1,4 +1,5 @@
-"""Real torchrun runs with 2 ranks on the CPU (gloo)."""
+"""Runs with 2 ranks on the CPU (gloo): under real torchrun, and the algorithms' ranks forked as
+torchrun starts its workers (``train_ranks``), where what is tested is what the ranks do together."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import pytest
 
 from distrl.io import checkpoint as ckpt
 from tests.eval.reference import reference_returns
-from tests.helpers import CARTPOLE, CARTPOLE_A2C, CARTPOLE_DQN, PENDULUM_SAC, distrl, torchrun_train
+from tests.helpers import (
+    CARTPOLE,
+    CARTPOLE_A2C,
+    CARTPOLE_DQN,
+    PENDULUM_SAC,
+    distrl,
+    torchrun_train,
+    train_ranks,
+)
 
 
 @pytest.mark.slow
@@ -21,21 +30,21 @@ def test_two_rank_torchrun_ends_with_identical_parameters(tmp_path: Path) -> Non
         "--run-dir",
         str(tmp_path),
         "--total-steps",
-        "16384",
+        "8192",
         "train.stop_return=null",
-        "checkpoint.interval_steps=4096",
+        "checkpoint.interval_steps=2048",
         "checkpoint.keep_last=2",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     checkpoints = ckpt.list_checkpoints(tmp_path / "checkpoints")
-    assert [c.name for c in checkpoints] == [ckpt.checkpoint_dir_name(s) for s in (12288, 16384)]
+    assert [c.name for c in checkpoints] == [ckpt.checkpoint_dir_name(s) for s in (6144, 8192)]
     state = json.loads((checkpoints[-1] / "state.json").read_text())
     assert state["world_size"] == 2 and len(state["ranks"]) == 2
     # Each rank hashed its own parameters; the digests must agree bit for bit.
     assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]
     assert state["ranks"][0]["torch_rng"] != state["ranks"][1]["torch_rng"]  # distinct seeds
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["global_step"] == 16384
+    assert rows[-1]["global_step"] == 8192
     assert rows[0]["global_step"] == 32 * 16  # the config's global batch, shared by both ranks
     assert all(r["rollout_fraction"] == 1.0 for r in rows)  # no straggler cut-off unless asked
 
@@ -63,7 +72,7 @@ def test_two_rank_cartpole_solves(tmp_path: Path, seed: int) -> None:
 def test_two_rank_a2c_dqn_and_sac_end_with_identical_parameters(
     tmp_path: Path, config: Path, budget: list[str]
 ) -> None:
-    result = torchrun_train(2, "--config", str(config), "--run-dir", str(tmp_path), *budget)
+    result = train_ranks(2, "--config", str(config), "--run-dir", str(tmp_path), *budget)
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((ckpt.resolve_checkpoint(tmp_path) / "state.json").read_text())
     assert state["ranks"][0]["param_sha256"] == state["ranks"][1]["param_sha256"]

@@ -1,32 +1,47 @@
-"""Environment construction behind one interface, with a backend switch (``env.backend``)."""
+"""Environment construction behind one interface, with a backend switch (``env.backend``).
+
+Importing the package costs no torch: an env stepped in a process of its own (``gymnasium_async``)
+imports modules of this package (its observation check) and needs none of it. ``StepResult`` and
+``VecEnv`` are imported from ``distrl.envs.base`` on first use (PEP 562)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from distrl.config.sections import EnvConfig
 from distrl.env_backends import ENV_BACKENDS
 from distrl.env_packages import import_env_packages
-from distrl.envs.base import StepResult, VecEnv
 from distrl.errors import UserError
 from distrl.user_code import load
 
 if TYPE_CHECKING:
+    import torch
+
     from distrl.config.run import RunConfig
+    from distrl.envs.base import StepResult, VecEnv
+
+    VecEnvBuilder = Callable[[EnvConfig, Sequence[int], torch.device], VecEnv]
 
 __all__ = ["StepResult", "VecEnv", "check_config_env", "check_env", "make_vec_env"]
 
-VecEnvBuilder = Callable[[EnvConfig, Sequence[int], torch.device], VecEnv]
+
+def __getattr__(name: str) -> Any:
+    if name in ("StepResult", "VecEnv"):
+        from distrl.envs import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device | None = None) -> VecEnv:
     """Build ``len(seeds)`` envs (env i seeded from ``seeds[i]``) and check their spaces. Batched
     torch envs live on ``device`` (default CPU); host backends stay on the CPU."""
+    import torch  # here, not at the top: see the module's docstring
+
     import_env_packages(cfg.imports)
     backend = ENV_BACKENDS[cfg.backend]
     backend.require_packages()  # optional: one line naming the extra, before the import
