@@ -1,13 +1,11 @@
 """Run distrl's command line as a user would: a real process, torchrun included.
 
-``distrl(...)``, ``train_ranks(...)`` and ``start_distrl(...)`` (processes not waited for, for tests
-that signal them as they run) fork their processes from a server that has imported torch and
-distrl once (``tests/preloaded_cli.py``); everything else, and these while another call uses the
-server, starts fresh interpreters."""
+``distrl(...)`` forks its process from a server that has imported torch and distrl once
+(``tests/preloaded_cli.py``); everything else, and ``distrl(...)`` while another call of it is
+running, starts a fresh interpreter."""
 
 from __future__ import annotations
 
-import abc
 import atexit
 import contextlib
 import json
@@ -18,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -79,160 +76,46 @@ def distrl(
     *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """``python -m distrl ARGS`` in a clean environment unless ``env`` is given, output captured."""
-    with start_distrl([(list(args), clean_env() if env is None else env)], cwd) as started:
-        return started.communicate(timeout)[0]
+    if not _PRELOADED.lock.acquire(blocking=False):
+        return run_python("-m", "distrl", *args, cwd=cwd, timeout=timeout, env=env)
+    try:
+        return _PRELOADED.run(list(args), cwd or Path.cwd(), timeout, [clean_env() if env is None else env])[
+            0
+        ]
+    finally:
+        _PRELOADED.lock.release()
 
 
 def train_ranks(nproc: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``distrl train ARGS --distributed`` on ``nproc`` ranks (``start_ranks``), waited for: the
-    result has the first failing rank's exit code, and every rank's output in rank order."""
-    with start_ranks(nproc, *args) as started:
-        ranks = started.communicate(timeout)
-    failed = [rank.returncode for rank in ranks if rank.returncode != 0]
-    return subprocess.CompletedProcess(
-        ranks[0].args, failed[0] if failed else 0, "".join(rank.stdout for rank in ranks),
-        "".join(rank.stderr for rank in ranks),
-    )  # fmt: skip
-
-
-def start_ranks(nproc: int, *args: str) -> Started:
     """``distrl train ARGS --distributed`` on ``nproc`` ranks started with torchrun's variables
     (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...) as its workers are, without its agent: for
-    tests of what the ranks do together, not of torchrun (``torchrun_train``)."""
+    tests of what the ranks do together, not of torchrun (``torchrun_train``). Forked from the
+    preloaded server; the result has the first failing rank's exit code, and every rank's output
+    in rank order."""
     port = free_port()
     envs = [
         {**clean_env(), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
          "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
         for rank in range(nproc)
     ]  # fmt: skip
-    return start_distrl([(["train", *args, "--distributed"], env) for env in envs])
-
-
-def start_distrl(processes: list[tuple[list[str], dict[str, str]]], cwd: Path | None = None) -> Started:
-    """``python -m distrl ARGV`` in one process per ``(ARGV, environment)`` of ``processes``, all
-    started at once, not waited for: a ``Started`` to use as a context manager, which kills what
-    still runs when it is left. Forked from the preloaded server, or, while another caller uses
-    it, fresh interpreters (so that concurrent callers are safe)."""
-    if _PRELOADED.lock.acquire(blocking=False):
-        try:
-            return _PRELOADED.start(processes, cwd or Path.cwd())
-        except BaseException:
-            _PRELOADED.lock.release()
-            raise
-    return FreshProcesses(processes, cwd)
-
-
-class Started(abc.ABC):
-    """Processes of ``start_distrl``: pids, exit codes as they end, output once they have, and
-    every one killed (with whatever it started) on leaving the ``with`` block."""
-
-    def __init__(self, processes: list[tuple[list[str], dict[str, str]]]) -> None:
-        self.argvs = [["distrl", *argv] for argv, _ in processes]
-        self._outputs = tempfile.TemporaryDirectory()
-        self.outputs = [
-            (Path(self._outputs.name) / f"{i}.out", Path(self._outputs.name) / f"{i}.err")
-            for i in range(len(processes))
-        ]
-        for path in (path for pair in self.outputs for path in pair):
-            path.touch()
-        self.pids: list[int] = []
-        self.codes: list[int | None] = [None] * len(processes)
-
-    def poll(self, index: int) -> int | None:
-        """Process ``index``'s exit code, None while it runs."""
-        self._wait(index, 0)
-        return self.codes[index]
-
-    def wait(self, index: int, timeout: float) -> int:
-        """Process ``index``'s exit code once it ends; ``subprocess.TimeoutExpired`` if it runs past
-        ``timeout`` seconds (nothing killed: the ``with`` block's end does that)."""
-        if not self._wait(index, timeout):
-            raise subprocess.TimeoutExpired(self.argvs[index], timeout)
-        code = self.codes[index]
-        assert code is not None
-        return code
-
-    def result(self, index: int) -> subprocess.CompletedProcess:
-        """Process ``index``'s exit code and output, once it has ended."""
-        out, err = self.outputs[index]
-        return subprocess.CompletedProcess(
-            self.argvs[index], self.codes[index], out.read_text(), err.read_text()
-        )
-
-    def communicate(self, timeout: float) -> list[subprocess.CompletedProcess]:
-        """Every process's result once all have ended; past ``timeout`` seconds, all of them killed
-        and ``subprocess.TimeoutExpired`` with the first one's output."""
-        deadline = time.monotonic() + timeout
-        for index in range(len(self.codes)):
-            if not self._wait(index, max(deadline - time.monotonic(), 0)):
-                self.kill()
-                first = self.result(0)
-                raise subprocess.TimeoutExpired(first.args, timeout, first.stdout, first.stderr)
-        return [self.result(index) for index in range(len(self.codes))]
-
-    def kill(self) -> None:
-        """Kill every process still running, its process group and everything it started, and wait
-        for their ends."""
-        self._kill_running()
-        for index in range(len(self.codes)):
-            assert self._wait(index, 30), f"{self.argvs[index]} outlived SIGKILL"
-
-    def __enter__(self) -> Started:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
-        try:
-            if kind is not None and not issubclass(kind, Exception):
-                self._kill_running()  # an interrupt: stop at once, waiting on nothing
-            else:
-                self.kill()
-        finally:
-            self._outputs.cleanup()
-
-    @abc.abstractmethod
-    def _wait(self, index: int, timeout: float) -> bool:
-        """Whether process ``index`` ended within ``timeout`` seconds (its code then in ``codes``)."""
-
-    def _kill_running(self) -> None:
-        """Kill every process still running (each in a session of its own: its process group and
-        everything it started too), without waiting for them."""
-        for pid, code in zip(self.pids, self.codes, strict=True):
-            if code is None:
-                kill_tree(pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-
-
-class FreshProcesses(Started):
-    """``start_distrl``'s processes as fresh interpreters, for when the preloaded server is busy."""
-
-    def __init__(self, processes: list[tuple[list[str], dict[str, str]]], cwd: Path | None) -> None:
-        super().__init__(processes)
-        self.popens: list[subprocess.Popen] = []
-        for (argv, env), (out, err) in zip(processes, self.outputs, strict=True):
-            with out.open("w") as stdout, err.open("w") as stderr:
-                popen = subprocess.Popen(
-                    [sys.executable, "-m", "distrl", *argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                    stdout=stdout, stderr=stderr, start_new_session=True,
-                )  # fmt: skip
-            self.popens.append(popen)
-        self.pids = [popen.pid for popen in self.popens]
-
-    def _wait(self, index: int, timeout: float) -> bool:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.codes[index] = self.popens[index].wait(timeout)
-        return self.codes[index] is not None
+    argv = ["train", *args, "--distributed"]
+    with _PRELOADED.lock:
+        ranks = _PRELOADED.run(argv, Path.cwd(), timeout, envs)
+    failed = [rank.returncode for rank in ranks if rank.returncode != 0]
+    return subprocess.CompletedProcess(
+        ["distrl", *argv], failed[0] if failed else 0, "".join(rank.stdout for rank in ranks),
+        "".join(rank.stderr for rank in ranks),
+    )  # fmt: skip
 
 
 class PreloadedCli:
-    """The client of ``tests/preloaded_cli.py``, started on first use, stopped at exit. One
-    request at a time: ``lock`` is held from ``start`` until its ``ForkedProcesses`` ends."""
+    """The client of ``tests/preloaded_cli.py``, started on first use, stopped at exit."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.server: subprocess.Popen | None = None
 
-    def start_server(self) -> None:
+    def start(self) -> None:
         server = subprocess.Popen(
             [sys.executable, "-m", "tests.preloaded_cli"], cwd=REPO, env=clean_env(), bufsize=0,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -240,13 +123,6 @@ class PreloadedCli:
         atexit.register(server.kill)
         self.server = server
         assert self.message(None) == {"ready": 1}
-
-    def stop_server(self) -> None:
-        """Kill the server (out of step with this client), to be started afresh on next use."""
-        assert self.server is not None
-        self.server.kill()
-        self.server.wait()
-        self.server = None
 
     def message(self, timeout: float | None) -> dict[str, Any] | None:
         """The server's next message, or None after ``timeout`` seconds without one. Read a byte
@@ -261,56 +137,52 @@ class PreloadedCli:
             line += byte
         return json.loads(line)
 
-    def start(self, processes: list[tuple[list[str], dict[str, str]]], cwd: Path) -> ForkedProcesses:
-        """``processes`` forked by the server; the caller holds ``lock``."""
+    def run(
+        self, args: list[str], cwd: Path, timeout: float, envs: list[dict[str, str]]
+    ) -> list[subprocess.CompletedProcess]:
+        """``distrl ARGS`` in one process per environment of ``envs``, all at once."""
         if self.server is None or self.server.poll() is not None:
-            self.start_server()
-        try:
-            return ForkedProcesses(self, processes, cwd)
-        except BaseException:
-            self.stop_server()  # interrupted between the request and its answer: out of step
-            raise
+            self.start()
+        assert self.server is not None and self.server.stdin is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            outputs = [(Path(tmp) / f"{i}.out", Path(tmp) / f"{i}.err") for i in range(len(envs))]
+            for path in (path for pair in outputs for path in pair):
+                path.touch()
+            processes = [
+                {"env": env, "out": str(out), "err": str(err)}
+                for env, (out, err) in zip(envs, outputs, strict=True)
+            ]
+            self.server.stdin.write(
+                json.dumps({"argv": args, "cwd": str(cwd), "processes": processes}).encode() + b"\n"
+            )
+            started = self.message(None)
+            assert started is not None
+            try:
+                ended = self.message(timeout)
+            except BaseException:  # an interrupt: the server may be gone too, and is out of step
+                self._kill(started["pids"])
+                self.server.kill()
+                self.server.wait()
+                self.server = None
+                raise
+            if ended is None:
+                self._kill(started["pids"])
+                self.message(None)
+            argv, read = ["distrl", *args], [(out.read_text(), err.read_text()) for out, err in outputs]
+            if ended is None:
+                raise subprocess.TimeoutExpired(argv, timeout, *read[0])
+            return [
+                subprocess.CompletedProcess(argv, code, *output)
+                for code, output in zip(ended["codes"], read, strict=True)
+            ]
 
-
-class ForkedProcesses(Started):
-    """``start_distrl``'s processes forked by the preloaded server: each one's end is a message of
-    the server's, read as it is waited for."""
-
-    def __init__(
-        self, client: PreloadedCli, processes: list[tuple[list[str], dict[str, str]]], cwd: Path
-    ) -> None:
-        super().__init__(processes)
-        self.client = client
-        assert client.server is not None and client.server.stdin is not None
-        request = {
-            "cwd": str(cwd),
-            "processes": [
-                {"argv": argv, "env": env, "out": str(out), "err": str(err)}
-                for (argv, env), (out, err) in zip(processes, self.outputs, strict=True)
-            ],
-        }
-        client.server.stdin.write(json.dumps(request).encode() + b"\n")
-        started = client.message(None)
-        assert started is not None
-        self.pids = started["pids"]
-
-    def _wait(self, index: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.codes[index] is None:
-            message = self.client.message(max(deadline - time.monotonic(), 0))
-            if message is None:
-                return False
-            self.codes[message["ended"]] = message["code"]
-        return True
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
-        try:
-            super().__exit__(kind, error, tb)
-        finally:
-            if kind is not None and not issubclass(kind, Exception):
-                # An interrupt reaches the server's process group too: it may be gone, or out of step.
-                self.client.stop_server()
-            self.client.lock.release()
+    @staticmethod
+    def _kill(pids: list[int]) -> None:
+        """Kill the children ``pids`` with their process groups and everything they started."""
+        for pid in pids:
+            kill_tree(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 _PRELOADED = PreloadedCli()

@@ -8,12 +8,11 @@ files, then runs ``distrl`` as ``-m`` would (``sys.path[0]`` the working directo
 (an uncaught exception prints its traceback and exits 1, as an interpreter does), stdout and
 stderr. What it does not redo is what an interpreter does at start-up before ``distrl`` runs.
 
-Protocol (one request at a time, JSON lines): the client writes ``{cwd, processes}`` to stdin,
-``processes`` a list of ``{argv, env, out, err}``, one child each (the ranks of a distributed run,
-or nodes that differ in their arguments too); the server answers ``{"pids": [...]}`` once the
-children run, then ``{"ended": INDEX, "code": CODE}`` as each child ends, in the order they end (a
-negative signal number for a killed child, as ``subprocess`` reports it): a client can act on one
-rank's end while another still runs. The request is over once every child has ended.
+Protocol (one request at a time, JSON lines): the client writes ``{argv, cwd, processes}`` to
+stdin, ``processes`` a list of ``{env, out, err}``, one child each (the ranks of a distributed run
+differ only in their environment); the server answers ``{"pids": [...]}`` once the children run,
+then ``{"codes": [...]}`` (a negative signal number for a killed child, as ``subprocess`` reports
+it).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ def become(request: dict[str, Any], process: dict[str, Any]) -> None:
     extra = [p for p in process["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[:1] = [os.getcwd(), *extra]
     importlib.invalidate_caches()  # files written since the server started must be importable
-    sys.argv = ["-m", *process["argv"]]
+    sys.argv = ["-m", *request["argv"]]
 
 
 def reply(message: dict[str, Any]) -> None:
@@ -69,9 +68,7 @@ def serve() -> None:
                 return  # the child's end: the interpreter exits as after ``python -m distrl``
             pids.append(pid)
         reply({"pids": pids})
-        for _ in pids:
-            pid, status = os.wait()  # the server's only children are this request's
-            reply({"ended": pids.index(pid), "code": os.waitstatus_to_exitcode(status)})
+        reply({"codes": [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]})
 
 
 if __name__ == "__main__":

@@ -3,33 +3,39 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.distributed import free_port
-from tests.helpers import CARTPOLE, GRPO_REVERSE, Started, clean_env, start_distrl
+from tests.helpers import CARTPOLE, GRPO_REVERSE, clean_env
 
 TIMEOUT_S = 10
 
 
-def start_slurm_style_ranks(run_dir: Path, *training: str) -> Started:
-    """Two ranks with SLURM's variables, forked as ``srun``'s tasks would start (how they are
-    started is not what these tests are about: what the survivor does is)."""
+def start_slurm_style_ranks(run_dir: Path, *training: str) -> list[subprocess.Popen]:
     port = free_port()
-    argv = [
-        "train", *(training or ("--config", str(CARTPOLE))), "--run-dir", str(run_dir), "--total-steps",
-        "100000000", "train.stop_return=null", f"comm.timeout_s={TIMEOUT_S}", "--distributed",
-    ]  # fmt: skip
-    envs = [
-        {**clean_env(), "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": "2",
-         "SLURM_JOB_NODELIST": "localhost", "MASTER_PORT": str(port)}
-        for rank in range(2)
-    ]  # fmt: skip
-    return start_distrl([(argv, env) for env in envs])
+    procs = []
+    for rank in range(2):
+        env = {
+            **clean_env(),
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(rank),
+            "SLURM_NTASKS": "2",
+            "SLURM_JOB_NODELIST": "localhost",
+            "MASTER_PORT": str(port),
+        }
+        cmd = [
+            sys.executable, "-m", "distrl.train", *(training or ("--config", str(CARTPOLE))),
+            "--run-dir", str(run_dir), "--total-steps", "100000000", "train.stop_return=null",
+            f"comm.timeout_s={TIMEOUT_S}", "--distributed",
+        ]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+    return procs
 
 
 SHARDED_GRPO = ("--config", str(GRPO_REVERSE), "train.sharding=fsdp", "log.progress=false")
@@ -45,20 +51,21 @@ SHARDED_GRPO = ("--config", str(GRPO_REVERSE), "train.sharding=fsdp", "log.progr
 def test_survivor_fails_clearly_within_the_timeout(
     tmp_path: Path, fault: signal.Signals, training: tuple[str, ...]
 ) -> None:
-    survivor, victim = 0, 1
+    survivor, victim = start_slurm_style_ranks(tmp_path, *training)
     metrics = tmp_path / "metrics.jsonl"
-    with start_slurm_style_ranks(tmp_path, *training) as ranks:
-        deadline = time.monotonic() + 120
-        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
-            assert time.monotonic() < deadline and ranks.poll(survivor) is None
-            time.sleep(0.1)
-        os.kill(ranks.pids[victim], fault)
-        start = time.monotonic()
-        code = ranks.wait(survivor, timeout=TIMEOUT_S + 60)
-        stderr = ranks.result(survivor).stderr
-    # The victim is killed on leaving the block.
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline and survivor.poll() is None
+        time.sleep(0.1)
+    victim.send_signal(fault)
+    start = time.monotonic()
+    try:
+        _, stderr = survivor.communicate(timeout=TIMEOUT_S + 60)
+    finally:
+        victim.kill()
+        victim.communicate()
     assert time.monotonic() - start < TIMEOUT_S + 30
-    assert code == 3, stderr[-2000:]
+    assert survivor.returncode == 3, stderr[-2000:]
     lines = stderr.strip().splitlines()
     assert lines[-1].startswith("distrl: error: rank 0: ")
     assert "another rank died, hung past comm.timeout_s or became unreachable" in lines[-1]

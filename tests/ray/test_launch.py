@@ -6,7 +6,6 @@ in seconds."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -34,6 +34,7 @@ from tests.ray_cluster import (
     ray_train,
     ray_train_killing,
 )
+from tests.stopping import running
 
 pytest.importorskip("ray", reason="the ray extra is installed by make test")
 from distrl.ray.driver import check_fits  # noqa: E402
@@ -146,8 +147,9 @@ print("connected", flush=True)
 
 @pytest.mark.slow
 def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: Path) -> None:
-    """...until its learner is preempted (SIGTERM, as a scheduler ends a node's processes) once
-    the job has been looked at: a checkpoint at its last update, and the local Ray gone."""
+    """...until the driver is preempted (SIGTERM, as a scheduler stops a job) once the job has
+    been looked at: the driver passes it on to its learner, which stops as a preempted rank
+    does (a checkpoint at its last update, exit 75), and the local Ray goes with the driver."""
     env = {k: v for k, v in clean_env().items() if not k.startswith("RAY_")}  # nothing set for Ray
     env["HOME"] = str(tmp_path / "home")
     config, run_dir = REPO / "configs" / "ray_small_cpu.yaml", tmp_path / "run"
@@ -186,14 +188,18 @@ def test_without_an_address_a_local_ray_with_token_auth_runs_the_job(tmp_path: P
         out, err = refused.communicate()[0], refused_stderr.read_text()
         assert "connected" not in out and "InvalidAuthToken" in err, (out, err[-3000:])
         # Looked at: the rest of the budget is not waited for.
-        (learner,) = (w["pid"] for w in workers if w["group"] == "policy")
-        os.kill(learner, signal.SIGTERM)
+        (learner,) = (psutil.Process(w["pid"]) for w in workers if w["group"] == "policy")
+        ray_processes = [p for p in psutil.Process(job.pid).children(recursive=True) if running(p)]
+        job.send_signal(signal.SIGTERM)
     finally:
         _, stderr = job.communicate(timeout=600)
     assert job.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
-    # The learner stopped cleanly: its last update logged and checkpointed.
+    assert "distrl: SIGTERM: the learners stop after their update, with a checkpoint" in stderr
+    # The learner stopped cleanly, its last update logged and checkpointed, and its Ray with it.
     state = json.loads((ckpt.resolve_checkpoint(run_dir) / "state.json").read_text())
     assert 0 < state["global_step"] == final_row(run_dir)["global_step"] < 102400
+    _, left = psutil.wait_procs([learner, *ray_processes], timeout=15)
+    assert ray_processes and not [p for p in left if running(p)], left
     # Ray's sessions, logs and token in the run dir (reached through a short link: this path is
     # too long for Ray's sockets), the token owner-only, nothing in the user's home.
     assert list((run_dir / "ray").glob("session_*/logs/raylet.out"))

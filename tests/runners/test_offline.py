@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,22 +15,43 @@ import pytest
 
 from distrl.io import checkpoint as ckpt
 from tests.eval.reference import reference_returns
-from tests.helpers import CARTPOLE, OFFLINE, Started, clean_env, collect, distrl, start_distrl, train_ranks
+from tests.helpers import CARTPOLE, OFFLINE, clean_env, collect, distrl, train_ranks
 from tests.io.test_export import assert_file_acts_like_checkpoint
 
 
-def start_two_nodes(tmp_path: Path, data: list[Path], *overrides: str) -> Started:
+def start_two_nodes(tmp_path: Path, data: list[Path], *overrides: str) -> list[subprocess.Popen]:
     """Two "nodes" meeting through a shared file, one rank each, each reading its own ``--data``."""
     rendezvous = tmp_path / "shared" / "rendezvous"
     rendezvous.parent.mkdir(exist_ok=True)
-    argv = ["train", "--config", str(OFFLINE), "--run-dir", str(tmp_path / "run"), "--num-nodes", "2",
-            "--rendezvous-file", str(rendezvous), "--procs-per-node", "1", *overrides]  # fmt: skip
-    return start_distrl(
-        [
-            ([*argv, "--data", str(path), "--node-index", str(index)], clean_env())
-            for index, path in enumerate(data)
-        ]
-    )
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distrl",
+                "train",
+                "--config",
+                str(OFFLINE),
+                "--data",
+                str(path),
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--num-nodes",
+                "2",
+                "--node-index",
+                str(index),
+                "--rendezvous-file",
+                str(rendezvous),
+                "--procs-per-node",
+                "1",
+                *overrides,
+            ],  # fmt: skip
+            env=clean_env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index, path in enumerate(data)
+    ]
 
 
 @pytest.mark.slow
@@ -72,9 +95,9 @@ def test_split_layout_each_node_trains_on_its_own_part(tmp_path: Path) -> None:
         tmp_path, [tmp_path / "node0", tmp_path / "node1"], "data.layout=split", "algo.batch_size=64",
         "algo.gradient_steps=47", "--total-steps", "5000", "train.stop_return=null", "log.tensorboard=false",
     )  # fmt: skip
-    with nodes:
-        for node in nodes.communicate(timeout=300):
-            assert node.returncode == 0, node.stderr[-3000:]
+    for node in nodes:
+        _, stderr = node.communicate(timeout=300)
+        assert node.returncode == 0, stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["global_step"], r["epoch"]) for r in rows] == [(2500, 0), (5000, 1)]
 
@@ -83,13 +106,11 @@ def test_split_layout_each_node_trains_on_its_own_part(tmp_path: Path) -> None:
 def test_copy_layout_refuses_nodes_whose_copies_differ(tmp_path: Path) -> None:
     collect(tmp_path / "node0", 300, 300, seed=0)
     collect(tmp_path / "node1", 200, 200, seed=1)
-    with start_two_nodes(
-        tmp_path, [tmp_path / "node0", tmp_path / "node1"], "train.stop_return=null"
-    ) as nodes:
-        results = nodes.communicate(timeout=120)
-    for node in results:
-        assert node.returncode == 2, node.stderr[-3000:]
-        assert node.stderr.strip().splitlines() == [
+    nodes = start_two_nodes(tmp_path, [tmp_path / "node0", tmp_path / "node1"], "train.stop_return=null")
+    for node in nodes:
+        _, stderr = node.communicate(timeout=120)
+        assert node.returncode == 2, stderr[-3000:]
+        assert stderr.strip().splitlines() == [
             f"distrl: error: data.layout=copy: node 1's dataset ({tmp_path / 'node1'}) differs from node "
             f"0's ({tmp_path / 'node0'}) in file names or row counts; if each node holds its own part, "
             "use data.layout=split"

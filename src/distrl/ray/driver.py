@@ -25,6 +25,7 @@ from distrl.algos.registry import JAX, JAX_NATIVE_ENVS, WorkerGroup, learns_from
 from distrl.config.run import RunConfig, collecting_workers
 from distrl.config.sections import ClusterConfig, WorkersSection
 from distrl.errors import UserError
+from distrl.launch.preemption import PreemptionFlag
 from distrl.launch.run_dir import RunDir
 from distrl.ray.cluster import clear_run_dir, import_ray, join, local_ray, worker_path
 from distrl.ray.groups import run_groups
@@ -59,11 +60,25 @@ def launch(
         else:
             ray, started = import_ray(), None
             join(ray, address, namespace, log_to_driver=True, runtime_env={"env_vars": worker_path()})
-        return _run_job(ray, cfg, namespace, run_dir, started, clear, dry_run)
+        # A scheduler's SIGTERM to the driver reaches the learners as a preemption (a checkpoint,
+        # exit 75), not as their owner's death (killed where they stand, their updates since the
+        # last checkpoint lost). Installed once Ray runs: ray.init sets a handler of its own, which
+        # ends the process.
+        preemption = PreemptionFlag()
+        preemption.install()
+        local.callback(preemption.restore)
+        return _run_job(ray, cfg, namespace, run_dir, started, clear, dry_run, preemption)
 
 
 def _run_job(
-    ray: Any, cfg: RunConfig, namespace: str, run_dir: RunDir, started: str | None, clear: bool, dry_run: bool
+    ray: Any,
+    cfg: RunConfig,
+    namespace: str,
+    run_dir: RunDir,
+    started: str | None,
+    clear: bool,
+    dry_run: bool,
+    preemption: PreemptionFlag,
 ) -> int:
     """Place the job's virtual cluster, start its workers and run its learners, launched again
     from the newest checkpoint when one dies; Ray is shut down at the end, whatever ends it.
@@ -89,7 +104,7 @@ def _run_job(
         ]
         usage = UsageLog(run_dir.path / "workers.jsonl")
         learners = LearnerGroup(
-            cluster, cfg, namespace, f"{job}-policy", run_dir, specs, actors, usage, dry_run
+            cluster, cfg, namespace, f"{job}-policy", run_dir, specs, actors, usage, dry_run, preemption
         )
         return _run_learners(ray, learners, cfg.workers.max_restarts)
     finally:

@@ -10,24 +10,27 @@ newest checkpoint as a restarted torchrun job does.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distrl.algos.registry import load
 from distrl.config.run import RunConfig
 from distrl.errors import UserError
+from distrl.launch.preemption import PreemptionFlag
 from distrl.launch.run_dir import RunDir
 from distrl.launch.topology import Topology
 from distrl.ray.groups import run_groups
 from distrl.ray.placement import VirtualCluster
-from distrl.ray.status import LearnerStatus, UsageLog, sample
+from distrl.ray.status import LEARNER_KEY, LearnerStatus, UsageLog, sample
 from distrl.ray.workers import ActorProcess, actor_process, failure_cause, record_error
 
 if TYPE_CHECKING:
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 
 STOP_GRACE_S = 30.0
 """How long the other learners may take to end by themselves once one has failed."""
+PREEMPTION_CHECK_S = 1.0
+"""How often the driver looks whether it was sent a preemption signal while the learners train."""
 
 
 @dataclass
@@ -57,13 +62,16 @@ class LearnerGroup:
     usage: UsageLog
     dry_run: bool = False
     """The learners join their group and print what each sees (``entry.dry_run``), no more."""
+    preemption: PreemptionFlag = field(default_factory=PreemptionFlag)
+    """The driver's own preemption signal (installed by the driver), passed on to the learners."""
 
     def run(self, ray: Any, attempt: int) -> tuple[int, int | None]:
         """One launch (``attempt`` > 0 resumes from the newest checkpoint): (exit status, the rank
         of a learner that died, which ends the launch: the others are killed at once rather
         than left waiting in a collective until ``comm.timeout_s``)."""
         timeout_s = self.cfg.cluster.placement_timeout_s
-        learners = start_learners(ray, self.cluster, self.cfg, self.namespace, f"{self.name}-{attempt}")
+        launch = f"{self.name}-{attempt}"
+        learners = start_learners(ray, self.cluster, self.cfg, self.namespace, launch)
         # The learners start while the other workers do (every actor imports torch: seconds each).
         workers_ready = {name: actor.__ray_ready__.remote() for name, actor in self.actors.items()}
         where = [learner.node_id.remote() for learner in learners]
@@ -100,6 +108,8 @@ class LearnerGroup:
             self.cfg.cluster.usage_every_s,
             lambda: self.usage.write(sample(ray, self.actors, "driver")),
             self.run_dir.path,
+            self.preemption,
+            lambda: _all_training(self.namespace, [f"{launch}-{rank}" for rank in range(len(learners))]),
         )
         if status:  # none left waiting in a collective until comm.timeout_s
             for learner in learners:
@@ -256,20 +266,30 @@ def _wait(
     every_s: float,
     meanwhile: Callable[[], None],
     run_dir: Path,
+    preemption: PreemptionFlag,
+    training: Callable[[], bool],
 ) -> tuple[int, int | None]:
     """(the first non-zero exit status, else 0; the rank of a learner that died, which ends the
     wait at once, else None), calling ``meanwhile`` every ``every_s`` while none ends. Once a
     learner has failed the others get ``STOP_GRACE_S`` to end by themselves (a preempted group
     ends together) before the wait gives up on them; and once more when they have ended, so a
-    job shorter than ``every_s`` is sampled too. A learner's error and a death's cause are one
-    line each; a learner that raised has its traceback in the run dir's errors log."""
+    job shorter than ``every_s`` is sampled too. A preemption signal to the driver goes on to
+    every learner (``_preempt``) once all are ``training``. A learner's error and a death's cause
+    are one line each; a learner that raised has its traceback in the run dir's errors log."""
     from ray.exceptions import RayActorError, RayTaskError
 
     pending, status, stop_by = list(runs), 0, math.inf
+    next_sample, passed_on = time.monotonic() + every_s, False
     while pending and time.monotonic() < stop_by:
-        done, pending = ray.wait(pending, num_returns=1, timeout=min(every_s, STOP_GRACE_S))
+        if preemption.raised and not passed_on and training():
+            passed_on = True
+            _preempt(ray, processes, preemption.signal_name)
+        wait_s = min(max(next_sample - time.monotonic(), 0.0), STOP_GRACE_S, PREEMPTION_CHECK_S)
+        done, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
         if not done:
-            meanwhile()
+            if time.monotonic() >= next_sample:
+                meanwhile()
+                next_sample = time.monotonic() + every_s
             continue
         rank = runs.index(done[0])
         try:
@@ -289,3 +309,35 @@ def _wait(
             status, stop_by = code, time.monotonic() + STOP_GRACE_S
     meanwhile()
     return status, None
+
+
+def _preempt(ray: Any, processes: list[ActorProcess | None], signal_name: str | None) -> None:
+    """SIGTERM to every learner's process, from a task on its own node: each stops as a preempted
+    torchrun rank does, once the group agrees, with a checkpoint, and the job exits 75."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    print(
+        f"distrl: {signal_name}: the learners stop after their update, with a checkpoint "
+        "(exit 75; --resume goes on from it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    send = ray.remote(num_cpus=0)(_terminate)
+    for process in processes:
+        if process is not None:  # a learner not yet placed has nothing to stop
+            where = NodeAffinitySchedulingStrategy(process.node_id, soft=False)
+            send.options(scheduling_strategy=where).remote(process.pid)
+
+
+def _all_training(namespace: str, names: list[str]) -> bool:
+    """Whether the learners ``names`` have all published their status, which each does from its
+    training loop, its own preemption handler installed (a SIGTERM any sooner would end the
+    process, not the run)."""
+    from ray.experimental.internal_kv import _internal_kv_exists
+
+    return all(_internal_kv_exists(LEARNER_KEY + name, namespace=namespace) for name in names)
+
+
+def _terminate(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
