@@ -55,6 +55,9 @@ def test_two_ranks_with_parts_of_each_batch_match_one_rank(tmp_path: Path, split
         stats = single.gradient_step(batch)
     expected = flat(single)
     assert stats["skipped_steps"] == 0.0 and stats["policy_weight"] != 1.0
+    # The divergence diagnostics: exp(temperature * advantage) at these small advantages stays
+    # far under the cap (100), so no row's weight is clipped.
+    assert abs(stats["advantage_mean"]) < 1.0 and stats["policy_weight_clipped"] == 0.0
 
     run_ranks(_rank_steps, 2, split, tmp_path)
     rank0, rank1 = (np.load(tmp_path / f"rank{r}.npy") for r in range(2))

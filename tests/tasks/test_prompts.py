@@ -27,6 +27,15 @@ def test_generated_prompts_are_fixed_by_index_and_answered_correctly() -> None:
     assert reverse.prompt == f"rev {reverse.answer[::-1]}="
     sort = PromptSource(TaskConfig(name="sort"), 1, False).example(0)
     assert sort.answer == "".join(sorted(sort.prompt[5:-1]))
+    for index in range(50):
+        count = PromptSource(TaskConfig(name="count"), 1, False).example(index)
+        digit, digits = count.prompt.removeprefix("cnt ").rstrip("=").split(" ")
+        assert count.answer == str(digits.count(digit)) and len(digit) == 1 and digits.isdigit()
+        increment = PromptSource(TaskConfig(name="increment"), 1, False).example(index)
+        digits = increment.prompt.removeprefix("inc ").rstrip("=")
+        assert increment.answer == "".join("1234567890"[int(d)] for d in digits)
+        largest = PromptSource(TaskConfig(name="max"), 1, False).example(index)
+        assert largest.answer == max(largest.prompt.removeprefix("max ").rstrip("="))
 
 
 def test_training_never_sees_a_held_out_prompt() -> None:

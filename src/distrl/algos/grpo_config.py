@@ -62,10 +62,12 @@ class TaskConfig(Section):
     """What a sequence policy (GRPO) learns: prompts, each with its answer, and the reward
     functions that score a completion (``distrl.tasks``)."""
 
-    name: Literal["reverse", "sort", "add"] = "reverse"
+    name: Literal["reverse", "sort", "add", "count", "increment", "max"] = "reverse"
     """The built-in prompt generator: ``reverse`` a digit string (``rev 123=`` -> ``321``),
-    ``sort`` its digits (``sort 312=`` -> ``123``), or ``add`` two numbers (``12+34=`` -> ``46``);
-    ``min_length`` to ``max_length`` digits (per number for ``add``)."""
+    ``sort`` its digits (``sort 312=`` -> ``123``), ``add`` two numbers (``12+34=`` -> ``46``),
+    ``count`` a digit's occurrences (``cnt 3 3534=`` -> ``2``), ``increment`` every digit, 9 to 0
+    (``inc 319=`` -> ``420``), or give the ``max`` digit (``max 3817=`` -> ``8``); ``min_length``
+    to ``max_length`` digits (per number for ``add``)."""
     prompts: str | None = None
     """Instead of the generator: a JSONL file, or a Parquet file or directory, with ``prompt`` and
     ``answer`` string columns."""

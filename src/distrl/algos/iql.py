@@ -83,9 +83,13 @@ class IQL:
         with self.clock("forward"):
             with torch.no_grad():
                 advantage = target_q - self.value(batch.obs)
-                policy_weight = torch.exp(cfg.temperature * advantage).clamp(max=cfg.max_weight)
+                unclipped = torch.exp(cfg.temperature * advantage)
+                policy_weight = unclipped.clamp(max=cfg.max_weight)
             actor_loss = -(policy_weight * self.actor.log_prob(batch.obs, actions)).mean()
         stats["actor_loss"], stats["policy_weight"] = float(actor_loss.detach()), float(policy_weight.mean())
+        # What a diverging run shows first: advantages that grow, weights that pile up at the cap.
+        stats["advantage_mean"], stats["advantage_max"] = float(advantage.mean()), float(advantage.max())
+        stats["policy_weight_clipped"] = float((unclipped > cfg.max_weight).to(advantage.dtype).mean())
         stats["grad_norm/actor"] = self.networks.step("actor", actor_loss, rows)
         with self.clock("forward"):
             with torch.no_grad():

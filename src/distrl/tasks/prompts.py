@@ -56,12 +56,40 @@ def add_numbers(rng: np.random.Generator, length: int) -> Example:
     return Example(f"{a}+{b}=", str(a + b))
 
 
+def count_digit(rng: np.random.Generator, length: int) -> Example:
+    """How often a digit occurs in a digit string: a one-character answer read off the whole prompt."""
+    digit, digits = str(rng.integers(0, 10)), _digits(rng, length)
+    return Example(f"cnt {digit} {digits}=", str(digits.count(digit)))
+
+
+def increment_digits(rng: np.random.Generator, length: int) -> Example:
+    """Copy a digit string with a rule: every digit one up, 9 to 0."""
+    digits = _digits(rng, length)
+    return Example(f"inc {digits}=", "".join(str((int(d) + 1) % 10) for d in digits))
+
+
+def max_digit(rng: np.random.Generator, length: int) -> Example:
+    """The largest digit of a digit string: a short answer."""
+    digits = _digits(rng, length)
+    return Example(f"max {digits}=", max(digits))
+
+
 GENERATORS: dict[str, Callable[[np.random.Generator, int], Example]] = {
     "reverse": reverse_digits,
     "sort": sort_digits,
     "add": add_numbers,
+    "count": count_digit,
+    "increment": increment_digits,
+    "max": max_digit,
 }
-ALPHABETS = {"reverse": "0123456789rev =", "sort": "0123456789sort =", "add": "0123456789+="}
+ALPHABETS = {
+    "reverse": "0123456789rev =",
+    "sort": "0123456789sort =",
+    "add": "0123456789+=",
+    "count": "0123456789cnt =",
+    "increment": "0123456789inc =",
+    "max": "0123456789max =",
+}
 """The characters each generator's prompts and answers use."""
 
 
