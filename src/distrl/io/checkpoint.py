@@ -94,10 +94,7 @@ def save_checkpoint(
             _check_whole(tmp, final, json.loads(files["state.json"])["shapes"])
         manifest.update(_file_digests(tmp))
         for name, data in {**files, MANIFEST: json_to_bytes(manifest)}.items():
-            with open(tmp / name, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            _write_synced(tmp / name, data)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -253,11 +250,16 @@ def _prune(root: Path, keep_last: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """``data`` as ``path``, which a reader sees whole or as it was."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+def _write_synced(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, on disk before this returns."""
+    with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, which a reader sees whole or as it was."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _write_synced(tmp, data)
     os.replace(tmp, path)

@@ -116,7 +116,8 @@ class TrainingLoop:
         self._best: dict[str, Any] | None = None
         """Rank 0's record of the best checkpoint so far (``checkpoints/best.json``)."""
         self._best_candidate: dict[str, Any] | None = None
-        """Rank 0's record of this update's score when it beats ``_best``."""
+        """Rank 0's record of this update's score when it beats ``_best``: the next checkpoint,
+        of this update's weights, is recorded as the best."""
         self._last_checkpoint = (0, time.monotonic())
         """(global step, monotonic time) of the last checkpoint."""
         self._last_row_time = 0.0
@@ -142,7 +143,6 @@ class TrainingLoop:
         profile = self.run_dir / "profile" / f"rank{self.comm.rank}.json"
         profiler = UpdateProfiler(self.cfg.log.profile_updates, profile)
         row: dict[str, Any] = {}
-        best_unsaved = False
         try:
             # Inside the try: whatever fails from here on (the runner's start included), the
             # handlers are put back and the runner, writer and logger closed.
@@ -181,9 +181,8 @@ class TrainingLoop:
                             )
                     self._count_bad_updates(result.skipped)
                     agreed = self._agree(row)
-                    best_unsaved = agreed.best_due
                     if agreed.preempted:
-                        self.save_checkpoint(best=agreed.best_due)
+                        self.save_checkpoint()
                         raise Preempted(
                             self.preemption.signal_name or "a signal on another rank", self.global_step
                         )
@@ -195,9 +194,8 @@ class TrainingLoop:
                     due = agreed.checkpoint_due or agreed.best_due
                     if due and healthy and self.global_step < total_steps:
                         with self.clock("checkpoint"):
-                            self.save_checkpoint(best=agreed.best_due)
-                        best_unsaved = False
-                self.save_checkpoint(best=best_unsaved)
+                            self.save_checkpoint()
+                self.save_checkpoint()
                 if output is not None:
                     self._write_output(output)
         finally:
@@ -287,7 +285,9 @@ class TrainingLoop:
 
     def _beats_best(self, row: dict[str, Any]) -> bool:
         """Whether ``row`` scores the ranks' weights (``best_metric``) higher than every earlier
-        check of the run; if so its record waits in ``_best_candidate`` for the checkpoint."""
+        check of the run; if so its record waits in ``_best_candidate`` for the checkpoint (an
+        earlier update's, never saved, is dropped: those weights are gone)."""
+        self._best_candidate = None
         value = row.get(self.best_metric) if self.best_metric is not None else None
         if value is None or not math.isfinite(value):
             return False
@@ -404,10 +404,10 @@ class TrainingLoop:
         )
 
     # ----------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self, best: bool = False) -> None:
+    def save_checkpoint(self) -> None:
         """Collective: every rank contributes its RNG state, parameter digest and own state;
-        rank 0 checks the digests agree and writes; ``best``: and records it as the best so far
-        (``_best_candidate``)."""
+        rank 0 checks the digests agree and writes, recording it as the best so far when this
+        update's score beat every earlier one (``_best_candidate``)."""
         state = self.runner.train_state()
         mine = {
             "torch_rng": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
@@ -435,7 +435,7 @@ class TrainingLoop:
                 "config": self.cfg.model_dump(mode="json"),
                 "ranks": ranks,
             }
-            record = self._best_candidate if best else None
+            record, self._best_candidate = self._best_candidate, None
             files = train_state.state_files(state, meta)
             self.checkpoint_writer.submit(self.global_step, files, shards, best=record)
             if record is not None:
