@@ -10,7 +10,9 @@ the signal."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +29,10 @@ from tests.helpers import CARTPOLE, distrl, torchrun_train
 pytestmark = pytest.mark.skipif(
     "DISTRL_CLEAN_STOP_DIR" not in os.environ, reason="run by tests/test_clean_stop.py"
 )
+if "DISTRL_CLEAN_STOP_DIR" in os.environ:
+    # SIGUSR2 writes every thread's stack to stacks.txt: what a session that does not stop is doing.
+    _STACKS = (Path(os.environ["DISTRL_CLEAN_STOP_DIR"]) / "stacks.txt").open("w")
+    faulthandler.register(signal.SIGUSR2, file=_STACKS, all_threads=True)
 UNTIL_STOPPED = [
     "train.total_steps=100000000", "train.stop_return=null", "log.tensorboard=false", "log.progress=false",
     "env.num_envs=4", "algo.rollout_steps=32", "algo.minibatch_size=64",

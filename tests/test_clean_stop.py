@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -22,6 +23,16 @@ from tests.ray_cluster import RayHead
 from tests.stopping import handlers_kept, running, stop, tree
 
 STOP_S = 30
+FOREGROUND = (
+    "import os, signal, sys\n"
+    "for sig in (signal.SIGINT, signal.SIGTERM):\n"
+    "    signal.signal(sig, signal.SIG_DFL)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
+)
+"""``python -c FOREGROUND ARGS`` is ``python ARGS`` started with SIGINT and SIGTERM at their
+default and unblocked, as a terminal's foreground job is: whatever this process inherited (a job
+that a shell without job control put in the background ignores SIGINT, and its children with it)."""
 RUNS = {
     "in_process": ["preloaded", "torchrun", "in-process"],
     "preloaded_run": ["preloaded", "torchrun"],
@@ -44,11 +55,6 @@ def _training(run_dir: Path) -> bool:
             signal.SIGINT,
             "preloaded_run",
             id="SIGINT",
-            marks=pytest.mark.skip(
-                reason="flaky: in a fresh clone's make test the session outlived 30 s after SIGINT in 2 of 2 "
-                "runs on 2026-12-07 (it passes alone, and beside 3 busy loops, in 10 s); cause not found; "
-                "issue 56"
-            ),
         ),
     ],
 )
@@ -61,8 +67,9 @@ def test_a_signal_to_the_process_group_ends_the_run_with_every_process_it_starte
     (the session's process tree, polled) and must be gone within ``STOP_S`` of the signal."""
     output = tmp_path / "pytest.out"
     env = {**clean_env(), "DISTRL_CLEAN_STOP_DIR": str(tmp_path)}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/clean_stop_cases.py",
-           "-k", f"{case} or reached_only"]  # fmt: skip
+    cmd = [sys.executable, "-c", FOREGROUND, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "tests/clean_stop_cases.py", "-k", f"{case} or reached_only"]  # fmt: skip
+    _warn_if_inherited_signals_differ()
     with output.open("w") as out:
         session = subprocess.Popen(
             cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -81,12 +88,20 @@ def test_a_signal_to_the_process_group_ends_the_run_with_every_process_it_starte
             time.sleep(0.2)
         track()
         _assert_covered(case, session.pid, started.values())
+        signal_state = _signal_state(session.pid)
         os.killpg(session.pid, sig)
         signalled = time.monotonic()
         while session.poll() is None and time.monotonic() < signalled + STOP_S:
             track()
             time.sleep(0.1)
-        assert session.poll() is not None, f"pytest still running {STOP_S} s after {sig.name}"
+        if session.poll() is None:
+            os.kill(session.pid, signal.SIGUSR2)  # its threads' stacks (clean_stop_cases.py)
+            time.sleep(2)
+            stacks = (tmp_path / "stacks.txt").read_text()
+            pytest.fail(
+                f"pytest still running {STOP_S} s after {sig.name} (its signals before: {signal_state}); "
+                f"its threads:\n{stacks}\nits output:\n{output.read_text()[-4000:]}"
+            )
         stopped_s = time.monotonic() - signalled
         while (left := [p for p in started.values() if running(p)]) and time.monotonic() < signalled + STOP_S:
             time.sleep(0.1)
@@ -97,6 +112,31 @@ def test_a_signal_to_the_process_group_ends_the_run_with_every_process_it_starte
         print(f"{sig.name}: pytest ended {stopped_s:.1f} s after it, {len(started)} processes with it")
     finally:
         stop([*tree(session.pid), *started.values()], grace_s=0)
+
+
+def _warn_if_inherited_signals_differ() -> None:
+    """Say so when this process ignores or blocks SIGINT or SIGTERM (what ``FOREGROUND`` undoes
+    for the session under test): the pytest running this test was started that way."""
+    lines = Path("/proc/thread-self/status").read_text().splitlines()
+    masks = {
+        key: int(value, 16)
+        for key, _, value in (line.partition(":\t") for line in lines)
+        if key in ("SigIgn", "SigBlk")
+    }
+    bits = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    if any(mask & bits for mask in masks.values()):
+        warnings.warn(
+            f"this pytest process ignores or blocks SIGINT or SIGTERM ({_signal_state(os.getpid())})",
+            stacklevel=2,
+        )
+
+
+def _signal_state(pid: int) -> str:
+    """The signals ``pid`` blocks, ignores and catches, from /proc."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return ", ".join(
+        line.replace("\t", " ") for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt"))
+    )
 
 
 def _described(processes: Iterable[psutil.Process]) -> list[tuple[int, int, str]]:
