@@ -2,15 +2,15 @@
 the collapse (issue 57): which settings reach the stop rule on every task and seed.
 
 Each run trains ``configs/grpo_<task>.yaml`` as shipped (since issue 57 they carry the entropy
-floor, ``no_floor`` the configs as they were before) plus one variant's overrides, one process
-with one thread, two runs at a time. Reported per run: whether the stop check passed (held-out
-exact match >= ``train.stop_return``, confirmed), the best and last held-out exact match of the
-stop checks, completions until the run ended, and the training policy's entropy, share of
-all-equal groups and unfinished share over the last 20 updates; per variant and task, runs passed
-over seeds.
+floor, ``no_floor`` the configs as they were before) plus one variant's overrides: one process
+with one thread, two runs at a time, or ``--ranks`` under torchrun, one run at a time. Reported
+per run: whether the stop check passed (held-out exact match >= ``train.stop_return``,
+confirmed), the best and last held-out exact match of the stop checks, completions until the run
+ended, and the training policy's entropy, share of all-equal groups and unfinished share over the
+last 20 updates; per variant and task, runs passed over seeds.
 
 Usage: python benchmarks/grpo_tasks_bench.py [--tasks reverse sort count increment max]
-       [--seeds 0 1 2] [--variants shipped dynamic ...] [--json out.json]
+       [--seeds 0 1 2] [--variants shipped dynamic ...] [--ranks 2] [--json out.json]
        [--variant NAME=KEY=VALUE,KEY=VALUE ...]   (a variant of one's own)
 """
 
@@ -63,9 +63,13 @@ def tail_mean(rows: list[dict], key: str, last: int = 20) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
-def run(variant: str, overrides: list[str], task: str, seed: int, root: Path) -> Result:
+def run(variant: str, overrides: list[str], task: str, seed: int, root: Path, ranks: int) -> Result:
     run_dir = root / f"{variant}-{task}-{seed}"
-    cmd = [sys.executable, "-m", "distrl.train", "--config", str(REPO / "configs" / f"grpo_{task}.yaml"),
+    launch = ["-m", "distrl.train"]
+    if ranks > 1:  # the global batch shared out over torchrun's ranks
+        launch = ["-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={ranks}",
+                  "--master_addr=127.0.0.1", "--master_port=29537", *launch, "--distributed"]  # fmt: skip
+    cmd = [sys.executable, *launch, "--config", str(REPO / "configs" / f"grpo_{task}.yaml"),
            "--run-dir", str(run_dir), "--overwrite", "--seed", str(seed),
            "log.progress=false", "log.tensorboard=false", *overrides]  # fmt: skip
     env = {**env_without_launcher(), "OMP_NUM_THREADS": "1"}
@@ -93,6 +97,9 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", default=["shipped"])
     parser.add_argument("--variant", nargs="+", default=[], metavar="NAME=KEY=VALUE,...")
+    parser.add_argument(
+        "--ranks", type=int, default=1, help="ranks per run (torchrun); runs of 2 go one at a time"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     variants = {name: VARIANTS[name] for name in args.variants if name in VARIANTS}
@@ -105,8 +112,11 @@ def main() -> None:
     # Interleaved: each seed's runs of every variant and task before the next seed's.
     jobs = [(v, task, seed) for seed in args.seeds for task in args.tasks for v in variants]
     results: list[Result] = []
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(run, v, variants[v], task, seed, Path(tmp)) for v, task, seed in jobs]
+    at_once = 2 if args.ranks == 1 else 1
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(at_once) as pool:
+        futures = [
+            pool.submit(run, v, variants[v], task, seed, Path(tmp), args.ranks) for v, task, seed in jobs
+        ]
         for future in futures:
             results.append(future.result())
             print(json.dumps(asdict(results[-1])), flush=True)
