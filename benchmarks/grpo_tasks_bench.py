@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cartpole_bench import env_without_launcher, metrics_rows  # noqa: E402
+from cartpole_bench import metrics_rows, run_timed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ("reverse", "sort", "count", "increment", "max")
@@ -72,15 +71,12 @@ def run(variant: str, overrides: list[str], task: str, seed: int, root: Path, ra
     cmd = [sys.executable, *launch, "--config", str(REPO / "configs" / f"grpo_{task}.yaml"),
            "--run-dir", str(run_dir), "--overwrite", "--seed", str(seed),
            "log.progress=false", "log.tensorboard=false", *overrides]  # fmt: skip
-    env = {**env_without_launcher(), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
+    _, stdout = run_timed(cmd, REPO)  # one thread per process
     rows = metrics_rows(run_dir)
     checks = [row["stop_check_return"] for row in rows if "stop_check_return" in row]
     return Result(
         variant, task, seed,
-        passed="stopped: the evaluation check passed" in done.stdout,
+        passed="stopped: the evaluation check passed" in stdout,
         best=max(checks, default=float("nan")),
         last=checks[-1] if checks else float("nan"),
         completions=rows[-1]["global_step"],

@@ -88,7 +88,7 @@ def test_a_signal_to_the_process_group_ends_the_run_with_every_process_it_starte
             time.sleep(0.2)
         track()
         _assert_covered(case, session.pid, started.values())
-        signal_state = _signal_state(session.pid)
+        signal_state = _shown(_signal_masks(Path(f"/proc/{session.pid}/status")))
         os.killpg(session.pid, sig)
         signalled = time.monotonic()
         while session.poll() is None and time.monotonic() < signalled + STOP_S:
@@ -117,26 +117,22 @@ def test_a_signal_to_the_process_group_ends_the_run_with_every_process_it_starte
 def _warn_if_inherited_signals_differ() -> None:
     """Say so when this process ignores or blocks SIGINT or SIGTERM (what ``FOREGROUND`` undoes
     for the session under test): the pytest running this test was started that way."""
-    lines = Path("/proc/thread-self/status").read_text().splitlines()
-    masks = {
-        key: int(value, 16)
-        for key, _, value in (line.partition(":\t") for line in lines)
-        if key in ("SigIgn", "SigBlk")
-    }
+    masks = _signal_masks(Path("/proc/thread-self/status"))  # the mask is a thread's: this one's
     bits = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
-    if any(mask & bits for mask in masks.values()):
+    if (masks["SigIgn"] | masks["SigBlk"]) & bits:
         warnings.warn(
-            f"this pytest process ignores or blocks SIGINT or SIGTERM ({_signal_state(os.getpid())})",
-            stacklevel=2,
+            f"this pytest process ignores or blocks SIGINT or SIGTERM ({_shown(masks)})", stacklevel=2
         )
 
 
-def _signal_state(pid: int) -> str:
-    """The signals ``pid`` blocks, ignores and catches, from /proc."""
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    return ", ".join(
-        line.replace("\t", " ") for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt"))
-    )
+def _signal_masks(status: Path) -> dict[str, int]:
+    """The signals a process (or thread) blocks, ignores and catches, from its /proc status file."""
+    fields = (line.partition(":\t") for line in status.read_text().splitlines())
+    return {key: int(value, 16) for key, _, value in fields if key in ("SigBlk", "SigIgn", "SigCgt")}
+
+
+def _shown(masks: dict[str, int]) -> str:
+    return ", ".join(f"{key}: {mask:016x}" for key, mask in masks.items())
 
 
 def _described(processes: Iterable[psutil.Process]) -> list[tuple[int, int, str]]:
