@@ -11,7 +11,14 @@ Training samples per second: distrl's per-iteration rate after the first iterati
 as many steps. Peak memory: the whole process (``peak_rss.py``) training 200 steps on the data and
 on ten times the data.
 
+With ``--trace-every K`` both trainers also check their greedy policy every K gradient steps
+(``eval.episodes`` episodes on distrl's stop-check seeds) and report, per interval, the means of
+what distrl's IQL logs: min Q_target, V, the advantage, its batch maximum, the policy's weight and
+the share of weights clipped; the table then shows each seed's checks and the samples/s column is
+not a speed comparison (d3rlpy computes its statistics twice).
+
 Usage: python benchmarks/iql_bench.py [--seeds 1 2 3] [--steps 5000] [--rows 100000] [--data-dir DIR]
+       [--trace-every K] [--set algo.actor_cosine_decay=true ...]
 d3rlpy is installed into benchmarks/.d3rlpy-venv on first use (one pip command, torch pinned).
 """
 
@@ -29,6 +36,7 @@ from cartpole_bench import env_without_launcher, metrics_rows, run_timed
 from offline_bench import ensure_d3rlpy
 
 from distrl.config.run import load_config
+from distrl.runners.loop import STOP_CHECK_SEED_OFFSET
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -37,48 +45,68 @@ SAC_CONFIG = REPO / "configs" / "pendulum_sac.yaml"
 MEMORY_STEPS = 200
 
 
-def prepare_data(data_dir: Path, rows: int) -> tuple[Path, Path]:
-    """(``rows`` transitions, ten times as many), logged half by a trained SAC policy."""
+def logged_data(data_dir: Path, rows: int) -> Path:
+    """``rows`` transitions logged half by a trained SAC policy (trained once per ``data_dir``)."""
     sac = data_dir / "sac"
     if not (sac / "checkpoints").exists():
         run_timed([sys.executable, "-m", "distrl.train", "--config", str(SAC_CONFIG), "--run-dir", str(sac),
                    "--overwrite", "log.tensorboard=false"])  # fmt: skip
-    paths = []
-    for name, count in (("mixed", rows), ("mixed-10x", 10 * rows)):
-        path = data_dir / name
-        if not path.exists():
-            policy = f"epsilon-greedy:{sac}:0.5"
-            run_timed([sys.executable, "-m", "distrl", "collect", "--env", "Pendulum-v1",
-                       "--steps", str(count), "--policy", policy, "--out", str(path)])  # fmt: skip
-        paths.append(path)
-    return paths[0], paths[1]
+    path = data_dir / f"mixed-{rows}"
+    if not path.exists():
+        policy = f"epsilon-greedy:{sac}:0.5"
+        run_timed([sys.executable, "-m", "distrl", "collect", "--env", "Pendulum-v1",
+                   "--steps", str(rows), "--policy", policy, "--out", str(path)])  # fmt: skip
+    return path
 
 
-def hyperparameters(seed: int) -> dict:
-    cfg = load_config(CONFIG)
+def hyperparameters(seed: int, overrides: list[str]) -> dict:
+    cfg = load_config(CONFIG, overrides)
     algo = cfg.algo
     return {
         "seed": seed, "batch_size": algo.batch_size, "learning_rate": algo.learning_rate, "gamma": algo.gamma,
         "tau": algo.tau, "expectile": algo.expectile, "temperature": algo.temperature,
-        "max_weight": algo.max_weight, "adam_eps": algo.adam_eps, "hidden_sizes": cfg.model.hidden_sizes,
+        "max_weight": algo.max_weight, "adam_eps": algo.adam_eps,
+        "actor_cosine_decay": algo.actor_cosine_decay, "hidden_sizes": cfg.model.hidden_sizes,
         "activation": cfg.model.activation, "action_low": [-2.0], "action_high": [2.0], "env_id": cfg.env.id,
-        "eval_seed": cfg.eval.seed,
+        "eval_seed": cfg.eval.seed, "check_seed": cfg.eval.seed + STOP_CHECK_SEED_OFFSET,
+        "check_episodes": cfg.eval.episodes,
     }  # fmt: skip
 
 
+TRACED = ("v_mean", "advantage_mean", "advantage_max", "policy_weight", "policy_weight_clipped")
+"""What both trainers report per trace interval (distrl's IQL logs them every iteration)."""
+
+
 def distrl_run(
-    data: Path, run_dir: Path, seed: int, steps: int, evaluate: bool, rss: Path | None = None
+    data: Path,
+    run_dir: Path,
+    seed: int,
+    steps: int,
+    evaluate: bool,
+    overrides: list[str],
+    rss: Path | None = None,
+    trace_every: int = 0,
 ) -> dict:
-    batch = load_config(CONFIG).algo.batch_size
-    gradient_steps = min(steps, load_config(CONFIG).algo.gradient_steps)
+    algo = load_config(CONFIG, overrides).algo
+    batch = algo.batch_size
+    gradient_steps = trace_every or min(steps, algo.gradient_steps)
+    # A trace checks every iteration against a return Pendulum cannot reach, so it never stops.
+    stop = ["train.stop_return=1", "train.stop_check_every=1"] if trace_every else ["train.stop_return=null"]
     command = ["-m", "distrl.train", "--config", str(CONFIG), "--data", str(data), "--run-dir", str(run_dir),
-               "--overwrite", "--seed", str(seed), "--total-steps", str(steps * batch),
-               "train.stop_return=null", "log.tensorboard=false",
-               f"algo.gradient_steps={gradient_steps}"]  # fmt: skip
+               "--overwrite", "--seed", str(seed), "--total-steps", str(steps * batch), *stop,
+               "log.tensorboard=false", *overrides, f"algo.gradient_steps={gradient_steps}"]  # fmt: skip
     prefix = [sys.executable] if rss is None else [sys.executable, str(HERE / "peak_rss.py"), str(rss)]
     wall_s, _ = run_timed([*prefix, *command])
     rows = metrics_rows(run_dir)
     result = {"wall_s": wall_s, "samples_per_s": statistics.median(r["sps"] for r in rows[1:] or rows)}
+    if trace_every:
+        # An epoch's short last batch can leave one more, one-step iteration: it stands for the last point.
+        points = {
+            trace_every * round(row["global_step"] / batch / trace_every): {key: row[key] for key in TRACED}
+            | {"check_return": row["stop_check_return"]}
+            for row in rows
+        }
+        result["trace"] = [{"step": step, **point} for step, point in points.items()]
     if evaluate:
         _, stdout = run_timed(
             [sys.executable, "-m", "distrl", "eval", "--checkpoint", str(run_dir), "--json"]
@@ -88,11 +116,13 @@ def distrl_run(
 
 
 def d3rlpy_run(python: Path, data: Path, out: Path, seed: int, steps: int, evaluate: bool,
-               rss: Path | None = None) -> dict:  # fmt: skip
+               overrides: list[str], rss: Path | None = None, trace_every: int = 0) -> dict:  # fmt: skip
     eval_episodes = load_config(CONFIG).eval.episodes if evaluate else 0
+    hyper = json.dumps(hyperparameters(seed, overrides))
     command = [str(HERE / "d3rlpy_iql.py"), "--data", str(data), "--steps", str(steps),
-               "--warmup-steps", str(min(steps // 5, 500)), "--hyper", json.dumps(hyperparameters(seed)),
-               "--eval-episodes", str(eval_episodes), "--out", str(out)]  # fmt: skip
+               "--warmup-steps", str(min(steps // 5, 500)), "--hyper", hyper,
+               "--eval-episodes", str(eval_episodes), "--out", str(out),
+               "--trace-every", str(trace_every)]  # fmt: skip
     prefix = [str(python)] if rss is None else [str(python), str(HERE / "peak_rss.py"), str(rss)]
     subprocess.run([*prefix, *command], check=True, env=env_without_launcher())
     return json.loads(out.read_text())
@@ -102,33 +132,78 @@ def peak_mib(rss_dir: Path) -> float:
     return json.loads((rss_dir / "rank-0.json").read_text())["peak_rss_kib"] / 1024
 
 
+def print_traces(runs: dict[str, list[dict]], seeds: list[int]) -> None:
+    """Each seed's greedy checks over training, then the statistics where the checks differ."""
+    steps = [point["step"] for point in next(iter(runs.values()))[0]["trace"]]
+    print("\n| trainer | seed | " + " | ".join(f"check at {step:,}" for step in steps) + " | final eval |")
+    print("| --- | --- | " + "--- | " * len(steps) + "--- |")
+    for name, results in runs.items():
+        for seed, result in zip(seeds, results, strict=True):
+            checks = " | ".join(f"{point['check_return']:.0f}" for point in result["trace"])
+            print(f"| {name} | {seed} | {checks} | {result['eval_return']:.0f} |")
+    print("\n| trainer | seed | step | " + " | ".join(TRACED) + " |")
+    print("| --- | --- | --- | " + "--- | " * len(TRACED))
+    for name, results in runs.items():
+        for seed, result in zip(seeds, results, strict=True):
+            for point in result["trace"]:
+                stats = " | ".join(f"{point[key]:.3g}" for key in TRACED)
+                print(f"| {name} | {seed} | {point['step']:,} | {stats} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=5000, help="gradient steps per run")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--trace-every", type=int, default=0, help="gradient steps between trace points")
+    parser.add_argument("--json-out", type=Path, default=None, help="also write every run's results here")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="distrl config overrides (d3rlpy gets algo.actor_cosine_decay too)")  # fmt: skip
     args = parser.parse_args()
     d3rlpy = ensure_d3rlpy(HERE / ".d3rlpy-venv")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        data, data_10x = prepare_data(args.data_dir or tmp / "data", args.rows)
+        data_dir = args.data_dir or tmp / "data"
+        data = logged_data(data_dir, args.rows)
         runs: dict[str, list[dict]] = {"distrl IQL, 1 rank": [], "d3rlpy IQL": []}
         for seed in args.seeds:  # interleaved: the machine is noisy
             runs["distrl IQL, 1 rank"].append(
-                distrl_run(data, tmp / f"distrl-{seed}", seed, args.steps, True)
+                distrl_run(
+                    data,
+                    tmp / f"distrl-{seed}",
+                    seed,
+                    args.steps,
+                    True,
+                    args.set,
+                    trace_every=args.trace_every,
+                )
             )
             runs["d3rlpy IQL"].append(
-                d3rlpy_run(d3rlpy, data, tmp / f"d3rlpy-{seed}.json", seed, args.steps, True)
+                d3rlpy_run(
+                    d3rlpy,
+                    data,
+                    tmp / f"d3rlpy-{seed}.json",
+                    seed,
+                    args.steps,
+                    True,
+                    args.set,
+                    trace_every=args.trace_every,
+                )
             )
         memory: dict[str, list[float]] = {"distrl IQL, 1 rank": [], "d3rlpy IQL": []}
-        for rows_path in (data, data_10x):
+        for rows_path in () if args.trace_every else (data, logged_data(data_dir, 10 * args.rows)):
             rss = tmp / f"rss-distrl-{rows_path.name}"
-            distrl_run(rows_path, tmp / "distrl-memory", 1, MEMORY_STEPS, False, rss)
+            distrl_run(rows_path, tmp / "distrl-memory", 1, MEMORY_STEPS, False, args.set, rss)
             memory["distrl IQL, 1 rank"].append(peak_mib(rss))
             rss = tmp / f"rss-d3rlpy-{rows_path.name}"
-            d3rlpy_run(d3rlpy, rows_path, tmp / "d3rlpy-memory.json", 1, MEMORY_STEPS, False, rss)
+            d3rlpy_run(d3rlpy, rows_path, tmp / "d3rlpy-memory.json", 1, MEMORY_STEPS, False, args.set, rss)
             memory["d3rlpy IQL"].append(peak_mib(rss))
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"seeds": args.seeds, "runs": runs}))
+    if args.trace_every:
+        print_traces(runs, args.seeds)
+        return
     batch = load_config(CONFIG).algo.batch_size
     print(f"\n## IQL on {args.rows:,} logged Pendulum-v1 transitions (half a trained SAC policy, half "
           f"random): {args.steps:,} gradient steps of batch {batch}, seeds {args.seeds}\n")  # fmt: skip

@@ -10,6 +10,7 @@ collective as ``PeerFailure``; the caller decides how to report them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sys
@@ -85,17 +86,20 @@ def run_training(
         comm.close()
     if not comm.is_main:
         return 0, ""
-    return 0, f"distrl: {stop_summary(cfg, row, loop.stopped_by_check)}; run dir {run_dir.path}"
+    summary = stop_summary(cfg, row, loop.stopped_by_check, loop.launch_first_step)
+    return 0, f"distrl: {summary}; run dir {run_dir.path}"
 
 
-def stop_summary(cfg: RunConfig, row: dict[str, Any], stopped_by_check: bool) -> str:
-    """What the run did and why it stopped: the evaluation check passed (with its result) or the
-    step budget was reached; then the training episodes' recent return."""
+def stop_summary(cfg: RunConfig, row: dict[str, Any], stopped_by_check: bool, launch_first_step: int) -> str:
+    """What this launch did and why it stopped: the evaluation check passed (with its result) or
+    the step budget was reached; then the training episodes' recent return, if it had episodes.
+    A resumed launch names its own steps (beside its own seconds) and the run's total."""
     unit = "logged transitions" if learns_from(cfg) == LOGGED_DATA else cfg.algo.step_unit
-    steps = (
-        f"trained {row.get('global_step', 0)} {unit} on {row.get('ranks', 1)} rank(s) "
-        f"in {row.get('time_s', 0.0):.1f}s"
-    )
+    total = row.get("global_step", launch_first_step)
+    done = f"{total - launch_first_step} {unit}"
+    if launch_first_step:
+        done += f" in this launch (resumed at {launch_first_step}; {total} in the whole run)"
+    steps = f"trained {done} on {row.get('ranks', 1)} rank(s) in {row.get('time_s', 0.0):.1f}s"
     if stopped_by_check:
         why = (
             f"stopped: the evaluation check passed (mean return {row['stop_check_return']:.1f} "
@@ -103,8 +107,10 @@ def stop_summary(cfg: RunConfig, row: dict[str, Any], stopped_by_check: bool) ->
         )
     else:
         why = f"stopped: the step budget (train.total_steps={cfg.train.total_steps}) was reached"
-    recent = f"recent training episode return {row.get('episode_return_mean', float('nan')):.1f}"
-    return f"{steps}; {why}; {recent}"
+    recent = row.get("episode_return_mean", math.nan)
+    if math.isnan(recent):  # learning from logged data, or no episode ended yet
+        return f"{steps}; {why}"
+    return f"{steps}; {why}; recent training episode return {recent:.1f}"
 
 
 def build_training(

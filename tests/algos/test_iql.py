@@ -4,6 +4,7 @@ fits the expectile of the target critics' Q; with temperature 0 the policy clone
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import gymnasium as gym
@@ -22,7 +23,7 @@ from tests.algos.test_sac import ACT, ACTIONS, OBS, TOTAL, batches, part
 from tests.distributed import run_ranks
 
 
-def make_iql(comm: TorchComm | None = None, **overrides: object) -> IQL:
+def make_iql(comm: TorchComm | None = None, total_gradient_steps: int = 1000, **overrides: object) -> IQL:
     torch.manual_seed(0)
     model = ModelConfig(hidden_sizes=[16, 16], activation="relu")
     observations = gym.spaces.Box(-1.0, 1.0, (OBS,))
@@ -30,7 +31,7 @@ def make_iql(comm: TorchComm | None = None, **overrides: object) -> IQL:
     actor = TanhMeanGaussianActor(observations, ACT, model)
     cfg = IQLConfig(name="iql", **{"learning_rate": 1e-2, "tau": 0.1, **overrides})
     sync = comm.sum_gradients_ if comm else None
-    return IQL(value, critic, actor, ActionScale(ACTIONS), cfg, gradient_sync=sync)
+    return IQL(value, critic, actor, ActionScale(ACTIONS), cfg, total_gradient_steps, gradient_sync=sync)
 
 
 def flat(iql: IQL) -> np.ndarray:
@@ -109,3 +110,23 @@ def test_with_temperature_zero_the_policy_clones_the_logged_actions() -> None:
         iql.gradient_step(batch)
     mean = ActionScale(ACTIONS).to_env(iql.actor.deterministic(torch.zeros(1, OBS)))
     np.testing.assert_allclose(mean.detach().numpy()[0], target.numpy(), atol=0.02)
+
+
+def test_the_actors_cosine_decay_spans_the_runs_gradient_steps_and_leaves_the_critics_alone() -> None:
+    iql = make_iql(total_gradient_steps=4, actor_cosine_decay=True, learning_rate=1e-2)
+    batch = batches()[0][0]
+    used = []
+    for _ in range(6):
+        iql.gradient_step(batch)
+        used.append(iql.optimizers["actor"].param_groups[0]["lr"])
+        assert (
+            iql.optimizers["critic"].param_groups[0]["lr"]
+            == iql.optimizers["value"].param_groups[0]["lr"]
+            == 1e-2
+        )
+    expected = [1e-2 * 0.5 * (1 + math.cos(math.pi * min(k / 4, 1.0))) for k in range(6)]
+    np.testing.assert_allclose(used, expected, atol=1e-12)
+    iql.set_learning_rate(5e-3)  # anneal_lr's base for the next iteration: the cosine scales it
+    iql.gradient_steps_done = 2
+    iql.gradient_step(batch)
+    assert iql.optimizers["actor"].param_groups[0]["lr"] == pytest.approx(2.5e-3)

@@ -54,18 +54,26 @@ def start_two_nodes(tmp_path: Path, data: list[Path], *overrides: str) -> list[s
     ]
 
 
-@pytest.mark.slow
-def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
-    # 3 files of 1000, 1000 and 500 rows: rank 0 holds 1500 rows, rank 1 1000. With 64 samples
-    # per step (32 each) an epoch is ceil(1500 / 32) = 47 steps on both ranks.
+def train_on_unequal_parts(
+    tmp_path: Path, gradient_steps: int, total_steps: int, *overrides: str
+) -> list[dict]:
+    """3 files of 1000, 1000 and 500 rows: rank 0 holds 1500 rows, rank 1 1000. With 64 samples
+    per step (32 each) an epoch is ceil(1500 / 32) = 47 steps on both ranks. The metrics rows."""
     collect(tmp_path / "data", 2500, 1000)
     result = train_ranks(
         2, "--config", str(OFFLINE), "--data", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
-        "algo.batch_size=64", "algo.gradient_steps=47", "--total-steps", "7500", "train.stop_return=null",
-        "log.tensorboard=false", f"output.path={tmp_path / 'model' / 'policy.onnx'}", "eval.cpe_every=2",
+        "algo.batch_size=64", f"algo.gradient_steps={gradient_steps}", "--total-steps", str(total_steps),
+        "train.stop_return=null", "log.tensorboard=false", *overrides,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
+    rows = train_on_unequal_parts(
+        tmp_path, 47, 7500, f"output.path={tmp_path / 'model' / 'policy.onnx'}", "eval.cpe_every=2"
+    )
     # Each iteration is one epoch: every row once, so 2500 samples, then epoch 1, 2.
     assert [r["global_step"] for r in rows] == [2500, 5000, 7500]
     assert [r["epoch"] for r in rows] == [0, 1, 2]
@@ -83,6 +91,17 @@ def test_two_ranks_share_a_dataset_of_unequal_parts(tmp_path: Path) -> None:
     assert report["returns"] == reference_returns(tmp_path / "run", 2)
     # ReAgent's node 0 saving the model: the final policy, one deployable file.
     assert_file_acts_like_checkpoint(tmp_path / "model" / "policy.onnx", tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_a_rank_whose_part_ran_out_for_a_whole_iteration_still_joins_its_metrics(tmp_path: Path) -> None:
+    # 5 steps an iteration: rank 1's 1000 rows last 32 of the epoch's 47 steps, so iterations
+    # 8-10 (steps 35-46) have none of its samples, nor any statistic of its own.
+    rows = train_on_unequal_parts(tmp_path, 5, 2500)
+    assert [r["global_step"] for r in rows][-4:] == [2120, 2280, 2440, 2500]
+    # Rank 0's own means, not halved by a rank with nothing to average.
+    assert all(math.isfinite(r["td_loss"]) and r["q_mean"] > 0 for r in rows), [r["q_mean"] for r in rows]
+    assert rows[-1]["q_mean"] > 0.5 * rows[-4]["q_mean"]
 
 
 @pytest.mark.slow
@@ -132,12 +151,19 @@ def test_a_resumed_run_continues_its_epoch_and_ends_where_an_uninterrupted_one_d
     assert first.returncode == 0, first.stderr
     second = distrl(*common, "--run-dir", str(tmp_path / "resumed"), "--total-steps", "5760", "--resume")
     assert second.returncode == 0, second.stderr
+    # The final line: this launch's steps beside this launch's seconds, and no episode return
+    # (learning from logged data ends no training episode).
+    last = second.stdout.strip().splitlines()[-1]
+    launch = "3848 logged transitions in this launch (resumed at 1920; 5768 in the whole run)"
+    assert last.startswith(f"distrl: trained {launch} on 1 rank(s) in "), last
+    assert "episode return" not in last, last
 
     def final(run: str) -> dict:
         return json.loads((ckpt.resolve_checkpoint(tmp_path / run) / "state.json").read_text())
 
-    # Iterations of 30 steps take 1920, 1860 (580 + 1280 across the epoch's end), 1860, 1860 samples.
-    assert final("whole")["global_step"] == final("resumed")["global_step"] == 7500
+    # Iterations of 30 steps take 1920, 1860 (580 + 1280 across the epoch's end) and 1860 samples;
+    # the last one only the 2 steps the budget has left, not 30 more.
+    assert final("whole")["global_step"] == final("resumed")["global_step"] == 5768
     assert final("whole")["ranks"][0]["param_sha256"] == final("resumed")["ranks"][0]["param_sha256"]
 
 

@@ -7,7 +7,8 @@ critics (against the new value), then the Polyak target update.
 - critics: squared error of each Q(s, a) against r + gamma (1 - terminated) V(s'): no action
   outside the data is ever evaluated;
 - policy: advantage-weighted regression, -min(exp(beta (min Q_target(s, a) - V(s))), max_weight)
-  log pi(a | s).
+  log pi(a | s); with ``actor_cosine_decay`` its learning rate follows the authors' cosine to zero
+  over the run's gradient steps.
 
 The update is rank-agnostic: each loss is a mean over this rank's share of the global batch; its
 flat gradient is averaged over ranks, weighted by the shares, through the ``gradient_sync`` hook,
@@ -22,7 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from distrl.algos.flat_gradients import GradientSync, SeparateNetworks, polyak_update_
+from distrl.algos.flat_gradients import GradientSync, SeparateNetworks, polyak_update_, set_learning_rate
 from distrl.algos.iql_config import IQLConfig
 from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
 from distrl.models.sac import ActionScale, TwinQ
@@ -38,11 +39,14 @@ class IQL:
         actor: TanhMeanGaussianActor,
         scale: ActionScale,
         cfg: IQLConfig,
+        total_gradient_steps: int,
         gradient_sync: GradientSync | None = None,
         clock: PhaseClock | None = None,
     ) -> None:
-        """``scale``: the data's action bounds (batches hold actions as they were logged)."""
+        """``scale``: the data's action bounds (batches hold actions as they were logged);
+        ``total_gradient_steps``: the run's budget in gradient steps (the actor's cosine spans it)."""
         self.value, self.critic, self.actor, self.scale, self.cfg = value, critic, actor, scale, cfg
+        self.total_gradient_steps = total_gradient_steps
         self.critic_target = copy.deepcopy(critic).requires_grad_(False)
         self.clock = clock or PhaseClock()
         self.networks = SeparateNetworks(
@@ -50,12 +54,24 @@ class IQL:
             cfg.learning_rate, cfg.adam_eps, cfg.max_grad_norm, gradient_sync, self.clock,
         )  # fmt: skip
         self.optimizers = self.networks.optimizers
-        self.set_learning_rate = self.networks.set_learning_rate
+        self.learning_rate = cfg.learning_rate
         self.gradient_steps_done = 0
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Every network's learning rate (the actor's cosine, if any, scales it)."""
+        self.learning_rate = lr
+        self.networks.set_learning_rate(lr)
+
+    def actor_learning_rate(self) -> float:
+        if not self.cfg.actor_cosine_decay:
+            return self.learning_rate
+        progress = min(self.gradient_steps_done / self.total_gradient_steps, 1.0)
+        return self.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     def gradient_step(self, batch: TransitionBatch) -> dict[str, float]:
         """One synchronised step of each network on this rank's share of the global batch (which
         may be empty: the rank then joins each step with no samples); then the target update."""
+        set_learning_rate([self.optimizers["actor"]], self.actor_learning_rate())
         if len(batch):
             stats = self._losses_and_steps(batch)
         else:

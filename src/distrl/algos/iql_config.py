@@ -46,6 +46,10 @@ class IQLConfig(AlgorithmSection):
     favours the actions with the highest advantage."""
     max_weight: PositiveFloat = 100.0
     """The policy's weights are clipped to this."""
+    actor_cosine_decay: bool = False
+    """Decay the actor's learning rate to zero along a cosine over ``train.total_steps`` (the IQL
+    authors' schedule, and d3rlpy's in its IQL reproductions; off: d3rlpy's default). The value
+    function and the critics keep theirs."""
     max_grad_norm: PositiveFloat | None = None
     """Clip each network's global gradient norm after the cross-rank average (unset: no clipping,
     as d3rlpy)."""

@@ -40,8 +40,9 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
             comm.broadcast_parameters_(network)
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
         scale = ActionScale(action_space).to(device)
+        total_gradient_steps = -(-cfg.train.total_steps // cfg.algo.batch_size)
         self.algo = IQL(
-            self.value, self.critic, self.actor, scale, cfg.algo, gradient_sync=sync, clock=ctx.clock
+            self.value, self.critic, self.actor, scale, cfg.algo, total_gradient_steps, sync, ctx.clock
         )
         self.start_stream(ctx)
 

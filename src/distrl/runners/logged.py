@@ -182,6 +182,10 @@ class LoggedDataRunner(Runner):
         self.algo.set_learning_rate(lr)
         totals: dict[str, float] = {}
         samples = steps_with_data = 0
+        # An iteration that may reach the step budget counts every step's samples over all ranks
+        # and ends there: a run ends within one global batch of train.total_steps.
+        left = self.cfg.train.total_steps - global_step
+        may_finish = left <= self.cfg.algo.gradient_steps * self.cfg.algo.batch_size
         for _ in range(self.cfg.algo.gradient_steps):
             if self.step_in_epoch == self.steps_per_epoch:
                 self.epoch += 1
@@ -196,6 +200,10 @@ class LoggedDataRunner(Runner):
                 steps_with_data += 1
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
+            if may_finish:
+                left -= int(self.comm.sum_scalars([len(batch)])[0])
+                if left <= 0:
+                    break
         skipped = totals.pop("skipped_steps", 0.0)
         estimates = self.evaluate_offline()
         global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
@@ -203,7 +211,7 @@ class LoggedDataRunner(Runner):
         return IterationResult(
             env_steps=int(global_samples),
             local_steps=samples,
-            averaged={k: v / max(steps_with_data, 1) for k, v in totals.items()},
+            averaged=self._mean_over_steps_with_data(totals, steps_with_data),
             counted=counted,
             replicated={
                 "learning_rate": lr,
@@ -213,6 +221,15 @@ class LoggedDataRunner(Runner):
             },
             skipped=skipped > 0,
         )
+
+    def _mean_over_steps_with_data(self, totals: dict[str, float], steps_with_data: int) -> dict[str, float]:
+        """Each statistic's mean over all ranks' gradient steps that had samples, the same on every
+        rank. A rank whose part ran out for the whole iteration has no statistics of its own, not
+        even their names: the names are gathered first."""
+        gathered = self.comm.all_gather_bytes(json.dumps(sorted(totals)).encode())
+        names = sorted(set().union(*(json.loads(payload) for payload in gathered)))
+        *sums, steps = self.comm.sum_scalars([*(totals.get(name, 0.0) for name in names), steps_with_data])
+        return {name: total / max(steps, 1) for name, total in zip(names, sums, strict=True)}
 
     def close(self) -> None:
         """Nothing to release: files are opened per read."""

@@ -96,6 +96,8 @@ class TrainingLoop:
         self.update_index = 0
         self.stopped_by_check = False
         """The run ended on the evaluation check (``train.stop_return``), not the step budget."""
+        self.launch_first_step = 0
+        """The global step this launch started from (a resumed run's checkpoint step)."""
         self.bad_updates_in_a_row = 0
         self.preemption = preemption
         self.usage = ProcessUsage()
@@ -150,7 +152,7 @@ class TrainingLoop:
             self.runner.start(fresh=self.global_step == 0)
             self.evaluate_in_process = self._in_process_evaluation()
             self.clock.take()  # start-up is no update's time
-            start_time, start_step = time.perf_counter(), self.global_step
+            start_time, self.launch_first_step = time.perf_counter(), self.global_step
             self._last_row_time = start_time
             self._last_checkpoint = (self.global_step, time.monotonic())
             # Collectives torch runs itself (FSDP's) fail in the same one line as distrl's own.
@@ -165,7 +167,7 @@ class TrainingLoop:
                     iteration_s = time.perf_counter() - iteration_start
                     row = self._metrics_row(
                         result,
-                        sps=(self.global_step - start_step) / (time.perf_counter() - start_time),
+                        sps=(self.global_step - self.launch_first_step) / (time.perf_counter() - start_time),
                         grad_sync_share=(self.comm.grad_sync_time_s - sync_before) / iteration_s,
                         time_s=time.perf_counter() - start_time,
                     )
