@@ -100,12 +100,14 @@ def distrl_run(
     rows = metrics_rows(run_dir)
     result = {"wall_s": wall_s, "samples_per_s": statistics.median(r["sps"] for r in rows[1:] or rows)}
     if trace_every:
-        # An epoch's short last batch can leave one more, one-step iteration: it stands for the last point.
-        points = {
-            trace_every * round(row["global_step"] / batch / trace_every): {key: row[key] for key in TRACED}
-            | {"check_return": row["stop_check_return"]}
-            for row in rows
-        }
+        # An epoch's short last batch can leave a last iteration of a few steps: its check (the
+        # final policy's) stands for the last point, its few steps' statistics do not.
+        points: dict[int, dict] = {}
+        for row in rows:
+            step = trace_every * round(row["global_step"] / batch / trace_every)
+            points.setdefault(step, {key: row[key] for key in TRACED})["check_return"] = row[
+                "stop_check_return"
+            ]
         result["trace"] = [{"step": step, **point} for step, point in points.items()]
     if evaluate:
         _, stdout = run_timed(
