@@ -71,15 +71,16 @@ class WeightTrace:
 
         def traced(batch: Any) -> torch.Tensor:
             q = impl._targ_q_func_forwarder.compute_expected_q(batch.observations, batch.actions, "min")
-            advantage = q - impl._modules.value_func(batch.observations)
+            value = impl._modules.value_func(batch.observations)
+            advantage = q - value
             unclipped = (temperature * advantage).exp()
-            for key, value in (
-                ("v_mean", (q - advantage).mean()),
+            for key, statistic in (
+                ("v_mean", value.mean()),
                 ("advantage_mean", advantage.mean()), ("advantage_max", advantage.max()),
                 ("policy_weight", unclipped.clamp(max=max_weight).mean()),
                 ("policy_weight_clipped", (unclipped > max_weight).float().mean()),
             ):  # fmt: skip
-                self.sums[key] = self.sums.get(key, 0.0) + float(value)
+                self.sums[key] = self.sums.get(key, 0.0) + float(statistic)
             self.updates += 1
             return compute_weight(batch)
 

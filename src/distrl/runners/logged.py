@@ -206,12 +206,18 @@ class LoggedDataRunner(Runner):
                     break
         skipped = totals.pop("skipped_steps", 0.0)
         estimates = self.evaluate_offline()
-        global_samples, skipped_rows = self.comm.sum_scalars([samples, self.dataset.skipped_rows])
+        # Each statistic's mean over all ranks' steps that had samples, in the same sum as the counts.
+        names = self._statistic_names(totals)
+        global_samples, skipped_rows, global_steps_with_data, *sums = self.comm.sum_scalars(
+            [samples, self.dataset.skipped_rows, steps_with_data, *(totals.get(name, 0.0) for name in names)]
+        )
         counted = {} if self.data_workers is None else self.data_workers.counts()
         return IterationResult(
             env_steps=int(global_samples),
             local_steps=samples,
-            averaged=self._mean_over_steps_with_data(totals, steps_with_data),
+            averaged={
+                name: total / max(global_steps_with_data, 1) for name, total in zip(names, sums, strict=True)
+            },
             counted=counted,
             replicated={
                 "learning_rate": lr,
@@ -222,14 +228,11 @@ class LoggedDataRunner(Runner):
             skipped=skipped > 0,
         )
 
-    def _mean_over_steps_with_data(self, totals: dict[str, float], steps_with_data: int) -> dict[str, float]:
-        """Each statistic's mean over all ranks' gradient steps that had samples, the same on every
-        rank. A rank whose part ran out for the whole iteration has no statistics of its own, not
-        even their names: the names are gathered first."""
+    def _statistic_names(self, totals: dict[str, float]) -> list[str]:
+        """The names of the algorithm's statistics over all ranks: a rank whose part ran out for
+        the whole iteration has no statistics of its own, not even their names."""
         gathered = self.comm.all_gather_bytes(json.dumps(sorted(totals)).encode())
-        names = sorted(set().union(*(json.loads(payload) for payload in gathered)))
-        *sums, steps = self.comm.sum_scalars([*(totals.get(name, 0.0) for name in names), steps_with_data])
-        return {name: total / max(steps, 1) for name, total in zip(names, sums, strict=True)}
+        return sorted(set().union(*(json.loads(payload) for payload in gathered)))
 
     def close(self) -> None:
         """Nothing to release: files are opened per read."""
