@@ -12,7 +12,7 @@ episodes are off, as d3rlpy has none. Then each is evaluated greedily on ``eval.
 streaming its half of the files; distrl variants add ``--set`` overrides (``algo.cql_alpha=1``).
 
 Usage: python benchmarks/offline_dqn_seeds_bench.py [--seeds 1 ... 10] [--d3rlpy-seeds 1 2 3]
-    [--ranks 2] [--variant NAME KEY=VALUE ...]
+    [--d3rlpy-algos dqn cql] [--ranks 2] [--variant NAME KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--cql-alpha", type=float, default=1.0, help="d3rlpy DiscreteCQL's alpha")
+    parser.add_argument("--d3rlpy-algos", nargs="+", choices=["dqn", "cql"], default=["dqn", "cql"],
+                        help="d3rlpy's DoubleDQN, DiscreteCQL or both")  # fmt: skip
     parser.add_argument("--variant", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
                         help="also run distrl with these overrides")  # fmt: skip
     parser.add_argument("--data-dir", type=Path, default=None)
@@ -91,10 +93,9 @@ def main() -> None:
                 for name, overrides in contenders.items():
                     results[name].append(distrl_run(data, tmp / "distrl", seed, args.ranks, overrides))
             if d3rlpy is not None and seed in args.d3rlpy_seeds:
-                for algo, name in (
-                    ("dqn", "d3rlpy DoubleDQN"),
-                    ("cql", f"d3rlpy DiscreteCQL (alpha {args.cql_alpha:g})"),
-                ):
+                names = {"dqn": "d3rlpy DoubleDQN", "cql": f"d3rlpy DiscreteCQL (alpha {args.cql_alpha:g})"}
+                for algo in args.d3rlpy_algos:
+                    name = names[algo]
                     out = tmp / f"d3rlpy-{algo}-{seed}.json"
                     results.setdefault(name, []).append(
                         d3rlpy_run(d3rlpy, algo, data, out, seed, args.cql_alpha)
@@ -104,15 +105,19 @@ def main() -> None:
     print(f"\n## Offline DQN on {args.rows:,} random-policy CartPole-v1 transitions: stop at "
           f"{cfg.train.stop_return:g}, budget {cfg.train.total_steps // cfg.algo.batch_size:,} gradient "
           f"steps of {cfg.algo.batch_size}; distrl on {args.ranks} ranks\n")  # fmt: skip
-    print("| contender | eval return per seed | mean | min | seeds at 475+ | gradient steps, median |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    budget = cfg.train.total_steps // cfg.algo.batch_size
+    print("| contender | eval return per seed | mean | min | stopped by the rule | seeds at 475+ "
+          "| gradient steps, median |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, runs in results.items():
         returns = [r["eval_return"] for r in runs]
         per_seed = " / ".join(f"{value:.0f}" for value in returns)
         solved = sum(value >= 475 for value in returns)
+        # A run the rule stopped ended an iteration or more short of the budget.
+        stopped = sum(r["gradient_steps"] <= budget - cfg.algo.gradient_steps for r in runs)
         steps = statistics.median(r["gradient_steps"] for r in runs)
         print(f"| {name} | {per_seed} | {statistics.mean(returns):.1f} | {min(returns):.0f} | "
-              f"{solved}/{len(returns)} | {steps:,.0f} |")  # fmt: skip
+              f"{stopped}/{len(runs)} | {solved}/{len(returns)} | {steps:,.0f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

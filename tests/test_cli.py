@@ -31,7 +31,7 @@ def typo_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 CASES = {
     "unknown env id": (["--env", "NoSuchEnv-v0"], ["env.id 'NoSuchEnv-v0'", "doesn't exist"]),
-    "unknown env class": (["--env", "no_such_module:Env"], ["cannot import module"]),
+    "unknown env class": (["--env", "no_such_module:Env"], ["no module 'no_such_module' in the current"]),
     "missing config": (["--config", "missing.yaml"], ["config file not found: missing.yaml"]),
     "wrong type": (["env.num_envs=many"], ["env.num_envs", "valid integer", "'many'"]),
     "zero count": (["--total-steps", "0"], ["train.total_steps", "greater than 0"]),

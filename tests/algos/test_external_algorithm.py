@@ -63,7 +63,7 @@ class Reinforce:
             baseline = ((values - batch.returns) ** 2).mean()
         loss = reinforce + baseline
         self.grads.step(loss, self.optimizer, self.sync, len(batch), self.cfg.max_grad_norm)
-        stats = {"reinforce_loss": float(reinforce), "baseline_loss": float(baseline)}
+        stats = {"reinforce_loss": float(reinforce.detach()), "baseline_loss": float(baseline.detach())}
         return {**stats, "skipped_minibatches": 0.0}
 
 
@@ -132,6 +132,36 @@ ALGORITHM = dataclasses.replace(
 )
 '''
 
+MISTAKES = '''
+"""REINFORCE with the mistakes a plug-in can make, each its own Algorithm."""
+
+import dataclasses
+
+from distrl.runners.replay import ReplayRunner
+from myalgos import reinforce
+
+
+class SilentReinforce(reinforce.Reinforce):
+    def update(self, batch):
+        stats = super().update(batch)
+        del stats["skipped_minibatches"]
+        return stats
+
+
+class SilentRunner(reinforce.ReinforceRunner):
+    update_rule = SilentReinforce
+
+
+class HalfWrittenRunner(ReplayRunner):  # no exploration, train_state, ...
+    pass
+
+
+TYPO = dataclasses.replace(reinforce.ALGORITHM, acting="myalgos.reinforce:actor_critc_copies")
+ABSTRACT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:HalfWrittenRunner"})
+NO_ACTING = dataclasses.replace(reinforce.ALGORITHM, acting=None)
+SILENT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:SilentRunner"})
+'''
+
 
 def plugins(tmp_path: Path) -> dict[str, str]:
     """The ``myalgos`` package in ``tmp_path``, and an environment whose PYTHONPATH finds it (and
@@ -142,6 +172,7 @@ def plugins(tmp_path: Path) -> dict[str, str]:
     (package / "reinforce.py").write_text(textwrap.dedent(PLUGIN))
     (package / "described.py").write_text(textwrap.dedent(DESCRIBED))
     (package / "grouped.py").write_text(textwrap.dedent(GROUPED))
+    (package / "mistakes.py").write_text(textwrap.dedent(MISTAKES))
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "plugins"), env.get("PYTHONPATH")]))
     return env
@@ -225,7 +256,7 @@ def test_an_outside_algorithm_declares_a_worker_group_of_its_own(
 
 def test_a_name_that_imports_nothing_is_one_line() -> None:
     for name, message in [
-        ("nowhere.at_all:ALGORITHM", "cannot import 'nowhere.at_all'"),
+        ("nowhere.at_all:ALGORITHM", "no module 'nowhere' in the current directory"),
         ("distrl.algos.registry:MISSING", "has no attribute 'MISSING'"),
         ("distrl.algos.registry:ENVS", "expected a distrl.algos.registry.Algorithm"),
     ]:
@@ -235,3 +266,51 @@ def test_a_name_that_imports_nothing_is_one_line() -> None:
             assert message in str(exc) and "\n" not in str(exc)
         else:
             raise AssertionError(f"{name} was accepted")
+
+
+def test_a_plug_ins_mistakes_are_found_when_it_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before anything trains or starts: a reference with a typo, a runner missing what runners
+    define, and collecting in other processes without ``acting``, each one line."""
+    from distrl.collect.processes import check_collector_processes
+    from distrl.ray.driver import check_workers
+
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    plugins(tmp_path)
+    with pytest.raises(UserError, match=(
+        r"^algo.name 'myalgos.mistakes:TYPO': Algorithm.acting 'myalgos.reinforce:actor_critc_copies': "
+        r"module 'myalgos.reinforce' \(.*reinforce.py\) has no attribute 'actor_critc_copies'$"
+    )):  # fmt: skip
+        load_config(None, ["algo.name=myalgos.mistakes:TYPO"])
+    with pytest.raises(UserError, match=(
+        r"^algo.name 'myalgos.mistakes:ABSTRACT': Algorithm.runners\['envs'\] "
+        r"'myalgos.mistakes:HalfWrittenRunner': HalfWrittenRunner does not define deployable_policy, "
+        r"exploration, train_state \(abstract in its bases\)$"
+    )):  # fmt: skip
+        load_config(None, ["algo.name=myalgos.mistakes:ABSTRACT"])
+    no_acting = ["algo.name=myalgos.mistakes:NO_ACTING"]
+    refused = r"algo.name=myalgos.mistakes:NO_ACTING declares no Algorithm.acting"
+    with pytest.raises(
+        UserError, match=rf"^collect.processes=1: {refused}, .* that collector processes load"
+    ):
+        check_collector_processes(load_config(None, [*no_acting, "collect.processes=1"]))
+    with pytest.raises(UserError, match=rf"^workers.env=2: {refused}, .* that env workers load"):
+        check_workers(load_config(None, [*no_acting, "workers.env=2"]))
+    check_collector_processes(load_config(None, no_acting))  # in the learner's own process it needs none
+
+
+@pytest.mark.slow
+def test_an_update_that_does_not_say_what_it_skipped_is_one_line(tmp_path: Path) -> None:
+    env = plugins(tmp_path)
+    result = run_python(
+        "-m", "distrl", "train", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "run"),
+        "algo.name=myalgos.mistakes:SILENT", "algo.rollout_steps=8", "env.num_envs=2",
+        "train.total_steps=64", "log.tensorboard=false", "log.progress=false", env=env,
+    )  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(
+        "distrl: error: SilentReinforce.update returned no 'skipped_minibatches': return the count of "
+        "steps skipped for a non-finite gradient (0.0 for none) beside its statistics (reinforce_loss, "
+        "baseline_loss)"
+    ), result.stderr

@@ -16,6 +16,7 @@ line asks the registry, never the policy's type. A new algorithm is its files pl
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -274,7 +275,7 @@ ALGORITHMS: dict[str, Algorithm] = {
 
 def algorithm(name: str) -> Algorithm:
     """The algorithm ``algo.name`` names: a registered one, or ``module:ATTRIBUTE`` of one
-    defined outside distrl (the module imported now)."""
+    defined outside distrl (the module imported now, every reference of it checked once)."""
     if name in ALGORITHMS:
         return ALGORITHMS[name]
     if ":" not in name:
@@ -282,21 +283,55 @@ def algorithm(name: str) -> Algorithm:
             f"algo.name {name!r}: expected one of {', '.join(ALGORITHMS)}, or module:ATTRIBUTE of an "
             "Algorithm defined outside distrl"
         )
-    module, _, attribute = name.partition(":")
-    try:
-        found = load(name)
-    except ModuleNotFoundError as exc:
-        raise UserError(
-            f"algo.name {name!r}: cannot import {module!r} ({exc}); is it on PYTHONPATH?"
-        ) from None
-    except AttributeError:
-        raise UserError(f"algo.name {name!r}: module {module!r} has no attribute {attribute!r}") from None
+    return _outside_algorithm(name)
+
+
+@functools.cache
+def _outside_algorithm(name: str) -> Algorithm:
+    """An algorithm defined outside distrl, its mistakes found now rather than once training runs:
+    every ``module:attribute`` it names imports and exists, and its runners can be made."""
+    setting = f"algo.name {name!r}"
+    found = load(name, setting)
     if not isinstance(found, Algorithm) or not issubclass(found.config, AlgorithmSection):
         raise UserError(
-            f"algo.name {name!r}: expected a distrl.algos.registry.Algorithm whose config subclasses "
+            f"{setting}: expected a distrl.algos.registry.Algorithm whose config subclasses "
             f"AlgorithmSection, got {type(found).__name__}"
         )
+    for field_name, reference in _references(found):
+        loaded = load(reference, f"{setting}: Algorithm.{field_name} {reference!r}")
+        if field_name.startswith("runners["):
+            _check_runner(loaded, f"{setting}: Algorithm.{field_name} {reference!r}")
+        elif not callable(loaded):
+            raise UserError(f"{setting}: Algorithm.{field_name} {reference!r} is not callable")
     return dataclasses.replace(found, name=name)
+
+
+def _references(found: Algorithm) -> list[tuple[str, str]]:
+    """Every ``module:attribute`` an ``Algorithm`` names, by the field that names it."""
+    named = [(f"runners[{key!r}]", reference) for key, reference in found.runners.items()]
+    named += [(f"exports[{key!r}]", reference) for key, reference in found.exports.items()]
+    for field_name in (
+        "deployable_policy", "collector", "acting", "evaluator", "evaluated_on", "export_check",
+        "periodic_eval", "learner_parameters", "input_check",
+    ):  # fmt: skip
+        if (reference := getattr(found, field_name)) is not None:
+            named.append((field_name, reference))
+    for group in found.worker_groups:
+        named += [(f"worker_groups[{group.name!r}].{key}", getattr(group, key)) for key in ("actor", "calls")]
+        if group.check is not None:
+            named.append((f"worker_groups[{group.name!r}].check", group.check))
+    return named
+
+
+def _check_runner(runner: Any, where: str) -> None:
+    """A runner class distrl's loop can make: a ``Runner`` with every abstract method written."""
+    from distrl.runners.base import Runner
+
+    if not (isinstance(runner, type) and issubclass(runner, Runner)):
+        raise UserError(f"{where}: expected a subclass of distrl.runners.base.Runner, got {runner!r}")
+    if missing := sorted(getattr(runner, "__abstractmethods__", ())):
+        undefined = ", ".join(missing)
+        raise UserError(f"{where}: {runner.__name__} does not define {undefined} (abstract in its bases)")
 
 
 def learns_from(cfg: RunConfig) -> str:
@@ -325,6 +360,17 @@ def runner_reference(cfg: RunConfig) -> str:
             f"model.memory=none, or {' or '.join(with_memory)} with ml_framework: torch"
         )
     return known.runners[source]
+
+
+def check_acting(cfg: RunConfig, setting: str, who: str) -> None:
+    """Processes that collect for a rank act with fresh copies of its modules
+    (``Algorithm.acting``): one line, before any starts, for an algorithm that declares none."""
+    if cfg.algorithm.acting is None:
+        raise UserError(
+            f"{setting}: algo.name={cfg.algo.name} declares no Algorithm.acting, the fresh copies of "
+            f"what its collector acts with that {who} load each policy version's weights into; "
+            f"declare one (docs/algorithms/your-own.md) or collect in the learner's own process"
+        )
 
 
 def runner_class(cfg: RunConfig) -> type:

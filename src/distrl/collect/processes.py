@@ -44,7 +44,7 @@ import gymnasium as gym
 import torch
 import torch.multiprocessing  # registers torch's tensor pickling: tensors cross through shared memory
 
-from distrl.algos.registry import ENVS, learns_from
+from distrl.algos.registry import ENVS, check_acting, learns_from
 from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
 from distrl.collect.segment_slots import SegmentSlots, SlotStates
@@ -78,8 +78,11 @@ def check_collector_processes(cfg: RunConfig) -> None:
     if learns_from(cfg) != ENVS or cfg.algorithm.collector is None:
         raise UserError(
             f"collect.processes={cfg.collect.processes}: collector processes step envs for an algorithm "
-            "that collects from them (PPO, A2C, DQN, SAC) with ml_framework: torch; set collect.processes=0"
+            "that collects from them (PPO, A2C, APPO, DQN, SAC, or one of your own with an "
+            f"Algorithm.collector) with ml_framework: torch, not algo.name={cfg.algo.name}; "
+            "set collect.processes=0"
         )
+    check_acting(cfg, f"collect.processes={cfg.collect.processes}", "collector processes")
     if cfg.train.straggler_threshold is not None:
         raise UserError(
             "train.straggler_threshold: collector processes always collect whole segments; "

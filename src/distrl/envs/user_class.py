@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from distrl.errors import UserError
-from distrl.user_code import import_user_module
+from distrl.user_code import load
 
 
 def is_class_spec(env_id: str) -> bool:
@@ -12,12 +11,4 @@ def is_class_spec(env_id: str) -> bool:
 
 def import_env_class(spec: str) -> type:
     """Import as ``python -m`` would (``distrl.user_code``)."""
-    module_name, _, class_name = spec.partition(":")
-    try:
-        module = import_user_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"env.id {spec!r}: cannot import module {module_name!r}: {exc}") from None
-    env_cls = getattr(module, class_name, None)
-    if env_cls is None:
-        raise UserError(f"env.id {spec!r}: module {module_name!r} has no attribute {class_name!r}")
-    return env_cls
+    return load(spec, f"env.id {spec!r}")

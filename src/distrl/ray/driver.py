@@ -21,7 +21,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from distrl.algos.registry import JAX, JAX_NATIVE_ENVS, WorkerGroup, learns_from, load, runner_reference
+from distrl.algos.registry import (
+    ENVS,
+    JAX,
+    JAX_NATIVE_ENVS,
+    WorkerGroup,
+    check_acting,
+    learns_from,
+    load,
+    runner_reference,
+)
 from distrl.config.run import RunConfig, collecting_workers
 from distrl.config.sections import ClusterConfig, WorkersSection
 from distrl.errors import UserError
@@ -166,6 +175,8 @@ def check_workers(cfg: RunConfig) -> None:
             continue
         if group.check is not None:
             load(group.check)(cfg)
+        if name == "env" and learns_from(cfg) == ENVS:
+            check_acting(cfg, f"workers.env={count}", "env workers")
         if group.shared_out:
             _one_per_learner_at_least(name, count, workers.policy)
     if learns_from(cfg) in (JAX, JAX_NATIVE_ENVS):

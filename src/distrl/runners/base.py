@@ -20,6 +20,7 @@ from distrl.collect.base import Collector, CollectorInputs, EnvWorkers, build_co
 from distrl.collect.rollout import noise_seed
 from distrl.comm import Comm
 from distrl.envs import VecEnv, make_vec_env
+from distrl.errors import UserError
 from distrl.io.train_state import SavedState, TrainState
 from distrl.precision import resolved
 from distrl.seeding import env_seeds, seed_torch
@@ -148,6 +149,17 @@ class IterationResult:
     trained: list[int] | None = None
     """What this rank's update trained on, by global index (GRPO: its prompts), for the run's
     ledger (``io.metrics.LEDGER_FILE``); None: the algorithm keeps none."""
+
+
+def skipped_count(stats: dict[str, float], key: str, update: object, method: str) -> float:
+    """``stats[key]`` popped: the steps an update rule's ``method`` skipped on every rank (a
+    non-finite gradient), which every rule reports (0.0 for none); one line naming the rule if not."""
+    if key not in stats:
+        raise UserError(
+            f"{type(update).__name__}.{method} returned no {key!r}: return the count of steps skipped "
+            f"for a non-finite gradient (0.0 for none) beside its statistics ({', '.join(stats) or 'none'})"
+        )
+    return stats.pop(key)
 
 
 class Runner(ABC):

@@ -32,6 +32,7 @@ from distrl.runners.base import (
     Runner,
     rank_collector,
     scheduled_learning_rate,
+    skipped_count,
     start_rank_envs,
 )
 from distrl.runners.episodes import EpisodeTracker
@@ -151,7 +152,7 @@ class OnPolicyRunner(Runner):
         sample_age = self.policy_version - rollout.policy_version
         losses, collected = self.update(rollout)
         self.policy_version += 1
-        skipped = losses.pop("skipped_minibatches")
+        skipped = skipped_count(losses, "skipped_minibatches", self.algo, "update")
         return IterationResult(
             env_steps=collected,
             averaged={

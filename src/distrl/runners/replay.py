@@ -26,6 +26,7 @@ from distrl.runners.base import (
     Runner,
     rank_collector,
     scheduled_learning_rate,
+    skipped_count,
 )
 from distrl.runners.episodes import EpisodeTracker
 from distrl.sharding import even_split
@@ -145,11 +146,13 @@ class ReplayRunner(Runner):
     def learn(self) -> dict[str, float]:
         """``gradient_steps`` steps, each on this rank's share of a global batch; mean statistics."""
         cfg = self.cfg.algo
-        totals: dict[str, float] = {}
+        totals: dict[str, float] = {"skipped_steps": 0.0}
         for _ in range(cfg.gradient_steps):
             with self.clock("replay"):
                 batch = self.replay.sample(self.batch_share, self.n_step, cfg.gamma)
-            for key, value in self.algo.gradient_step(batch).items():
+            stats = self.algo.gradient_step(batch)
+            totals["skipped_steps"] += skipped_count(stats, "skipped_steps", self.algo, "gradient_step")
+            for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
         skipped = totals.pop("skipped_steps")
         return {"skipped_steps": skipped, **{k: v / cfg.gradient_steps for k, v in totals.items()}}

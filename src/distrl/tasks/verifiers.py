@@ -12,7 +12,7 @@ from distrl.algos.grpo_config import TaskConfig
 from distrl.errors import UserError
 from distrl.tasks.deadline import DeadlinePassed, deadline
 from distrl.tasks.prompts import Example
-from distrl.user_code import import_user_module
+from distrl.user_code import load
 
 Verifier = Callable[[str, str, str], float]
 """``(prompt, completion, answer) -> reward``."""
@@ -36,15 +36,11 @@ def load_verifier(name: str) -> Verifier:
     """A built-in verifier by name, or a user's ``module:function``."""
     if name in BUILT_IN:
         return BUILT_IN[name]
-    module, sep, attribute = name.partition(":")
-    if not sep:
+    if ":" not in name:
         raise UserError(
             f"task.rewards: function {name!r}: expected {' or '.join(BUILT_IN)}, or module:function"
         )
-    try:
-        function = getattr(import_user_module(module), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"task.rewards: function {name!r} cannot be loaded: {exc}") from None
+    function = load(name, f"task.rewards: function {name!r}")
     if not callable(function):
         raise UserError(f"task.rewards: {name!r} is not a function; name one as module:function")
     return function
