@@ -182,6 +182,27 @@ def learner_memory(config: Path, parameters: int, *overrides: str) -> dict[str, 
     return {line[1:].rsplit(" ", 2)[0].strip(): float(line.split()[-2]) for line in lines}
 
 
+ONE_RANK_NOTE = (
+    "distrl: train.sharding=fsdp on one rank: there is nothing to shard over, so the learner holds its "
+    "whole weights (as train.sharding=none); sharding applies from 2 ranks"
+)
+
+
+def test_config_refuses_and_notes_sharding_as_training_does(tmp_path: Path) -> None:
+    """``distrl config`` shows no memory for a layout training refuses, and says what one rank ignores."""
+    refused = distrl("config", str(CARTPOLE), "--ranks", "2", "train.sharding=hsdp")
+    assert_user_error(refused, "train.sharding=hsdp replicates across nodes", "2 rank(s), 2 per node")
+    spread = distrl("config", str(CARTPOLE), "--ranks", "4", "train.sharding=hsdp", "cluster.num_nodes=2")
+    assert spread.returncode == 0 and not spread.stderr, spread.stderr
+    for done in (
+        distrl("config", str(CARTPOLE), "--ranks", "1", "train.sharding=fsdp"),
+        distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path / "run"), "train.sharding=fsdp",
+               "train.total_steps=256", "log.progress=false", "log.tensorboard=false"),
+    ):  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[0] == ONE_RANK_NOTE, done.stderr
+
+
 def test_config_prints_the_memory_of_an_actor_critic_learner() -> None:
     import torch
 

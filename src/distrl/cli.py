@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -245,6 +246,12 @@ def command_config(args: argparse.Namespace) -> int:
     ranks = args.ranks if args.ranks is not None else cfg.workers.policy
     if ranks < 1:
         raise UserError(f"--ranks {ranks}: must be at least 1")
+    from distrl.learner_memory import check_sharding_layout, unsharded_note
+
+    # What training would refuse or ignore, said here too (nodes: cluster.num_nodes, as Ray's).
+    check_sharding_layout(cfg.train.sharding, ranks, math.ceil(ranks / cfg.cluster.num_nodes))
+    if note := unsharded_note(cfg.train.sharding, ranks):
+        print(f"distrl: {note}", file=sys.stderr)
     sizes = cfg.algo.sizes(cfg, ranks)
     print(f"# {args.config or 'the defaults'}{' with ' + ' '.join(args.overrides) if args.overrides else ''}")
     print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).rstrip())

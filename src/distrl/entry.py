@@ -30,6 +30,7 @@ from distrl.launch.preemption import PREEMPTED_EXIT_CODE, PreemptionFlag, requeu
 from distrl.launch.process_group import connect, resolve_device
 from distrl.launch.run_dir import RunDir
 from distrl.launch.topology import Topology
+from distrl.learner_memory import unsharded_note
 from distrl.runners.base import RemoteWorkers, RunContext
 from distrl.runners.loop import Preempted, TrainingLoop
 
@@ -146,6 +147,8 @@ def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:
     """The rank's device, and the process settings every training process runs with."""
     device = resolve_device(cfg.train.device, topology)
     apply_cuda_options(cfg.train, device, topology.rank)
+    if (note := unsharded_note(cfg.train.sharding, topology.world_size)) is not None:
+        print(f"distrl: {note}", file=sys.stderr)
     torch.set_num_threads(cfg.train.torch_threads)
     if cfg.train.sharding == "none":
         keep_freed_memory()

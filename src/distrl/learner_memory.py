@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from distrl.errors import UserError
+
 FLOAT32 = 4
 
 
@@ -49,3 +51,25 @@ def learner_bytes(
         gathered = parameters.trained + (parameters.frozen if parameters.gathered_frozen else 0)
         figures["whole weights while generating or acting (gathered)"] = gathered * parameters.gathered_bytes
     return figures
+
+
+def check_sharding_layout(sharding: str, ranks: int, ranks_per_node: int) -> None:
+    """HSDP replicates across nodes and shards within each: it needs 2 or more nodes of equal
+    size. ``distrl config --ranks`` and training refuse it alike."""
+    nodes, remainder = divmod(ranks, ranks_per_node)
+    if sharding == "hsdp" and (nodes < 2 or remainder):
+        raise UserError(
+            f"train.sharding=hsdp replicates across nodes and shards within each, so it needs 2 or "
+            f"more nodes of equal size; this run has {ranks} rank(s), {ranks_per_node} per node: use "
+            "train.sharding=fsdp"
+        )
+
+
+def unsharded_note(sharding: str, ranks: int) -> str | None:
+    """The line saying a sharding setting does nothing on one rank (nothing to shard over), or None."""
+    if sharding == "none" or ranks > 1:
+        return None
+    return (
+        f"train.sharding={sharding} on one rank: there is nothing to shard over, so the learner holds "
+        "its whole weights (as train.sharding=none); sharding applies from 2 ranks"
+    )

@@ -20,7 +20,8 @@ import torch.distributed as dist
 
 from distrl.allocator import release_freed_memory
 from distrl.comm.base import Comm
-from distrl.errors import PeerFailure, UserError
+from distrl.errors import PeerFailure
+from distrl.learner_memory import check_sharding_layout
 from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
 from distrl.timing import PhaseClock
 
@@ -291,14 +292,9 @@ class TorchGroupComm(TorchComm):
 
         from distrl.comm.sharded import shard_module_
 
-        nodes, remainder = divmod(self.world_size, self.ranks_per_node)
-        if sharding == "hsdp" and (nodes < 2 or remainder):
-            raise UserError(
-                f"train.sharding=hsdp replicates across nodes and shards within each, so it needs 2 or "
-                f"more nodes of equal size; this run has {self.world_size} rank(s), {self.ranks_per_node} "
-                "per node: use train.sharding=fsdp"
-            )
+        check_sharding_layout(sharding, self.world_size, self.ranks_per_node)
         if sharding == "hsdp":
+            nodes = self.world_size // self.ranks_per_node
             mesh = init_device_mesh(
                 self._device.type, (nodes, self.ranks_per_node), mesh_dim_names=("replicate", "shard")
             )
