@@ -44,13 +44,18 @@ def test_cartpole_single_process_solves_and_says_so_last(tmp_path: Path, seed: i
     assert evaluate(tmp_path) >= 475
 
 
-def test_the_last_line_names_the_step_budget(tmp_path: Path) -> None:
-    budget = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--total-steps", "512")
+def test_the_last_line_names_the_step_budget_in_whole_updates(tmp_path: Path) -> None:
+    budget = distrl("train", "--config", str(CARTPOLE), "--run-dir", str(tmp_path), "--total-steps", "600")
     assert budget.returncode == 0, budget.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [row["global_step"] for row in rows] == [512]  # one update: 32 envs x 16 steps
-    assert "trained 512 env steps on 1 rank(s) in " in budget.stdout
-    assert "; stopped: the step budget (train.total_steps=512) was reached; " in budget.stdout
+    assert [row["global_step"] for row in rows] == [512, 1024]  # updates of 32 envs x 16 steps
+    # The progress counts to where the run ends, not past its budget.
+    assert budget.stdout.splitlines()[-2].startswith("distrl: 1,024/1,024 (100%)"), budget.stdout
+    assert "trained 1024 env steps on 1 rank(s) in " in budget.stdout
+    assert (
+        "; stopped: the step budget (train.total_steps=600, in whole iterations of 512 env steps) was "
+        "reached; " in budget.stdout
+    )
 
 
 @pytest.mark.learning(seeds=3)

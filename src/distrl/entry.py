@@ -87,27 +87,32 @@ def run_training(
         comm.close()
     if not comm.is_main:
         return 0, ""
-    summary = stop_summary(cfg, row, loop.stopped_by_check, loop.launch_first_step)
+    summary = stop_summary(cfg, row, loop)
     return 0, f"distrl: {summary}; run dir {run_dir.path}"
 
 
-def stop_summary(cfg: RunConfig, row: dict[str, Any], stopped_by_check: bool, launch_first_step: int) -> str:
+def stop_summary(cfg: RunConfig, row: dict[str, Any], loop: TrainingLoop) -> str:
     """What this launch did and why it stopped: the evaluation check passed (with its result) or
-    the step budget was reached; then the training episodes' recent return, if it had episodes.
-    A resumed launch names its own steps (beside its own seconds) and the run's total."""
+    the step budget was reached (in whole iterations, where they are fixed); then the training
+    episodes' recent return, if it had episodes. A resumed launch names its own steps (beside its
+    own seconds) and the run's total."""
     unit = "logged transitions" if learns_from(cfg) == LOGGED_DATA else cfg.algo.step_unit
+    launch_first_step = loop.launch_first_step
     total = row.get("global_step", launch_first_step)
     done = f"{total - launch_first_step} {unit}"
     if launch_first_step:
         done += f" in this launch (resumed at {launch_first_step}; {total} in the whole run)"
     steps = f"trained {done} on {row.get('ranks', 1)} rank(s) in {row.get('time_s', 0.0):.1f}s"
-    if stopped_by_check:
+    budget = f"train.total_steps={cfg.train.total_steps}"
+    if loop.planned_steps != cfg.train.total_steps:
+        budget += f", in whole iterations of {loop.runner.steps_per_iteration:,} {unit}"
+    if loop.stopped_by_check:
         why = (
             f"stopped: the evaluation check passed (mean return {row['stop_check_return']:.1f} "
             f">= train.stop_return={cfg.train.stop_return:g})"
         )
     else:
-        why = f"stopped: the step budget (train.total_steps={cfg.train.total_steps}) was reached"
+        why = f"stopped: the step budget ({budget}) was reached"
     recent = row.get("episode_return_mean", math.nan)
     if math.isnan(recent):  # learning from logged data, or no episode ended yet
         return f"{steps}; {why}"

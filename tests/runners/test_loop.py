@@ -16,6 +16,7 @@ from distrl.comm import TorchComm
 from distrl.config.run import load_config
 from distrl.entry import build_training
 from distrl.io import checkpoint as ckpt
+from distrl.runners.loop import planned_steps
 from tests.helpers import CARTPOLE, distrl
 
 
@@ -104,3 +105,11 @@ def test_without_keep_best_no_best_checkpoint_is_kept_and_asking_for_one_is_one_
         "no check of its own scored its weights: train.stop_return unset, or GRPO's held-out prompts "
         "scored by eval workers); its newest is evaluated without --best"
     ]
+
+
+def test_the_budget_is_planned_in_whole_iterations_where_they_are_fixed() -> None:
+    assert planned_steps(600, 0, 512) == 1024
+    assert planned_steps(1024, 0, 512) == 1024
+    assert planned_steps(1000, 300, 512) == 1324  # resumed off the grid: whole iterations from there
+    assert planned_steps(600, 0, None) == 600  # iterations that vary: the budget
+    assert planned_steps(600, 700, 512) == 600  # nothing left to take

@@ -69,12 +69,11 @@ class MetricsLogger:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, description=progress_label(row))
         tenths = min(10, step * 10 // max(self._total_steps, 1))
-        if self._plain and tenths > self._plain_tenths:
+        if self._plain and tenths > self._plain_tenths:  # a line each time a tenth is passed
             self._plain_tenths = tenths
             label = progress_label(row)
-            print(
-                f"distrl: {step:,}/{self._total_steps:,} ({tenths * 10}%)" + (f" | {label}" if label else "")
-            )
+            done = f"distrl: {step:,}/{self._total_steps:,} ({step / max(self._total_steps, 1):.0%})"
+            print(done + (f" | {label}" if label else ""))
 
     def log_ledger(self, update: int, global_step: int, trained: list[int]) -> None:
         """The ledger's row of an update: what it trained on (``LEDGER_FILE``)."""

@@ -166,6 +166,9 @@ class Runner(ABC):
     algorithm: str
     sharded: bool = False
     """Each rank holds a shard of the policy (``train.sharding``), not all of it."""
+    steps_per_iteration: int | None = None
+    """The env steps (over all ranks) of every iteration, where that is fixed: the loop then plans
+    the budget as whole iterations (its progress and final line); None where they vary."""
 
     @abstractmethod
     def start(self, fresh: bool) -> None:

@@ -97,6 +97,9 @@ class TrainingLoop:
         self.stopped_by_check = False
         """The run ended on the evaluation check (``train.stop_return``), not the step budget."""
         self.launch_first_step = 0
+        self.planned_steps = self.cfg.train.total_steps
+        """Where the run ends by its budget: ``train.total_steps`` rounded up to whole iterations
+        where the runner's are fixed (``planned_steps``)."""
         """The global step this launch started from (a resumed run's checkpoint step)."""
         self.bad_updates_in_a_row = 0
         self.preemption = preemption
@@ -134,6 +137,7 @@ class TrainingLoop:
         Raises ``Preempted`` after saving a checkpoint when any rank got SIGTERM or SIGUSR1.
         """
         total_steps = self.cfg.train.total_steps
+        self.planned_steps = planned_steps(total_steps, self.global_step, self.runner.steps_per_iteration)
         output = Path(self.cfg.output.path) if self.cfg.output.path else None
         logger = self._make_logger()
         if self.comm.is_main:
@@ -401,7 +405,7 @@ class TrainingLoop:
             self.run_dir,
             enabled=main,
             tensorboard=self.cfg.log.tensorboard,
-            total_steps=self.cfg.train.total_steps,
+            total_steps=self.planned_steps,
             progress=self.cfg.log.progress,
         )
 
@@ -500,3 +504,11 @@ class TrainingLoop:
             rng = base64.b64decode(mine["torch_rng"])
             torch.set_rng_state(torch.frombuffer(bytearray(rng), dtype=torch.uint8))
             self.runner.load_rank_state(mine.get("runner", {}))
+
+
+def planned_steps(budget: int, done: int, per_iteration: int | None) -> int:
+    """The step a run that has done ``done`` steps ends at by its ``budget``: the budget rounded
+    up to whole iterations of ``per_iteration`` steps (None: they vary; the budget)."""
+    if per_iteration is None or done >= budget:
+        return budget
+    return done + math.ceil((budget - done) / per_iteration) * per_iteration

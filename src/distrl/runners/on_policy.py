@@ -99,7 +99,10 @@ class OnPolicyRunner(Runner):
         rank_envs = start_rank_envs(ctx)
         self.envs = rank_envs.shard
         self.num_envs = self.envs.count
-        self.steps_per_update = cfg.algo.rollout_steps * self.envs.global_count
+        self.full_rollout = cfg.algo.rollout_steps * self.envs.global_count
+        """The env steps of an uncut rollout over all ranks."""
+        if cfg.train.straggler_threshold is None:  # else a cut rollout collects fewer
+            self.steps_per_iteration = self.full_rollout
         self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
         self.policy = ppo_actor_critic(cfg, self.observation_space, self.action_space, device)
         self.sequence_length = cfg.algo.sequence_length(memory=self.policy.memory is not None)
@@ -164,7 +167,7 @@ class OnPolicyRunner(Runner):
             replicated={
                 "learning_rate": lr,
                 "skipped_minibatches": skipped,
-                "rollout_fraction": collected / self.steps_per_update,
+                "rollout_fraction": collected / self.full_rollout,
             },
             counted=self.collection.counts(),
             episodes=self.episodes.stats(),
