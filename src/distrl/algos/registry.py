@@ -280,21 +280,27 @@ def algorithm(name: str) -> Algorithm:
     if ":" not in name:
         raise UserError(
             f"algo.name {name!r}: expected one of {', '.join(ALGORITHMS)}, or module:ATTRIBUTE of an "
-            "Algorithm defined outside distrl"
+            "Algorithm defined outside distrl",
+            code="algo-name-unknown",
         )
     module, _, attribute = name.partition(":")
     try:
         found = load(name)
     except ModuleNotFoundError as exc:
         raise UserError(
-            f"algo.name {name!r}: cannot import {module!r} ({exc}); is it on PYTHONPATH?"
+            f"algo.name {name!r}: cannot import {module!r} ({exc}); is it on PYTHONPATH?",
+            code="algo-module-import-failed",
         ) from None
     except AttributeError:
-        raise UserError(f"algo.name {name!r}: module {module!r} has no attribute {attribute!r}") from None
+        raise UserError(
+            f"algo.name {name!r}: module {module!r} has no attribute {attribute!r}",
+            code="algo-attribute-missing",
+        ) from None
     if not isinstance(found, Algorithm) or not issubclass(found.config, AlgorithmSection):
         raise UserError(
             f"algo.name {name!r}: expected a distrl.algos.registry.Algorithm whose config subclasses "
-            f"AlgorithmSection, got {type(found).__name__}"
+            f"AlgorithmSection, got {type(found).__name__}",
+            code="algo-not-an-algorithm",
         )
     return dataclasses.replace(found, name=name)
 
@@ -314,15 +320,22 @@ def runner_reference(cfg: RunConfig) -> str:
     able = [name for name, other in {**ALGORITHMS, known.name: known}.items() if source in other.runners]
     if cfg.algo.name not in able or (source in (JAX, JAX_NATIVE_ENVS) and cfg.data.path is not None):
         if source in (JAX, JAX_NATIVE_ENVS):
-            raise UserError(f"ml_framework: jax trains {', '.join(able)} online; use torch for this run")
+            raise UserError(
+                f"ml_framework: jax trains {', '.join(able)} online; use torch for this run",
+                code="jax-algorithm-unsupported",
+            )
         where = "from logged data (data.path)" if source == LOGGED_DATA else "online"
-        raise UserError(f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}")
+        raise UserError(
+            f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}",
+            code="algo-cannot-learn-from",
+        )
     if cfg.model.memory != "none" and source not in known.memory_runners:
         learner = "the JAX learner" if source in (JAX, JAX_NATIVE_ENVS) else f"algo.name={known.name}"
         with_memory = [name for name, a in ALGORITHMS.items() if a.memory_runners]
         raise UserError(
             f"model.memory={cfg.model.memory}: {learner} has no recurrent policies yet; use "
-            f"model.memory=none, or {' or '.join(with_memory)} with ml_framework: torch"
+            f"model.memory=none, or {' or '.join(with_memory)} with ml_framework: torch",
+            code="algo-memory-unsupported",
         )
     return known.runners[source]
 

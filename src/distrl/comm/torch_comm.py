@@ -296,7 +296,8 @@ class TorchGroupComm(TorchComm):
             raise UserError(
                 f"train.sharding=hsdp replicates across nodes and shards within each, so it needs 2 or "
                 f"more nodes of equal size; this run has {self.world_size} rank(s), {self.ranks_per_node} "
-                "per node: use train.sharding=fsdp"
+                "per node: use train.sharding=fsdp",
+                code="sharding-hsdp-one-node",
             )
         if sharding == "hsdp":
             mesh = init_device_mesh(

@@ -16,8 +16,13 @@ def import_env_class(spec: str) -> type:
     try:
         module = import_user_module(module_name)
     except ImportError as exc:
-        raise UserError(f"env.id {spec!r}: cannot import module {module_name!r}: {exc}") from None
+        raise UserError(
+            f"env.id {spec!r}: cannot import module {module_name!r}: {exc}", code="env-module-import-failed"
+        ) from None
     env_cls = getattr(module, class_name, None)
     if env_cls is None:
-        raise UserError(f"env.id {spec!r}: module {module_name!r} has no attribute {class_name!r}")
+        raise UserError(
+            f"env.id {spec!r}: module {module_name!r} has no attribute {class_name!r}",
+            code="env-class-missing",
+        )
     return env_cls
