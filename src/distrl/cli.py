@@ -195,7 +195,7 @@ def command_train(args: argparse.Namespace) -> int:
 
 def check_resume_flags(args: argparse.Namespace) -> None:
     if args.resume and args.overwrite:
-        raise UserError("--resume and --overwrite exclude each other")
+        raise UserError("--resume and --overwrite exclude each other", code="cli-resume-and-overwrite")
 
 
 def command_launch_ray(args: argparse.Namespace) -> int:
@@ -217,10 +217,14 @@ def _train_config(args: argparse.Namespace) -> Any:
     check_resume_flags(args)
     for arg in args.overrides:
         if "=" not in arg:
-            raise UserError(f"unexpected argument {arg!r}: overrides look like dotted.key=value")
+            raise UserError(
+                f"unexpected argument {arg!r}: overrides look like dotted.key=value",
+                code="cli-argument-unexpected",
+            )
     if args.num_envs is not None and args.num_envs_per_rank is not None:
         raise UserError(
-            "--num-envs (over all ranks) and --num_envs (per rank, Isaac Lab's) exclude each other"
+            "--num-envs (over all ranks) and --num_envs (per rank, Isaac Lab's) exclude each other",
+            code="cli-num-envs-twice",
         )
     return load_config(args.config, [*args.overrides, *_flag_overrides(args)])
 
@@ -245,7 +249,7 @@ def command_config(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     ranks = args.ranks if args.ranks is not None else cfg.workers.policy
     if ranks < 1:
-        raise UserError(f"--ranks {ranks}: must be at least 1")
+        raise UserError(f"--ranks {ranks}: must be at least 1", code="cli-count-below-one")
     from distrl.learner_memory import check_sharding_layout, unsharded_note
 
     # What training would refuse or ignore, said here too (nodes: cluster.num_nodes, as Ray's).
@@ -327,7 +331,9 @@ def command_status(args: argparse.Namespace) -> int:
     if args.run_dir is None:
         return status(args.ray_address or "auto", args.namespace, args.json)
     if args.ray_address is not None:
-        raise UserError("--run-dir and --ray-address exclude each other: give one")
+        raise UserError(
+            "--run-dir and --ray-address exclude each other: give one", code="cli-run-dir-and-ray-address"
+        )
     address, namespace = local_job_cluster(args.run_dir)
     return status(address, namespace, args.json)
 
@@ -336,7 +342,9 @@ def command_launch_node(args: argparse.Namespace) -> int:
     from distrl.launch.file_rendezvous import launch_node, procs_for_node
 
     if args.node_index is None or args.rendezvous_file is None:
-        raise UserError("--num-nodes needs --node-index and --rendezvous-file")
+        raise UserError(
+            "--num-nodes needs --node-index and --rendezvous-file", code="cli-launch-node-flags-missing"
+        )
     procs = procs_for_node(args.procs_per_node, args.use_all_available_devices)
     return launch_node(args.argv, args.num_nodes, args.node_index, args.rendezvous_file, procs)
 
@@ -364,7 +372,7 @@ def command_eval(args: argparse.Namespace) -> int:
     loaded = load_policy(args.checkpoint, best=args.best)
     episodes = args.episodes if args.episodes is not None else loaded.cfg.eval.episodes
     if episodes < 1:
-        raise UserError(f"--episodes {episodes}: must be at least 1")
+        raise UserError(f"--episodes {episodes}: must be at least 1", code="cli-count-below-one")
     seed = args.seed if args.seed is not None else loaded.cfg.eval.seed
     known = algorithm(loaded.cfg.algo.name)
     returns = load(known.evaluator)(loaded.cfg, loaded.policy, episodes, seed)
@@ -409,7 +417,7 @@ def command_collect(args: argparse.Namespace) -> int:
         ("--num-envs", args.num_envs),
     ):
         if value < 1:
-            raise UserError(f"{flag} {value}: must be at least 1")
+            raise UserError(f"{flag} {value}: must be at least 1", code="cli-count-below-one")
     env_cfg = EnvConfig(id=args.env, num_envs=args.num_envs)
     check_env(env_cfg)
     files = collect_dataset(env_cfg, args.policy, args.steps, args.out, args.rows_per_file, args.seed)
@@ -457,7 +465,8 @@ def command_export(args: argparse.Namespace) -> int:
     if args.format not in formats:
         raise UserError(
             f"--format {args.format}: the {loaded.algorithm} policy of {loaded.checkpoint} is written with "
-            f"--format {' or '.join(formats)}"
+            f"--format {' or '.join(formats)}",
+            code="export-format-unsupported",
         )
     export(loaded.cfg, loaded.policy, loaded.observation_space, args.format, args.out, "--out")
     print(
@@ -492,9 +501,9 @@ def command_evaluate_offline(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)  # tiny networks: extra threads only add synchronisation
     if args.bootstrap < 1:
-        raise UserError(f"--bootstrap {args.bootstrap}: must be at least 1")
+        raise UserError(f"--bootstrap {args.bootstrap}: must be at least 1", code="cli-count-below-one")
     if args.max_rows is not None and args.max_rows < 1:
-        raise UserError(f"--max-rows {args.max_rows}: must be at least 1")
+        raise UserError(f"--max-rows {args.max_rows}: must be at least 1", code="cli-count-below-one")
     bootstrap = Bootstrap(resamples=args.bootstrap, seed=args.seed)
     report = evaluate_checkpoint_offline(args.checkpoint, args.data, bootstrap, args.max_rows)
     if args.json:

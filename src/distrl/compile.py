@@ -24,7 +24,8 @@ def require_cpp_compiler() -> None:
     except InvalidCxxCompiler:
         raise UserError(
             "train.compile=true: torch.compile on the CPU needs a C++ compiler (g++, or the one "
-            "the CXX environment variable names); install one or set train.compile=false"
+            "the CXX environment variable names); install one or set train.compile=false",
+            code="train-compile-no-compiler",
         ) from None
 
 

@@ -20,6 +20,7 @@ def import_env_packages(modules: list[str]) -> None:
         if importlib.util.find_spec(module) is None:
             raise UserError(
                 f"env.imports: no module {module!r} is installed (install the package that "
-                "registers your env ids, or remove it from env.imports)"
+                "registers your env ids, or remove it from env.imports)",
+                code="env-imports-missing",
             )
         importlib.import_module(module)

@@ -4,9 +4,39 @@ A mistake the user can fix (bad config, bad flags, missing files) exits with 2; 
 collective with 3. Anything else is a bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 
 class UserError(Exception):
-    """A problem with the user's input, reported as one line without a traceback."""
+    """A problem with the user's input, reported as one line without a traceback.
+
+    ``code`` is the refusal's stable id (kebab-case, prefixed by its area: ``config-``, ``env-``,
+    ``ray-`` ...), each listed on docs/troubleshooting.md under "Every refusal, by id": every
+    refusal in distrl names one (``tests/test_troubleshooting_ids.py``); a plug-in's own may not.
+    ``str(exc)`` and ``exc.args[0]`` stay the message alone. A UserError re-raised from another
+    passes the other's ``code`` on."""
+
+    code: str | None
+
+    def __init__(self, message: str | UserError, *, code: str | None = None) -> None:
+        if isinstance(message, UserError):
+            # Rebuilt from an instance, as gymnasium's AsyncVectorEnv re-raises an env
+            # process's error (``exctype(value)``): the message and id are the instance's.
+            code = code or message.code
+            message = message.args[0]
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's own pickling calls ``type(self)(*self.args)``, which loses the code: Ray and
+        # multiprocessing send UserErrors between processes.
+        return (_user_error, (type(self), self.args[0], self.code), self.__dict__)
+
+
+def _user_error(cls: type[UserError], message: str, code: str | None) -> UserError:
+    return cls(message, code=code)
 
 
 class PeerFailure(Exception):

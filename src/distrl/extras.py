@@ -13,7 +13,7 @@ def require_extra(extra: str, packages: tuple[str, ...], need: str) -> None:
     """``need`` (what needs the extra, in the user's words) and the install line when any of
     ``packages`` (top-level import names) is not installed."""
     if any(importlib.util.find_spec(package) is None for package in packages):
-        raise UserError(f"{need}: pip install 'distrl[{extra}]'")
+        raise UserError(f"{need}: pip install 'distrl[{extra}]'", code="install-extra-missing")
 
 
 JAX = ("jax", ("jax", "flax", "optax"), "ml_framework: jax needs JAX, Flax and Optax")

@@ -61,7 +61,8 @@ def check_sharding_layout(sharding: str, ranks: int, ranks_per_node: int) -> Non
         raise UserError(
             f"train.sharding=hsdp replicates across nodes and shards within each, so it needs 2 or "
             f"more nodes of equal size; this run has {ranks} rank(s), {ranks_per_node} per node: use "
-            "train.sharding=fsdp"
+            "train.sharding=fsdp",
+            code="sharding-hsdp-one-node",
         )
 
 

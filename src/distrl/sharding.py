@@ -42,7 +42,8 @@ def shard_envs(cfg: EnvConfig, rank: int, world_size: int) -> EnvShard:
     if total < world_size:
         raise UserError(
             f"env.num_envs={total} counts envs over all ranks and is fewer than the {world_size} ranks; "
-            f"give every rank at least one (env.num_envs >= {world_size}) or set env.num_envs_per_rank"
+            f"give every rank at least one (env.num_envs >= {world_size}) or set env.num_envs_per_rank",
+            code="sharding-envs-fewer-than-ranks",
         )
     first, count = even_split(total, rank, world_size)
     return EnvShard(first, count, total, total // world_size)

@@ -13,7 +13,7 @@ import sysconfig
 import traceback
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from distrl.errors import UserError
 
@@ -28,7 +28,7 @@ def import_user_module(name: str, setting: str = "") -> ModuleType:
     try:
         return importlib.import_module(name)
     except Exception as exc:  # the user's module may raise anything while it runs
-        raise UserError(f"{setting or repr(name)}: {import_failure(name, exc)}") from None
+        refuse_import(setting or repr(name), name, exc)
 
 
 def load(reference: str, setting: str = "") -> Any:
@@ -37,22 +37,34 @@ def load(reference: str, setting: str = "") -> Any:
     where = setting or repr(reference)
     module = import_user_module(module_name, where)
     if not hasattr(module, name):
-        raise UserError(f"{where}: module {module_name!r} ({_file_of(module)}) has no attribute {name!r}")
+        raise UserError(
+            f"{where}: module {module_name!r} ({_file_of(module)}) has no attribute {name!r}",
+            code="plugin-attribute-missing",
+        )
     return getattr(module, name)
 
 
-def import_failure(name: str, exc: Exception) -> str:
-    """Why importing module ``name`` failed, in words, with the file and line where it did."""
+def refuse_import(setting: str, name: str, exc: Exception) -> NoReturn:
+    """Why importing module ``name`` failed, as one line: the file and line where it did."""
     if isinstance(exc, ModuleNotFoundError) and exc.name is not None:
         if name == exc.name or name.startswith(f"{exc.name}."):
-            return (
-                f"no module {exc.name!r} in the current directory ({os.getcwd()}), on PYTHONPATH or "
-                "among the installed packages"
-            )
-        return f"{_user_frame(exc)} imports {exc.name!r}, which is not installed"
+            raise UserError(
+                f"{setting}: no module {exc.name!r} in the current directory ({os.getcwd()}), on "
+                "PYTHONPATH or among the installed packages",
+                code="plugin-module-not-found",
+            ) from None
+        raise UserError(
+            f"{setting}: {_user_frame(exc)} imports {exc.name!r}, which is not installed",
+            code="plugin-dependency-missing",
+        ) from None
     if isinstance(exc, SyntaxError):
-        return f"syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
-    return f"importing {name!r} raised {type(exc).__name__}: {exc} (at {_user_frame(exc)})"
+        raise UserError(
+            f"{setting}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}", code="plugin-syntax-error"
+        ) from None
+    raise UserError(
+        f"{setting}: importing {name!r} raised {type(exc).__name__}: {exc} (at {_user_frame(exc)})",
+        code="plugin-import-raised",
+    ) from None
 
 
 def _user_frame(exc: BaseException) -> str:

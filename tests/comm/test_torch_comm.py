@@ -50,15 +50,20 @@ def _collectives_worker(comm: TorchComm, out: Path) -> None:
     torch.nn.init.constant_(model.weight, float(comm.rank))
     comm.broadcast_parameters_(model)
     try:
-        comm.run_on_main(lambda: (_ for _ in ()).throw(UserError("bad input on rank 0")))
-        error = ""
+        comm.run_on_main(
+            lambda: (_ for _ in ()).throw(
+                UserError("bad input on rank 0\nsecond line", code="test-bad-input")
+            )
+        )
+        error, code = "", ""
     except UserError as exc:
-        error = str(exc)
+        error, code = str(exc), exc.code
     result = {
         "sums": sums,
         "gathered": [g.decode() for g in gathered],
         "weight": model.weight.flatten().tolist(),
         "error": error,
+        "code": code,
         "payload": comm.run_on_main(lambda: b"from rank 0").decode(),
     }
     out.joinpath(f"rank{comm.rank}.json").write_text(json.dumps(result))
@@ -71,7 +76,8 @@ def test_collectives_agree_on_every_rank(tmp_path: Path) -> None:
         assert result["sums"] == [3.0, 20.0]
         assert result["gathered"] == ["xxx", "xxxx"]
         assert result["weight"] == [0.0] * 6  # rank 0's weights everywhere
-        assert result["error"] == "bad input on rank 0"
+        assert result["error"] == "bad input on rank 0\nsecond line"
+        assert result["code"] == "test-bad-input"  # the refusal's id reaches every rank
         assert result["payload"] == "from rank 0"
 
 
@@ -82,8 +88,9 @@ def test_single_process_comm_is_identity() -> None:
     assert comm.sum_scalars([1.5, 2.0]) == [1.5, 2.0]
     count, mean, m2 = comm.merge_moments(*batch_moments(torch.ones(5, 2)))
     assert count == 5 and mean.tolist() == [1.0, 1.0] and m2.tolist() == [0.0, 0.0]
-    with pytest.raises(UserError, match="boom"):
-        comm.run_on_main(lambda: (_ for _ in ()).throw(UserError("boom")))
+    with pytest.raises(UserError, match="boom") as raised:
+        comm.run_on_main(lambda: (_ for _ in ()).throw(UserError("boom", code="test-boom")))
+    assert raised.value.code == "test-boom"
 
 
 def _sum_worker(comm: TorchComm, out: Path) -> None:

@@ -31,5 +31,6 @@ def check_task(cfg: RunConfig) -> None:
     if tokens + new > context:
         raise UserError(
             f"task prompt {prompt!r} ({tokens} tokens) and algo.max_new_tokens={new} need {tokens + new} "
-            f"positions, more than {named}{context}; raise the context or shorten them"
+            f"positions, more than {named}{context}; raise the context or shorten them",
+            code="grpo-prompt-too-long",
         )

@@ -281,7 +281,8 @@ def algorithm(name: str) -> Algorithm:
     if ":" not in name:
         raise UserError(
             f"algo.name {name!r}: expected one of {', '.join(ALGORITHMS)}, or module:ATTRIBUTE of an "
-            "Algorithm defined outside distrl"
+            "Algorithm defined outside distrl",
+            code="algo-name-unknown",
         )
     return _outside_algorithm(name)
 
@@ -295,14 +296,17 @@ def _outside_algorithm(name: str) -> Algorithm:
     if not isinstance(found, Algorithm) or not issubclass(found.config, AlgorithmSection):
         raise UserError(
             f"{setting}: expected a distrl.algos.registry.Algorithm whose config subclasses "
-            f"AlgorithmSection, got {type(found).__name__}"
+            f"AlgorithmSection, got {type(found).__name__}",
+            code="algo-not-an-algorithm",
         )
     for field_name, reference in _references(found):
         loaded = load(reference, f"{setting}: Algorithm.{field_name} {reference!r}")
         if field_name.startswith("runners["):
             _check_runner(loaded, f"{setting}: Algorithm.{field_name} {reference!r}")
         elif not callable(loaded):
-            raise UserError(f"{setting}: Algorithm.{field_name} {reference!r} is not callable")
+            raise UserError(
+                f"{setting}: Algorithm.{field_name} {reference!r} is not callable", code="plugin-not-callable"
+            )
     return dataclasses.replace(found, name=name)
 
 
@@ -328,10 +332,16 @@ def _check_runner(runner: Any, where: str) -> None:
     from distrl.runners.base import Runner
 
     if not (isinstance(runner, type) and issubclass(runner, Runner)):
-        raise UserError(f"{where}: expected a subclass of distrl.runners.base.Runner, got {runner!r}")
+        raise UserError(
+            f"{where}: expected a subclass of distrl.runners.base.Runner, got {runner!r}",
+            code="plugin-runner-not-a-runner",
+        )
     if missing := sorted(getattr(runner, "__abstractmethods__", ())):
         undefined = ", ".join(missing)
-        raise UserError(f"{where}: {runner.__name__} does not define {undefined} (abstract in its bases)")
+        raise UserError(
+            f"{where}: {runner.__name__} does not define {undefined} (abstract in its bases)",
+            code="plugin-runner-abstract",
+        )
 
 
 def learns_from(cfg: RunConfig) -> str:
@@ -349,15 +359,22 @@ def runner_reference(cfg: RunConfig) -> str:
     able = [name for name, other in {**ALGORITHMS, known.name: known}.items() if source in other.runners]
     if cfg.algo.name not in able or (source in (JAX, JAX_NATIVE_ENVS) and cfg.data.path is not None):
         if source in (JAX, JAX_NATIVE_ENVS):
-            raise UserError(f"ml_framework: jax trains {', '.join(able)} online; use torch for this run")
+            raise UserError(
+                f"ml_framework: jax trains {', '.join(able)} online; use torch for this run",
+                code="jax-algorithm-unsupported",
+            )
         where = "from logged data (data.path)" if source == LOGGED_DATA else "online"
-        raise UserError(f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}")
+        raise UserError(
+            f"algo.name={cfg.algo.name} does not train {where}; known: {', '.join(able)}",
+            code="algo-cannot-learn-from",
+        )
     if cfg.model.memory != "none" and source not in known.memory_runners:
         learner = "the JAX learner" if source in (JAX, JAX_NATIVE_ENVS) else f"algo.name={known.name}"
         with_memory = [name for name, a in ALGORITHMS.items() if a.memory_runners]
         raise UserError(
             f"model.memory={cfg.model.memory}: {learner} has no recurrent policies yet; use "
-            f"model.memory=none, or {' or '.join(with_memory)} with ml_framework: torch"
+            f"model.memory=none, or {' or '.join(with_memory)} with ml_framework: torch",
+            code="algo-memory-unsupported",
         )
     return known.runners[source]
 
@@ -369,7 +386,8 @@ def check_acting(cfg: RunConfig, setting: str, who: str) -> None:
         raise UserError(
             f"{setting}: algo.name={cfg.algo.name} declares no Algorithm.acting, the fresh copies of "
             f"what its collector acts with that {who} load each policy version's weights into; "
-            f"declare one (docs/algorithms/your-own.md) or collect in the learner's own process"
+            f"declare one (docs/algorithms/your-own.md) or collect in the learner's own process",
+            code="plugin-no-acting",
         )
 
 

@@ -106,7 +106,10 @@ def _declared(cfg: RunConfig, field: str, needed: str) -> Any:
     """``Algorithm.<field>`` of ``cfg``'s algorithm, imported; one line when it declares none."""
     reference = getattr(cfg.algorithm, field)
     if reference is None:
-        raise UserError(f"algo.name={cfg.algo.name} declares no Algorithm.{field}, which {needed}")
+        raise UserError(
+            f"algo.name={cfg.algo.name} declares no Algorithm.{field}, which {needed}",
+            code="algo-field-undeclared",
+        )
     return load(reference)
 
 

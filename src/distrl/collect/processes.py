@@ -72,7 +72,8 @@ def check_collector_processes(cfg: RunConfig) -> None:
             raise UserError(
                 f"{ahead} with collect.processes=0: env and generation workers (workers.env, "
                 "workers.generation) collect ahead only in Ray mode (--launcher ray); set "
-                "collect.processes to 1 or more"
+                "collect.processes to 1 or more",
+                code="collect-ahead-workers-without-ray",
             )
         return
     if learns_from(cfg) != ENVS or cfg.algorithm.collector is None:
@@ -80,13 +81,15 @@ def check_collector_processes(cfg: RunConfig) -> None:
             f"collect.processes={cfg.collect.processes}: collector processes step envs for an algorithm "
             "that collects from them (PPO, A2C, APPO, DQN, SAC, or one of your own with an "
             f"Algorithm.collector) with ml_framework: torch, not algo.name={cfg.algo.name}; "
-            "set collect.processes=0"
+            "set collect.processes=0",
+            code="collect-processes-no-collector",
         )
     check_acting(cfg, f"collect.processes={cfg.collect.processes}", "collector processes")
     if cfg.train.straggler_threshold is not None:
         raise UserError(
             "train.straggler_threshold: collector processes always collect whole segments; "
-            "unset it or set collect.processes=0"
+            "unset it or set collect.processes=0",
+            code="collect-processes-straggler",
         )
 
 
@@ -192,8 +195,8 @@ def run_part(
     ``states`` says is free (or, ``schedule.drop_oldest``, holds the oldest queued segment), and
     its slot and number put on ``finished``: waiting for room there is what holds a process back
     (``schedule.slots`` leaves a slot free whenever there is room). Whatever goes wrong is sent as
-    ``("error", message, is_user_error)``; the process ends with the learner, whichever way it
-    ended."""
+    ``("error", message, is_user_error, code)`` (``code``: a UserError's id, if it has one); the
+    process ends with the learner, whichever way it ended."""
     part: CollectorPart | None = None
     slots: SegmentSlots | None = None
     lag, newest = schedule.lag, schedule.newest
@@ -237,8 +240,10 @@ def run_part(
         return
     except BaseException as exc:
         user_error = isinstance(exc, UserError)
+        code = exc.code if user_error else None
         with contextlib.suppress(LearnerGone):
-            to_learner(finished, ("error", str(exc) if user_error else traceback.format_exc(), user_error))
+            text = str(exc) if user_error else traceback.format_exc()
+            to_learner(finished, ("error", text, user_error, code))
             # Stay until the learner says stop: the segments queued before the error pass their
             # tensors through this process, which must live until the learner has read them.
             while from_learner(requests) is not None:
@@ -299,7 +304,8 @@ class CollectorProcesses:
         if len(seeds) < self.count:
             raise UserError(
                 f"collect.processes={self.count} for this rank's {len(seeds)} envs: every collector "
-                "process needs at least one env (raise env.num_envs or lower collect.processes)"
+                "process needs at least one env (raise env.num_envs or lower collect.processes)",
+                code="collect-processes-exceed-envs",
             )
         atexit.register(self.stop)  # registered after multiprocessing's exit hook: runs before it
         for i in range(self.count):
@@ -361,9 +367,9 @@ class CollectorProcesses:
             except (OSError, EOFError):  # a segment whose sender ended: its error, if any, follows
                 continue
         if message[0] == "error":
-            _, text, user_error = message
+            _, text, user_error, code = message
             if user_error:
-                raise UserError(text)
+                raise UserError(text, code=code)
             raise RuntimeError(f"collector process {index} failed:\n{text}")
         assert message[0] == kind, (message[0], kind)
         return message[1]
@@ -520,7 +526,8 @@ class LaggedCollection:
         if failures > limit:
             raise UserError(
                 f"{died}: {failures} failure{'s' * (failures > 1)} in a row, more than "
-                f"collect.max_restarts={limit}"
+                f"collect.max_restarts={limit}",
+                code="collect-processes-restarts-exhausted",
             )
         print(
             f"distrl: {died}; started again with fresh envs (restart {failures} of at most {limit} in "

@@ -61,11 +61,12 @@ class Comm:
         if self.is_main:
             try:
                 payload = b"\x00" + fn()
-            except UserError as exc:
-                payload = b"\x01" + str(exc).encode()
+            except UserError as exc:  # its id, a line of its own, then its message
+                payload = b"\x01" + f"{exc.code or ''}\n{exc}".encode()
         payload = self.broadcast_bytes(payload)
         if payload[:1] == b"\x01":
-            raise UserError(payload[1:].decode())
+            code, _, message = payload[1:].decode().partition("\n")
+            raise UserError(message, code=code or None)
         return payload[1:]
 
     def arrive(self, key: str) -> int:

@@ -23,7 +23,7 @@ def _backend_device(value: Any) -> Any:
     distrl's socket sums on CPUs), so naming one names the device."""
     devices = {"nccl": "cuda", "gloo": "cpu"}
     if value not in devices:
-        raise UserError(f"grpo.backend={value!r}: expected nccl or gloo")
+        raise UserError(f"grpo.backend={value!r}: expected nccl or gloo", code="grpo-backend-unknown")
     return devices[value]
 
 
@@ -83,12 +83,14 @@ def translate_grpo_section(data: dict[str, Any], source: str) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise UserError(
             f"{source}: grpo: must be a mapping of keys, got {type(section).__name__} "
-            f"(known: {', '.join(KEYS)})"
+            f"(known: {', '.join(KEYS)})",
+            code="grpo-section-not-mapping",
         )
     unknown = sorted(set(section) - set(KEYS))
     if unknown:
         raise UserError(
-            f"{source}: grpo.{unknown[0]} is not a key distrl reads there (known: {', '.join(KEYS)})"
+            f"{source}: grpo.{unknown[0]} is not a key distrl reads there (known: {', '.join(KEYS)})",
+            code="grpo-key-unknown",
         )
     data = {
         key: dict(value) if isinstance(value, dict) else value for key, value in data.items() if key != "grpo"
@@ -98,9 +100,12 @@ def translate_grpo_section(data: dict[str, Any], source: str) -> dict[str, Any]:
         top, _, name = target.partition(".")
         part = data.setdefault(top, {})
         if not isinstance(part, dict):
-            raise UserError(f"{source}: {top}: must be a mapping of keys")
+            raise UserError(f"{source}: {top}: must be a mapping of keys", code="grpo-target-not-mapping")
         if name in part:
-            raise UserError(f"{source}: grpo.{key} sets {target}, which is set already; give it once")
+            raise UserError(
+                f"{source}: grpo.{key} sets {target}, which is set already; give it once",
+                code="grpo-key-set-twice",
+            )
         part[name] = convert(value)
     data.setdefault("algo", {}).setdefault("name", "grpo")
     return data

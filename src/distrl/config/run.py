@@ -142,7 +142,10 @@ def _worker_totals(workers: dict[str, Any], groups: list[str], cluster: Any) -> 
         if per_node is None:
             continue
         if group in workers:
-            raise UserError(f"workers.{group} and workers.{key} exclude each other: give one")
+            raise UserError(
+                f"workers.{group} and workers.{key} exclude each other: give one",
+                code="config-workers-count-twice",
+            )
         # Anything but whole numbers is left for the fields' own checks to name.
         if isinstance(per_node, int) and isinstance(nodes, int):
             workers[group] = per_node * nodes
@@ -173,7 +176,8 @@ def _check_collectors_apart(cfg: RunConfig, source: str) -> None:
     if ahead and not cfg.collect.processes and not collecting_workers(cfg):
         raise UserError(
             f"{source}: {ahead} needs collect.processes of 1 or more, or Ray mode's env or generation "
-            "workers (workers.env, workers.generation); with none the learner collects itself"
+            "workers (workers.env, workers.generation); with none the learner collects itself",
+            code="collect-ahead-without-collectors",
         )
 
 
@@ -185,7 +189,8 @@ def _check_sharding(cfg: RunConfig, source: str) -> None:
         if cfg.train.hold_unsharded_gradients:
             raise UserError(
                 f"{source}: train.hold_unsharded_gradients=true is for sharded learners "
-                "(train.sharding=fsdp or hsdp); a replicated learner's gradients are whole already"
+                "(train.sharding=fsdp or hsdp); a replicated learner's gradients are whole already",
+                code="sharding-hold-gradients-unsharded",
             )
         return
     refused = {
@@ -200,7 +205,8 @@ def _check_sharding(cfg: RunConfig, source: str) -> None:
     for what, present in refused.items():
         if present:
             raise UserError(
-                f"{source}: train.sharding={sharding} does not work with {what}; use train.sharding=none"
+                f"{source}: train.sharding={sharding} does not work with {what}; use train.sharding=none",
+                code="sharding-unsupported-with",
             )
 
 
@@ -224,7 +230,8 @@ def _check_switches_honoured(cfg: RunConfig, source: str) -> None:
     if cfg.train.compile and cfg.ml_framework == "jax":
         raise UserError(
             f"{source}: train.compile=true is for torch learners; JAX learners are always compiled: "
-            "set train.compile=false"
+            "set train.compile=false",
+            code="train-compile-jax",
         )
     for switch in TRAIN_SWITCHES:
         value, default = getattr(cfg.train, switch), TrainConfig.model_fields[switch].default
@@ -232,7 +239,8 @@ def _check_switches_honoured(cfg: RunConfig, source: str) -> None:
             shown = str(value).lower() if isinstance(value, bool) else value
             raise UserError(
                 f"{source}: train.{switch}={shown} is not supported by algo.name={cfg.algo.name}; "
-                f"leave it at {str(default).lower() if isinstance(default, bool) else default}"
+                f"leave it at {str(default).lower() if isinstance(default, bool) else default}",
+                code="config-train-switch-unsupported",
             )
 
 
@@ -248,7 +256,7 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     data = _read_replaced_groups(_without_defaults_of_other_algorithms(data, run_class), name, source)
     problems = _unknown_keys(data, run_class, "", name)
     if problems:
-        raise UserError("\n".join(problems))
+        raise UserError("\n".join(problems), code="config-key-unknown")
     errors: list[Any] = []
     workers, cluster = workers_config(name), data.get("cluster")
     # Validated apart, as the sections of the run's algorithm (one from outside has its own).
@@ -274,7 +282,9 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
     if errors:  # in the order of the config's sections
         order = {section: index for index, section in enumerate(run_class.model_fields)}
         errors.sort(key=lambda err: order.get(err["loc"][0], -1) if err["loc"] else -1)
-        raise UserError("\n".join(_problem(source, err) for err in errors)) from None
+        raise UserError(
+            "\n".join(_problem(source, err) for err in errors), code="config-value-invalid"
+        ) from None
     return cfg
 
 
@@ -324,17 +334,20 @@ def _problem(source: str, err: Any) -> str:
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise UserError(f"config file not found: {path}{where}")
+        raise UserError(f"config file not found: {path}{where}", code="config-file-not-found")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise UserError(
+            f"{path}: not valid YAML: {str(exc).splitlines()[0]}", code="config-yaml-invalid"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise UserError(
             f"{path}: top level must be a mapping of sections, got {type(data).__name__}; "
-            f"known: {', '.join(RunConfig.model_fields)}"
+            f"known: {', '.join(RunConfig.model_fields)}",
+            code="config-not-mapping",
         )
     return data
 
@@ -342,7 +355,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key:
-        raise UserError(f"override {text!r}: expected dotted.key=value, e.g. algo.learning_rate=1e-3")
+        raise UserError(
+            f"override {text!r}: expected dotted.key=value, e.g. algo.learning_rate=1e-3",
+            code="config-override-malformed",
+        )
     try:
         value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError:
@@ -358,7 +374,8 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         if not isinstance(child, dict):
             held = ".".join(parts[:depth])
             raise UserError(
-                f"override {key}: {part} is not a section; {held} holds a value: set {held}=VALUE"
+                f"override {key}: {part} is not a section; {held} holds a value: set {held}=VALUE",
+                code="config-override-not-section",
             )
         node = child
     node[parts[-1]] = value
@@ -471,7 +488,8 @@ def _read_replaced_groups(data: dict[str, Any], algorithm_name: str, source: str
             if new in workers:
                 raise UserError(
                     f"{source}: workers.{old} and workers.{new} both size the {group.name} workers of "
-                    f"algo.name={algorithm_name}: give workers.{new} only"
+                    f"algo.name={algorithm_name}: give workers.{new} only",
+                    code="config-workers-old-and-new-key",
                 )
             workers[new] = workers.pop(old)
         if moved:

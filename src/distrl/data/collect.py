@@ -70,7 +70,8 @@ def parse_policy(spec: str, action_space: gym.spaces.Discrete | gym.spaces.Box) 
         if policy_state_size(policy):
             raise UserError(
                 f"--policy {spec!r}: the checkpoint's policy has memory (model.memory), which logged "
-                "rows do not carry; log with a policy without memory"
+                "rows do not carry; log with a policy without memory",
+                code="data-collect-policy-has-memory",
             )
         return policy
 
@@ -89,7 +90,8 @@ def parse_policy(spec: str, action_space: gym.spaces.Discrete | gym.spaces.Box) 
             return LoggingPolicy(action_space, epsilon, feed_forward(checkpoint))
     raise UserError(
         f"--policy {spec!r}: expected random, epsilon-greedy:CHECKPOINT:EPS (EPS in [0, 1]) or "
-        "checkpoint:CHECKPOINT"
+        "checkpoint:CHECKPOINT",
+        code="data-collect-policy-unknown",
     )
 
 
@@ -101,10 +103,16 @@ def collect_dataset(
     space = env.action_space
     continuous = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
     if not continuous and not isinstance(space, gym.spaces.Discrete):
-        raise UserError(f"env {env_cfg.id!r}: collect needs Discrete or flat Box actions, not {space}")
+        raise UserError(
+            f"env {env_cfg.id!r}: collect needs Discrete or flat Box actions, not {space}",
+            code="data-collect-action-space",
+        )
     policy = parse_policy(policy_spec, space)
     if out.exists() and any(out.iterdir()):
-        raise UserError(f"--out {out}: not empty; collect writes a new dataset into an empty dir")
+        raise UserError(
+            f"--out {out}: not empty; collect writes a new dataset into an empty dir",
+            code="data-collect-out-not-empty",
+        )
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     if continuous:
@@ -182,7 +190,9 @@ class DatasetWriter:
         try:
             pq.write_table(table, path, row_group_size=max(1, self.rows_per_file // 4))
         except OSError as exc:
-            raise UserError(f"writing {path} failed: {exc.strerror or exc}") from None
+            raise UserError(
+                f"writing {path} failed: {exc.strerror or exc}", code="data-collect-write-failed"
+            ) from None
         self.columns = {name: values[rows:] for name, values in self.columns.items()}
         self.rows_written += rows
         self.files += 1

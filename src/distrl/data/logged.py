@@ -125,7 +125,8 @@ class LoggedDataset:
         files = sorted(path.glob("*.parquet")) if path.is_dir() else []
         if not files:
             raise UserError(
-                f"--data {path}: no .parquet files there; give a .parquet file or a directory of them"
+                f"--data {path}: no .parquet files there; give a .parquet file or a directory of them",
+                code="data-no-parquet-files",
             )
         self.on_bad_row = on_bad_row
         schema = _open(files[0]).schema_arrow
@@ -201,7 +202,8 @@ class LoggedDataset:
             if self.on_bad_row == "error":
                 raise UserError(
                     f"{unit.path}: row {unit.first_row + row}: column {column}: {problem} "
-                    "(data.on_bad_row=skip drops such rows)"
+                    "(data.on_bad_row=skip drops such rows)",
+                    code="data-bad-row",
                 )
             self.skipped_rows += len({r for r, _, _ in bad})
             keep = np.ones(len(table), dtype=bool)
@@ -218,7 +220,10 @@ class LoggedDataset:
             required, kind = REQUIRED, "a dataset"
         missing = [c for c in required if c not in schema.names]
         if missing:
-            raise UserError(f"{file}: column {missing[0]} is missing ({kind} needs {', '.join(required)})")
+            raise UserError(
+                f"{file}: column {missing[0]} is missing ({kind} needs {', '.join(required)})",
+                code="data-column-missing",
+            )
 
     def _bad_rows(self, table: pa.Table) -> list[tuple[int, str, str]]:
         """(row, column, problem) of every malformed row, in row order."""
@@ -360,7 +365,9 @@ def _open(path: Path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (OSError, pa.ArrowInvalid) as exc:
-        raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
+        raise UserError(
+            f"{path}: not a readable Parquet file ({exc})", code="data-parquet-unreadable"
+        ) from None
 
 
 def _read(unit: Unit) -> pa.Table:
@@ -421,7 +428,8 @@ def _action_bounds(files: list[Path], schema: pa.Schema, size: int) -> tuple[lis
         if len(low) != size or len(high) != size:
             raise UserError(
                 f"{files[0]}: the action bounds in the schema's metadata have {len(low)} and {len(high)} "
-                f"values for actions of {size}"
+                f"values for actions of {size}",
+                code="data-action-bounds-mismatch",
             )
         return [float(x) for x in low], [float(x) for x in high]
     low, high = np.full(size, np.inf), np.full(size, -np.inf)

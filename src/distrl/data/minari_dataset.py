@@ -53,20 +53,27 @@ class MinariLoggedDataset:
             self.data = minari.MinariDataset(data_dir)
         except ModuleNotFoundError as exc:  # its storage backend (h5py) is an extra of minari's
             install = "pip install 'distrl[minari]'"
-            raise UserError(f"--data {path}: reading it needs {exc.name} ({install})") from None
+            raise UserError(
+                f"--data {path}: reading it needs {exc.name} ({install})",
+                code="data-minari-dependency-missing",
+            ) from None
         except (ValueError, KeyError, OSError) as exc:
-            raise UserError(f"--data {path}: not a readable Minari dataset ({exc})") from None
+            raise UserError(
+                f"--data {path}: not a readable Minari dataset ({exc})", code="data-minari-unreadable"
+            ) from None
         obs_space, action_space = self.data.observation_space, self.data.action_space
         self.continuous = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
         if not self.continuous and not isinstance(action_space, gym.spaces.Discrete):
             raise UserError(
                 f"--data {path}: the Minari dataset's action space is {_describe(action_space)}; "
-                "distrl reads Discrete or flat Box actions"
+                "distrl reads Discrete or flat Box actions",
+                code="data-minari-action-space",
             )
         if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
             raise UserError(
                 f"--data {path}: the Minari dataset's observation space is {_describe(obs_space)}; "
-                "distrl reads flat Box observations only"
+                "distrl reads flat Box observations only",
+                code="data-minari-observation-space",
             )
         self.obs_dim = obs_space.shape[0]
         self.parametric = False
@@ -79,7 +86,7 @@ class MinariLoggedDataset:
         else:
             self.num_actions, self.first_action = int(action_space.n), int(action_space.start)
         if self.data.total_episodes == 0:
-            raise UserError(f"--data {path}: the Minari dataset holds no episodes")
+            raise UserError(f"--data {path}: the Minari dataset holds no episodes", code="data-minari-empty")
         # Episode lengths come from minari's per-episode metadata, so sizing units reads no steps.
         metadata = self.data.storage.get_episode_metadata(range(self.data.total_episodes))
         episode_rows = [int(m["total_steps"]) for m in metadata]
@@ -118,7 +125,8 @@ class MinariLoggedDataset:
                     problem = next(name for name, failed in checks.items() if failed[step])
                     raise UserError(
                         f"{self.path}: episode {episode.id}: step {step}: {problem} "
-                        "(data.on_bad_row=skip drops such steps)"
+                        "(data.on_bad_row=skip drops such steps)",
+                        code="data-bad-row",
                     )
                 self.skipped_rows += int(bad.sum())
                 rows = rows.take(np.flatnonzero(~bad))

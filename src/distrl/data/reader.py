@@ -28,6 +28,7 @@ def open_dataset(path: Path, on_bad_row: str = "error") -> LoggedDataset | Minar
         if exc.name != "minari":
             raise
         raise UserError(
-            f"--data {path} is a Minari dataset: install the minari extra (pip install 'distrl[minari]')"
+            f"--data {path} is a Minari dataset: install the minari extra (pip install 'distrl[minari]')",
+            code="data-minari-extra-missing",
         ) from None
     return MinariLoggedDataset(path, on_bad_row)

@@ -66,19 +66,28 @@ def _check_spaces(cfg: EnvConfig, env: VecEnv) -> None:
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) not in (1, 3):
         raise UserError(
             f"env {env_id!r}: observation space {obs_space} is not supported (a Box of features, "
-            "or of an image: height, width and channels in either order)"
+            "or of an image: height, width and channels in either order)",
+            code="env-observation-space-unsupported",
         )
     if len(obs_space.shape) == 3 and not ENV_BACKENDS[cfg.backend].images:
         with_images = [backend.name for backend in ENV_BACKENDS.values() if backend.images]
         raise UserError(
             f"env {env_id!r}: observation space {obs_space} is not supported with env.backend={cfg.backend} "
-            f"(feature vectors only; image observations come from the {', '.join(with_images)} backends)"
+            f"(feature vectors only; image observations come from the {', '.join(with_images)} backends)",
+            code="env-observation-space-backend",
         )
     if not isinstance(act_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete | gym.spaces.Box):
         raise UserError(
-            f"env {env_id!r}: action space {act_space} is not supported (Discrete, MultiDiscrete or Box)"
+            f"env {env_id!r}: action space {act_space} is not supported (Discrete, MultiDiscrete or Box)",
+            code="env-action-space-unsupported",
         )
     if not isinstance(act_space, gym.spaces.Discrete) and len(act_space.shape) != 1:
-        raise UserError(f"env {env_id!r}: action space {act_space} must be flat (one axis)")
+        raise UserError(
+            f"env {env_id!r}: action space {act_space} must be flat (one axis)",
+            code="env-action-space-not-flat",
+        )
     if np.any(getattr(act_space, "start", 0) != 0):
-        raise UserError(f"env {env_id!r}: action space {act_space} must count its actions from 0 (start=0)")
+        raise UserError(
+            f"env {env_id!r}: action space {act_space} must count its actions from 0 (start=0)",
+            code="env-action-space-start",
+        )

@@ -49,7 +49,8 @@ def make_ale_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device)
     if cfg.max_episode_steps is not None:
         raise UserError(
             "env.max_episode_steps: Atari games end by ale-py's frame limit; set "
-            "env.kwargs.max_num_frames_per_episode (frames, 4 a step) instead"
+            "env.kwargs.max_num_frames_per_episode (frames, 4 a step) instead",
+            code="env-ale-max-episode-steps",
         )
     return AleVecEnv(game_name(cfg.id), seeds, **cfg.kwargs)
 
@@ -64,7 +65,8 @@ def game_name(env_id: str) -> str:
     if name not in get_all_rom_ids():
         raise UserError(
             f"env.id {env_id!r}: no Atari game {name!r} in ale-py (env.backend=ale; "
-            "ale_py.roms.get_all_rom_ids() lists them)"
+            "ale_py.roms.get_all_rom_ids() lists them)",
+            code="env-id-unknown",
         )
     return name
 
@@ -81,13 +83,15 @@ class AleVecEnv:
         if unknown:
             raise UserError(
                 f"env.kwargs {', '.join(unknown)}: not options of the ale backend (allowed: "
-                f"{', '.join(sorted(OPTIONS))}; reward clipping is normalize.clip_rewards)"
+                f"{', '.join(sorted(OPTIONS))}; reward clipping is normalize.clip_rewards)",
+                code="env-kwargs-unknown",
             )
         options = {**CLEANRL_PREPROCESSING, "num_threads": 1, **kwargs}
         if not options["grayscale"]:
             raise UserError(
                 "env.kwargs.grayscale=false: stacked colour frames are rank-4 observations, which "
-                "distrl's encoders do not take yet; keep grayscale"
+                "distrl's encoders do not take yet; keep grayscale",
+                code="env-ale-grayscale",
             )
         self.episodic_life = bool(options.pop("episodic_life", True))
         self._env = AtariVectorEnv(

@@ -87,13 +87,15 @@ def make_brax_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device
     names = sorted(_import_brax_envs()._envs)  # Brax's registry has no public listing
     if cfg.id not in names:
         raise UserError(
-            f"env.id {cfg.id!r} is not a Brax env (env.backend=brax); Brax has: {', '.join(names)}"
+            f"env.id {cfg.id!r} is not a Brax env (env.backend=brax); Brax has: {', '.join(names)}",
+            code="env-id-unknown",
         )
     try:
         compiled = _compiled_env(cfg.id, json.dumps(cfg.kwargs, sort_keys=True))
     except (TypeError, ValueError) as exc:
         raise UserError(
-            f"env {cfg.id!r} (brax backend) could not be created from env.kwargs: {exc}"
+            f"env {cfg.id!r} (brax backend) could not be created from env.kwargs: {exc}",
+            code="env-create-failed",
         ) from None
     limit = cfg.max_episode_steps or DEFAULT_EPISODE_STEPS
     return JaxVecEnv(compiled, jnp.int32(limit), seeds)

@@ -75,7 +75,8 @@ def packed(space: gym.spaces.Dict, keys: Sequence[str], env_id: str) -> PackedDi
     if missing:
         raise UserError(
             f"env.obs_keys: {', '.join(map(repr, missing))} not in env {env_id!r}'s observations "
-            f"(keys: {', '.join(space.spaces)})"
+            f"(keys: {', '.join(space.spaces)})",
+            code="env-obs-keys-missing",
         )
     for key in chosen:
         entry = space.spaces[key]
@@ -84,7 +85,8 @@ def packed(space: gym.spaces.Dict, keys: Sequence[str], env_id: str) -> PackedDi
             raise UserError(
                 f"env {env_id!r}: observation key {key!r} is a {type(entry).__name__} space, which distrl "
                 f"cannot encode (Box, Discrete or MultiBinary keys only); leave it out with "
-                f"env.obs_keys=[{', '.join(keep)}]"
+                f"env.obs_keys=[{', '.join(keep)}]",
+                code="env-obs-key-unsupported",
             )
     return PackedDict({key: space.spaces[key] for key in chosen})
 

@@ -70,7 +70,8 @@ class EnvPoolVecEnv:
         if env_id not in envpool.list_all_envs():
             raise UserError(
                 f"env.id {env_id!r} is not an EnvPool env (env.backend=envpool); "
-                "envpool.list_all_envs() lists the ids it implements"
+                "envpool.list_all_envs() lists the ids it implements",
+                code="env-id-unknown",
             )
         _check_kwargs(envpool, env_id, kwargs)
         if max_episode_steps is not None:
@@ -82,7 +83,9 @@ class EnvPoolVecEnv:
                 env_id, num_envs=len(seeds), seed=[int(s) for s in seeds], **kwargs
             )
         except (AssertionError, TypeError, ValueError) as exc:
-            raise UserError(f"env {env_id!r} (envpool backend) could not be created: {exc}") from None
+            raise UserError(
+                f"env {env_id!r} (envpool backend) could not be created: {exc}", code="env-create-failed"
+            ) from None
         self.num_envs = len(seeds)
         self.device = torch.device("cpu")
         # EnvPool builds its Boxes from float64 bounds with dtype float32, and Gymnasium warns
@@ -124,5 +127,6 @@ def _check_kwargs(envpool: ModuleType, env_id: str, kwargs: dict[str, Any]) -> N
         raise UserError(
             f"env.kwargs {', '.join(unknown)}: not EnvPool options of {env_id!r} that this backend "
             f"passes on (allowed: {', '.join(sorted(options))}; the number of envs, seeds and time "
-            "limit come from env.num_envs, train.seed and env.max_episode_steps)"
+            "limit come from env.num_envs, train.seed and env.max_episode_steps)",
+            code="env-kwargs-unknown",
         )

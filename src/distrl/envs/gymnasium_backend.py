@@ -55,7 +55,7 @@ def env_factory(cfg: EnvConfig) -> Callable[[], gym.Env]:
             if cfg.imports
             else "; if a package registers it, name it in env.imports, e.g. env.imports=[ale_py]"
         )
-        raise UserError(f"env.id {cfg.id!r}: {exc}{hint}") from None
+        raise UserError(f"env.id {cfg.id!r}: {exc}{hint}", code="env-id-unknown") from None
     if isinstance(entry_point, str):  # its module imports the simulator, if it has one
         importlib.import_module(entry_point.partition(":")[0])
     show_mujoco_warnings_once()
@@ -102,7 +102,7 @@ def _vec_env(cfg: EnvConfig, seeds: Sequence[int], in_processes: bool) -> Gymnas
     try:
         return GymnasiumVecEnv(make_env, seeds, cfg.id, cfg.obs_keys, in_processes)
     except (TypeError, gym.error.Error) as exc:
-        raise UserError(f"env {cfg.id!r} could not be created: {exc}") from None
+        raise UserError(f"env {cfg.id!r} could not be created: {exc}", code="env-create-failed") from None
 
 
 class GymnasiumVecEnv:
@@ -142,7 +142,8 @@ class GymnasiumVecEnv:
         elif obs_keys:
             raise UserError(
                 f"env.obs_keys: env {env_id!r}'s observations are {self.observation_space}, not a Dict; "
-                "env.obs_keys picks keys of Dict observations only: unset it"
+                "env.obs_keys picks keys of Dict observations only: unset it",
+                code="env-obs-keys-not-dict",
             )
         self.action_space = self._env.single_action_space
         self._obs_dtype = obs_array_dtype(self.observation_space)

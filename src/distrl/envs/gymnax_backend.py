@@ -43,10 +43,14 @@ def make_gymnax_vec_env(
     if cfg.id not in gymnax.registered_envs:
         raise UserError(
             f"env.id {cfg.id!r} is not a gymnax env (env.backend=gymnax); gymnax has: "
-            f"{', '.join(gymnax.registered_envs)}"
+            f"{', '.join(gymnax.registered_envs)}",
+            code="env-id-unknown",
         )
     if TIME_LIMIT_PARAM in cfg.kwargs:
-        raise UserError(f"env.kwargs {TIME_LIMIT_PARAM}: set the time limit with env.max_episode_steps")
+        raise UserError(
+            f"env.kwargs {TIME_LIMIT_PARAM}: set the time limit with env.max_episode_steps",
+            code="env-kwargs-time-limit",
+        )
     default_params = gymnax.make(cfg.id)[1]
     param_names = {field.name for field in dataclasses.fields(default_params)}
     param_kwargs = {k: v for k, v in cfg.kwargs.items() if k in param_names}
@@ -59,7 +63,8 @@ def make_gymnax_vec_env(
         settable = ", ".join(sorted(param_names - {TIME_LIMIT_PARAM}))
         raise UserError(
             f"env {cfg.id!r} (gymnax backend) could not be created: {exc} "
-            f"(env.kwargs may also set these params: {settable})"
+            f"(env.kwargs may also set these params: {settable})",
+            code="env-create-failed",
         ) from None
     return JaxVecEnv(compiled, default_params.replace(**param_kwargs), seeds)
 
@@ -102,7 +107,9 @@ class GymnaxEnv:
                 gymnax_space_to_gym_space(self.env.action_space(params)),
             )
         except NotImplementedError as exc:
-            raise UserError(f"env {self.name!r} (gymnax backend): {exc}") from None
+            raise UserError(
+                f"env {self.name!r} (gymnax backend): {exc}", code="env-gymnax-space-unsupported"
+            ) from None
 
 
 @functools.cache

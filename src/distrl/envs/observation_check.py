@@ -41,7 +41,8 @@ def misfit_error(env_id: str, index: int, num_envs: int, step: int, wrong: str) 
     """The one line for env ``index``'s observation at ``step`` (steps since the envs were built)."""
     return UserError(
         f"env {env_id!r} (env {index} of {num_envs} here) at step {step}: its observation is {wrong}; "
-        "an env must return observations its observation_space declares"
+        "an env must return observations its observation_space declares",
+        code="env-observation-misfit",
     )
 
 

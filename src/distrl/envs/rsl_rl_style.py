@@ -67,13 +67,15 @@ class RslRlStyleVecEnv:
             if POLICY_GROUP not in obs.keys():  # noqa: SIM118
                 raise UserError(
                     f"env.id {self._env_id!r}: observations have groups {sorted(obs.keys())}, "
-                    f"but no {POLICY_GROUP!r} group to feed the policy"
+                    f"but no {POLICY_GROUP!r} group to feed the policy",
+                    code="env-rsl-policy-group-missing",
                 )
             obs = obs[POLICY_GROUP]
         if obs.ndim != 2 or obs.shape[0] != self.num_envs:
             raise UserError(
                 f"env.id {self._env_id!r}: observations have shape {tuple(obs.shape)}, "
-                f"expected [num_envs={self.num_envs}, obs_dim]"
+                f"expected [num_envs={self.num_envs}, obs_dim]",
+                code="env-rsl-observation-shape",
             )
         return obs.to(torch.float32, copy=True)
 
@@ -86,7 +88,8 @@ class RslRlStyleVecEnv:
         if not isinstance(getattr(env, "num_actions", None), int):
             raise UserError(
                 f"env.id {self._env_id!r}: the env has neither num_actions nor an action_space; give its "
-                "class one of them"
+                "class one of them",
+                code="env-rsl-action-space-missing",
             )
         return gym.spaces.Box(-np.inf, np.inf, (env.num_actions,), np.float32)
 

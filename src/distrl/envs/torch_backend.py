@@ -34,13 +34,16 @@ def make_torch_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.devic
     try:
         return build(cfg, len(seeds), device, int(seeds[0]))
     except TypeError as exc:
-        raise UserError(f"env {cfg.id!r} (torch backend) could not be created: {exc}") from None
+        raise UserError(
+            f"env {cfg.id!r} (torch backend) could not be created: {exc}", code="env-create-failed"
+        ) from None
 
 
 def _built_in_env(cfg: EnvConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
     if cfg.id not in TORCH_ENVS:
         raise UserError(
-            f"env.backend=torch implements {', '.join(TORCH_ENVS)} or a user's module:Class, not {cfg.id!r}"
+            f"env.backend=torch implements {', '.join(TORCH_ENVS)} or a user's module:Class, not {cfg.id!r}",
+            code="env-id-unknown",
         )
     return TORCH_ENVS[cfg.id](
         num_envs, device=device, seed=seed, max_episode_steps=cfg.max_episode_steps, **cfg.kwargs
@@ -51,6 +54,7 @@ def _user_env(cfg: EnvConfig, num_envs: int, device: torch.device, seed: int) ->
     if cfg.max_episode_steps is not None:
         raise UserError(
             f"env.max_episode_steps: {cfg.id!r} is a user's torch env, which keeps its own time limit; "
-            "unset env.max_episode_steps"
+            "unset env.max_episode_steps",
+            code="env-torch-max-episode-steps",
         )
     return build_rsl_rl_style_env(import_env_class(cfg.id), cfg.id, num_envs, device, seed, cfg.kwargs)

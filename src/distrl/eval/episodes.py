@@ -35,7 +35,8 @@ def evaluate_q_policy(cfg: RunConfig, policy: nn.Module, episodes: int, seed: in
     if isinstance(policy, ParametricGreedyPolicy):
         raise UserError(
             "a parametric-action policy chooses among candidate sets no env offers; it has no online "
-            "evaluation"
+            "evaluation",
+            code="eval-parametric-actions",
         )
     return evaluate(cfg, policy, episodes, seed)
 

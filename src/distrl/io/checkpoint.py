@@ -103,7 +103,8 @@ def save_checkpoint(
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(
-            f"writing checkpoint {final} failed: {exc.strerror or exc}; earlier checkpoints are intact"
+            f"writing checkpoint {final} failed: {exc.strerror or exc}; earlier checkpoints are intact",
+            code="checkpoint-write-failed",
         ) from None
     # Only now that the new checkpoint is complete may old ones go.
     _prune(root, keep_last)
@@ -121,7 +122,8 @@ def _check_whole(directory: Path, final: Path, whole: dict[str, dict[str, list[i
             raise UserError(
                 f"writing checkpoint {final} failed: in {folder}/, {missing} (a rank's shards are "
                 "not in this directory: every rank needs the run dir on a shared file system); earlier "
-                "checkpoints are intact"
+                "checkpoints are intact",
+                code="checkpoint-write-not-shared",
             )
 
 
@@ -192,7 +194,10 @@ def resolve_checkpoint(path: Path, best: bool = False) -> Path:
     with ``best`` the one whose weights scored best at the run's own checks."""
     if (path / MANIFEST).is_file():
         if best:
-            raise UserError(f"--best picks a checkpoint of a run: give the run dir, not checkpoint {path}")
+            raise UserError(
+                f"--best picks a checkpoint of a run: give the run dir, not checkpoint {path}",
+                code="checkpoint-best-needs-run-dir",
+            )
         return path
     for root in (path / "checkpoints", path):
         if best:
@@ -207,9 +212,12 @@ def resolve_checkpoint(path: Path, best: bool = False) -> Path:
         raise UserError(
             f"no best checkpoint at {path}: the run kept none (checkpoint.keep_best is off, or no check "
             "of its own scored its weights: train.stop_return unset, or GRPO's held-out prompts scored "
-            "by eval workers); its newest is evaluated without --best"
+            "by eval workers); its newest is evaluated without --best",
+            code="checkpoint-no-best",
         )
-    raise UserError(f"no checkpoint found at {path} (expected a run dir or a checkpoint dir)")
+    raise UserError(
+        f"no checkpoint found at {path} (expected a run dir or a checkpoint dir)", code="checkpoint-not-found"
+    )
 
 
 def load_checkpoint(path: Path, verify_shards: bool = True) -> CheckpointFiles:
@@ -217,16 +225,21 @@ def load_checkpoint(path: Path, verify_shards: bool = True) -> CheckpointFiles:
     False: the shards' files only exist; another rank verified them)."""
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
-        raise UserError(f"checkpoint {path}: {MANIFEST} is missing")
+        raise UserError(f"checkpoint {path}: {MANIFEST} is missing", code="checkpoint-manifest-missing")
     try:
         manifest = json.loads(manifest_path.read_text())
     except ValueError:
-        raise UserError(f"checkpoint {path}: {MANIFEST} is not valid JSON (corrupted)") from None
+        raise UserError(
+            f"checkpoint {path}: {MANIFEST} is not valid JSON (corrupted)", code="checkpoint-manifest-corrupt"
+        ) from None
     files: CheckpointFiles = {}
     for name, digest in manifest.items():
         file = path / name
         if not file.is_file():
-            raise UserError(f"checkpoint {path}: file {name} listed in the manifest is missing")
+            raise UserError(
+                f"checkpoint {path}: file {name} listed in the manifest is missing",
+                code="checkpoint-file-missing",
+            )
         if "/" in name:  # a rank's shards: checked here, read by each rank where it resumes
             if not verify_shards:
                 continue
@@ -237,7 +250,10 @@ def load_checkpoint(path: Path, verify_shards: bool = True) -> CheckpointFiles:
             found = hashlib.sha256(data).hexdigest()
             files[name] = data
         if found != digest:
-            raise UserError(f"checkpoint {path}: {name} does not match its checksum (corrupted)")
+            raise UserError(
+                f"checkpoint {path}: {name} does not match its checksum (corrupted)",
+                code="checkpoint-checksum-mismatch",
+            )
     return files
 
 

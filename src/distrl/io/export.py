@@ -30,11 +30,12 @@ def check_can_export(fmt: str, out: Path, where: str) -> None:
     if fmt == "onnx" and missing:
         raise UserError(
             f"{where}: ONNX needs {' and '.join(missing)}: install the export extra "
-            "(pip install 'distrl[export]')"
+            "(pip install 'distrl[export]')",
+            code="export-onnx-extra-missing",
         )
     check_can_write_in(out, where)
     if out.is_dir():
-        raise UserError(f"{where} {out}: cannot write there")
+        raise UserError(f"{where} {out}: cannot write there", code="export-out-is-directory")
 
 
 def check_can_write_in(out: Path, where: str) -> None:
@@ -42,9 +43,11 @@ def check_can_write_in(out: Path, where: str) -> None:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"{where} {out}: cannot write: {exc.strerror or exc}") from None
+        raise UserError(
+            f"{where} {out}: cannot write: {exc.strerror or exc}", code="export-out-unwritable"
+        ) from None
     if not os.access(out.parent, os.W_OK):
-        raise UserError(f"{where} {out}: cannot write there")
+        raise UserError(f"{where} {out}: cannot write there", code="export-out-unwritable")
 
 
 def export_policy(
@@ -74,7 +77,9 @@ def export_policy(
             _export_onnx(policy, examples, partial)
         os.replace(partial, out)
     except OSError as exc:
-        raise UserError(f"{where} {out}: cannot write: {exc.strerror or exc}") from None
+        raise UserError(
+            f"{where} {out}: cannot write: {exc.strerror or exc}", code="export-out-unwritable"
+        ) from None
 
 
 def _export_onnx(policy: nn.Module, examples: tuple[torch.Tensor, ...], out: Path) -> None:

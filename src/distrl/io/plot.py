@@ -32,7 +32,9 @@ def read_curve(run_dir: Path, metric: str, x: str) -> Curve:
     """``metric`` against ``x`` from ``run_dir``'s metrics.jsonl, rows without a finite value left out."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
-        raise UserError(f"{run_dir}: no metrics.jsonl (not a run dir, or it never logged)")
+        raise UserError(
+            f"{run_dir}: no metrics.jsonl (not a run dir, or it never logged)", code="plot-no-metrics"
+        )
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     points = [
         (row[x], row[metric])
@@ -41,7 +43,9 @@ def read_curve(run_dir: Path, metric: str, x: str) -> Curve:
     ]
     if not points:
         known = sorted({k for row in rows for k, v in row.items() if isinstance(v, int | float)})
-        raise UserError(f"{path}: no values of {metric!r}; its metrics are {', '.join(known)}")
+        raise UserError(
+            f"{path}: no values of {metric!r}; its metrics are {', '.join(known)}", code="plot-metric-unknown"
+        )
     xs, ys = np.array(points, dtype=np.float64).T
     return Curve(run_dir, xs, ys, rows[0].get("ranks"))
 
@@ -108,7 +112,9 @@ def plot_runs(run_dirs: list[Path], metric: str, x: str, out: Path) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(out, format="png")
     except OSError as exc:
-        raise UserError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
+        raise UserError(
+            f"--out {out}: cannot write: {exc.strerror or exc}", code="plot-out-unwritable"
+        ) from None
     finally:
         plt.close(figure)
     return len(groups)

@@ -42,7 +42,7 @@ def checkpoint_on_every_rank(
         return None
     choice = json.loads(announced)
     path = Path(choice["path"])
-    failure = ""
+    failure, failure_code = "", ""
     if comm.is_main:
         assert chosen is not None, "rank 0 announces the checkpoint it chose"
         files: ckpt.CheckpointFiles | None = chosen[1]
@@ -51,11 +51,14 @@ def checkpoint_on_every_rank(
         try:
             files = ckpt.load_checkpoint(path, verify_shards=False) if seen else None
         except UserError as exc:  # said on every rank, not left to a collective's timeout
-            files, failure = None, str(exc)
+            files, failure, failure_code = None, str(exc), exc.code
     failed, unseen = (int(n) for n in comm.sum_scalars([bool(failure), files is None and not failure]))
     if failed:
+        if failure:
+            raise UserError(failure, code=failure_code)
         raise UserError(
-            failure or f"checkpoint {path}: {failed} rank(s) could not read it (their lines say why)"
+            f"checkpoint {path}: {failed} rank(s) could not read it (their lines say why)",
+            code="checkpoint-unreadable-on-other-rank",
         )
     if not unseen:
         return files
@@ -65,7 +68,8 @@ def checkpoint_on_every_rank(
     if comm.sum_scalars([sharded])[0]:  # rank 0 knows; its count reaches every rank
         raise UserError(
             f"checkpoint {path} is not visible on {unseen} rank(s): a sharded checkpoint is read by "
-            "every rank from the run dir, which must be on a file system all nodes share"
+            "every rank from the run dir, which must be on a file system all nodes share",
+            code="checkpoint-read-not-shared",
         )
     if files is not None:
         for name in names:  # for the ranks that do not see it

@@ -44,12 +44,14 @@ def prepare_run_dir(
     elif must_resume:
         raise UserError(
             f"--resume: no checkpoint in {run_dir / 'checkpoints'}; leave out --resume to start a new "
-            "run there"
+            "run there",
+            code="resume-no-checkpoint",
         )
     elif existing and not overwrite:
         raise UserError(
             f"run dir {run_dir} already holds a run; pass --resume to continue it "
-            "or --overwrite to replace it"
+            "or --overwrite to replace it",
+            code="run-dir-holds-run",
         )
     try:
         # A restarted process (torchrun's --max-restarts) of a run started with --overwrite
@@ -72,7 +74,7 @@ def record_config(run_dir: Path, cfg: RunConfig) -> None:
 
 
 def _unwritable(run_dir: Path, exc: OSError) -> UserError:
-    return UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}")
+    return UserError(f"cannot write run dir {run_dir}: {exc.strerror or exc}", code="run-dir-unwritable")
 
 
 def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ChosenCheckpoint:
@@ -92,10 +94,12 @@ def newest_valid_checkpoint(checkpoints: list[Path], cfg: RunConfig) -> ChosenCh
                 was, now = changes[key]
                 raise UserError(
                     f"checkpoint {path} was trained with {key}={was!r} but this config has {now!r}; "
-                    "resuming needs the same env and network (use a new --run-dir to start over)"
+                    "resuming needs the same env and network (use a new --run-dir to start over)",
+                    code="resume-fixed-key-changed",
                 )
         return path, files
     raise UserError(
         f"no valid checkpoint in {checkpoints[0].parent}: all {len(checkpoints)} are corrupt; "
-        "start over with --overwrite or a new --run-dir"
+        "start over with --overwrite or a new --run-dir",
+        code="resume-all-checkpoints-corrupt",
     )

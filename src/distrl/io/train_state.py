@@ -130,7 +130,8 @@ def read_meta(files: ckpt.CheckpointFiles, where: Path) -> dict[str, Any]:
     if version != FORMAT_VERSION:
         raise UserError(
             f"checkpoint {where} has format {version}; this distrl reads format {FORMAT_VERSION} "
-            "(retrain, or evaluate it with the distrl version that wrote it)"
+            "(retrain, or evaluate it with the distrl version that wrote it)",
+            code="checkpoint-format-unsupported",
         )
     return meta
 

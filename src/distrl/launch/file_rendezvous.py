@@ -51,14 +51,16 @@ def launch_node(argv: list[str], num_nodes: int, node_index: int, rendezvous_fil
     fails, stop the others. Returns the first failing exit status, or 0."""
     if num_nodes < 1 or not 0 <= node_index < num_nodes:
         raise UserError(
-            f"--node-index {node_index}: must be in 0..{num_nodes - 1} for --num-nodes {num_nodes}"
+            f"--node-index {node_index}: must be in 0..{num_nodes - 1} for --num-nodes {num_nodes}",
+            code="launch-node-index-out-of-range",
         )
     if procs < 1:
-        raise UserError(f"--procs-per-node {procs}: must be at least 1")
+        raise UserError(f"--procs-per-node {procs}: must be at least 1", code="launch-count-below-one")
     if not rendezvous_file.parent.is_dir():
         raise UserError(
             f"--rendezvous-file {rendezvous_file}: directory {rendezvous_file.parent} does not exist; "
-            "create it, on a file system every node shares"
+            "create it, on a file system every node shares",
+            code="launch-rendezvous-dir-missing",
         )
     world_size = num_nodes * procs
     envs = [

@@ -52,7 +52,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises ``UserError`` (one line, exit code 2) instead of printing its usage."""
 
     def error(self, message: str) -> NoReturn:
-        raise UserError(message)
+        raise UserError(message, code="launch-jax-usage")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,40 +81,56 @@ def parse_launch(argv: list[str]) -> JaxLaunch:
     """The launcher's command line -> ``JaxLaunch``; mistakes raise ``UserError``."""
     args = build_parser().parse_args(argv)
     if args.nnodes < 1:
-        raise UserError(f"--nnodes {args.nnodes}: must be at least 1")
+        raise UserError(f"--nnodes {args.nnodes}: must be at least 1", code="launch-count-below-one")
     if args.nproc_per_node < 1:
-        raise UserError(f"--nproc_per_node {args.nproc_per_node}: must be at least 1")
+        raise UserError(
+            f"--nproc_per_node {args.nproc_per_node}: must be at least 1", code="launch-count-below-one"
+        )
     if not 0 <= args.node_rank < args.nnodes:
         raise UserError(
-            f"--node_rank {args.node_rank}: must be in 0..{args.nnodes - 1} for --nnodes {args.nnodes}"
+            f"--node_rank {args.node_rank}: must be in 0..{args.nnodes - 1} for --nnodes {args.nnodes}",
+            code="launch-node-index-out-of-range",
         )
     if args.coordinator_address is None and args.nnodes > 1:
         raise UserError(
             f"--nnodes {args.nnodes}: give --coordinator_address HOST:PORT, an address of node 0 "
-            "that every node can reach"
+            "that every node can reach",
+            code="launch-jax-coordinator-missing",
         )
     host, port = _split_address(args.coordinator_address or DEFAULT_COORDINATOR_ADDRESS)
     if args.program is None:
-        raise UserError("no program to run: give -m MODULE [ARGS...] or SCRIPT [ARGS...]")
+        raise UserError(
+            "no program to run: give -m MODULE [ARGS...] or SCRIPT [ARGS...]", code="launch-jax-no-program"
+        )
     if args.module:
         worker_argv = [sys.executable, "-m", args.program, *args.program_args]
     elif Path(args.program).is_file():
         worker_argv = [sys.executable, args.program, *args.program_args]
     else:
-        raise UserError(f"{args.program}: no such script (use -m for a module)")
+        raise UserError(
+            f"{args.program}: no such script (use -m for a module)", code="launch-jax-script-missing"
+        )
     return JaxLaunch(args.nnodes, args.nproc_per_node, args.node_rank, host, port, worker_argv)
 
 
 def _split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host:
-        raise UserError(f"--coordinator_address {address!r}: expected HOST:PORT")
+        raise UserError(
+            f"--coordinator_address {address!r}: expected HOST:PORT", code="launch-jax-coordinator-malformed"
+        )
     try:
         port_number = int(port)
     except ValueError:
-        raise UserError(f"--coordinator_address {address!r}: port {port!r} is not an integer") from None
+        raise UserError(
+            f"--coordinator_address {address!r}: port {port!r} is not an integer",
+            code="launch-jax-coordinator-malformed",
+        ) from None
     if not 0 < port_number < 65536:
-        raise UserError(f"--coordinator_address {address!r}: port {port_number} is not in 1..65535")
+        raise UserError(
+            f"--coordinator_address {address!r}: port {port_number} is not in 1..65535",
+            code="launch-jax-coordinator-malformed",
+        )
     return host, port_number
 
 

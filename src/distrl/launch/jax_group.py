@@ -25,7 +25,8 @@ def connect_jax(topology: Topology, timeout_s: float) -> JaxComm:
         if topology.launcher != "jax":
             raise UserError(
                 f"ml_framework: jax across processes needs distrl's JAX launcher, not {topology.launcher}: "
-                "python -m distrl.launch.jax --nproc_per_node=N -m distrl.train ... --ml-framework jax"
+                "python -m distrl.launch.jax --nproc_per_node=N -m distrl.train ... --ml-framework jax",
+                code="launch-jax-needs-jax-launcher",
             )
         coordinator = f"{topology.master_addr}:{topology.master_port}"
         jax.distributed.initialize(

@@ -25,12 +25,15 @@ def resolve_device(requested: str, topology: Topology) -> torch.device:
     try:
         device = torch.device(requested)
     except RuntimeError:
-        raise UserError(f"--device {requested!r}: expected auto, cpu, cuda or cuda:N") from None
+        raise UserError(
+            f"--device {requested!r}: expected auto, cpu, cuda or cuda:N", code="launch-device-unknown"
+        ) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UserError(
                 f"--device {requested}: CUDA is not available on this machine; use --device cpu "
-                "(or auto, which takes CUDA where there is one)"
+                "(or auto, which takes CUDA where there is one)",
+                code="launch-device-no-cuda",
             )
         if device.index is None:
             device = torch.device("cuda", topology.local_rank % torch.cuda.device_count())
@@ -87,7 +90,8 @@ def _uses_socket_sum(cpu_sum: str, backend: str, world_size: int) -> bool:
     if cpu_sum == "socket" and not fits:
         raise UserError(
             f"comm.cpu_sum=socket needs CPU ranks in a power-of-two group, not {world_size} "
-            f"{backend} ranks; use comm.cpu_sum=auto or gloo"
+            f"{backend} ranks; use comm.cpu_sum=auto or gloo",
+            code="comm-socket-sum-ranks",
         )
     return fits and cpu_sum != "gloo"
 
@@ -124,7 +128,8 @@ def _check_one_rank_per_gpu(store: dist.Store, topology: Topology, device: torch
             raise UserError(
                 f"ranks {owner[uuid]} and {rank} were given the same GPU (GPU-{uuid}); NCCL needs one "
                 f"GPU per rank: start at most {torch.cuda.device_count()} processes per node "
-                "(--nproc_per_node) or train on the CPU with --device cpu"
+                "(--nproc_per_node) or train on the CPU with --device cpu",
+                code="launch-gpu-shared",
             )
         owner[uuid] = rank
 

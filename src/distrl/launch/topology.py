@@ -97,7 +97,8 @@ def discover_topology(env: Mapping[str, str] | None = None, require_launcher: bo
             "--distributed was given but no launcher variables were found: start with "
             "`python -m torch.distributed.run --nproc_per_node=N -m distrl.train ...` "
             f"(sets {', '.join(_TORCHRUN_VARS)}), srun (sets {', '.join(_SLURM_VARS)}) or "
-            f"`python -m distrl.launch.jax` for JAX (sets {', '.join(JAX_VARS)})"
+            f"`python -m distrl.launch.jax` for JAX (sets {', '.join(JAX_VARS)})",
+            code="launch-no-launcher-variables",
         )
     if "SLURM_RESTART_COUNT" in env:  # a requeued one-task SLURM job
         return replace(SINGLE_PROCESS, restart_count=_int_var(env, "SLURM_RESTART_COUNT"))
@@ -111,7 +112,9 @@ def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> i
     try:
         return int(env[name])
     except ValueError:
-        raise UserError(f"environment variable {name}={env[name]!r} is not an integer") from None
+        raise UserError(
+            f"environment variable {name}={env[name]!r} is not an integer", code="launch-env-var-not-integer"
+        ) from None
 
 
 def _from_torchrun(env: Mapping[str, str]) -> Topology:
@@ -209,5 +212,5 @@ def expand_nodelist(nodelist: str) -> list[str]:
             width = len(lo)
             hosts.extend(f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
     if not hosts:
-        raise UserError(f"SLURM_JOB_NODELIST={nodelist!r} names no hosts")
+        raise UserError(f"SLURM_JOB_NODELIST={nodelist!r} names no hosts", code="launch-slurm-nodelist-empty")
     return hosts

@@ -67,7 +67,8 @@ class ImageEncoder(nn.Module):
     def too_small(self, name: str, smallest: str) -> UserError:
         return UserError(
             f"image observations of {self.size[0]}x{self.size[1]} pixels are too small for "
-            f"model.encoder={name} (at least {smallest})"
+            f"model.encoder={name} (at least {smallest})",
+            code="model-image-too-small",
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -211,6 +212,7 @@ def image_encoder(space: gym.spaces.Box, cfg: ModelConfig) -> ImageEncoder:
     if cfg.encoder == "mlp":
         raise UserError(
             f"model.encoder=mlp: the observations are images {space.shape}; use nature_cnn, impala_cnn "
-            "(or auto)"
+            "(or auto)",
+            code="model-mlp-on-images",
         )
     return ImpalaCNN(space, cfg) if cfg.encoder == "impala_cnn" else NatureCNN(space, cfg)

@@ -37,14 +37,16 @@ def uses_obs_normalization(
         if cfg.normalize.observations:
             raise UserError(
                 "normalize.observations=true: the observations' keys hold no feature vectors (images, "
-                "indices and bits are not normalised); unset it"
+                "indices and bits are not normalised); unset it",
+                code="model-normalize-no-features",
             )
         return False
     if is_image(observation_space):
         if cfg.normalize.observations:
             raise UserError(
                 "normalize.observations=true: image observations are scaled by 1/255 in the encoder, "
-                "not normalised; unset it"
+                "not normalised; unset it",
+                code="model-normalize-images",
             )
         return False
     if cfg.normalize.observations is not None:
@@ -140,7 +142,8 @@ def make_q_network(
     if len(observation_space.shape) != 1 or isinstance(observation_space, PackedDict):
         raise UserError(
             f"parametric actions (algo.name=dqn on a Box action space): observations {observation_space} "
-            "must be a feature vector"
+            "must be a feature vector",
+            code="model-parametric-observations",
         )
     return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model).to(device)
 

@@ -34,7 +34,8 @@ class PretrainedTokenizer:
                 f"{where}: the tokenizer needs an end token and a padding token apart from it (pad "
                 f"{tokenizer.pad_token!r}, end {tokenizer.eos_token!r}); add one with "
                 "tokenizer.add_special_tokens({'pad_token': '<pad>'}), resize the model's embeddings, "
-                "and save both again"
+                "and save both again",
+                code="model-tokenizer-pad-token",
             )
         self.vocab_size = len(tokenizer)
 
@@ -42,7 +43,10 @@ class PretrainedTokenizer:
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         unknown = self.tokenizer.unk_token_id
         if unknown is not None and unknown in ids:
-            raise UserError(f"{where}: {text!r} has characters the tokenizer does not know")
+            raise UserError(
+                f"{where}: {text!r} has characters the tokenizer does not know",
+                code="model-tokenizer-unknown-characters",
+            )
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -163,7 +167,10 @@ def _loaded(auto_class: Any, path: str, what: str, **kwargs: Any) -> Any:
     try:
         return auto_class.from_pretrained(path, local_files_only=True, **kwargs)
     except (OSError, ValueError) as exc:
-        raise UserError(f"{where}: no {what} could be loaded: {str(exc).splitlines()[0]}") from None
+        raise UserError(
+            f"{where}: no {what} could be loaded: {str(exc).splitlines()[0]}",
+            code="model-pretrained-unloadable",
+        ) from None
 
 
 def _positions(config: Any) -> int:
@@ -180,5 +187,8 @@ def _checked_directory(path: str) -> str:
     require_extra(*extras.PRETRAINED)
     where = _where(path)
     if not Path(path).is_dir():
-        raise UserError(f"{where}: not a directory; give one written by save_pretrained")
+        raise UserError(
+            f"{where}: not a directory; give one written by save_pretrained",
+            code="model-pretrained-not-directory",
+        )
     return where

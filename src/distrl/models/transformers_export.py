@@ -55,7 +55,9 @@ def check_can_export_transformers(fmt: str, out: Path, where: str) -> None:
     (the registry's ``export_check`` of ``transformers``)."""
     require_extra(*extras.TRANSFORMERS)
     if out.exists() and not out.is_dir():
-        raise UserError(f"{where} {out}: the {fmt} format is a directory; this is a file")
+        raise UserError(
+            f"{where} {out}: the {fmt} format is a directory; this is a file", code="export-out-is-file"
+        )
     check_can_write_in(out, where)
 
 

@@ -81,10 +81,10 @@ def cpe_steps(path: Path, on_bad_row: str, max_rows: int) -> LoggedSteps:
 
     dataset = open_dataset(path, on_bad_row)
     if not isinstance(dataset, LoggedDataset) or dataset.parametric:
-        raise UserError("it needs ReAgent-format data with discrete actions")
+        raise UserError("it needs ReAgent-format data with discrete actions", code="ope-data-not-discrete")
     logged = read_logged_steps(dataset, max_rows)
     if np.isnan(logged.rows.propensity).all():
-        raise UserError("the log has no propensities (a deterministic logger)")
+        raise UserError("the log has no propensities (a deterministic logger)", code="ope-no-propensities")
     return logged
 
 
@@ -94,7 +94,8 @@ def _read_unit(dataset: LoggedDataset, unit: Unit) -> LoggedSteps:
     if len(table) != len(rows):  # rows dropped by data.on_bad_row=skip would tear episodes
         raise UserError(
             f"{unit.path}: {len(table) - len(rows)} malformed row(s) were skipped; counterfactual "
-            "evaluation needs whole episodes (fix or remove those rows)"
+            "evaluation needs whole episodes (fix or remove those rows)",
+            code="ope-malformed-rows",
         )
     flat_mask = pc.list_flatten(table.column("possible_actions")).to_numpy(zero_copy_only=False)
     return LoggedSteps(
@@ -116,7 +117,8 @@ def _first_episodes(mdp_id: np.ndarray, max_rows: int) -> np.ndarray:
     if rows_so_far[0] > max_rows:
         raise UserError(
             f"max rows {max_rows}: fewer than the first episode's {rows_so_far[0]} rows; "
-            f"allow at least {rows_so_far[0]}"
+            f"allow at least {rows_so_far[0]}",
+            code="ope-max-rows-too-few",
         )
     return np.flatnonzero(np.isin(episode, in_order[rows_so_far <= max_rows]))
 

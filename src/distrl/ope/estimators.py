@@ -295,6 +295,7 @@ def _usable(has_propensity: np.ndarray, unit: str, estimator: str) -> np.ndarray
         raise UserError(
             f"{estimator} needs the logging policy's propensities but no {unit} has one "
             "(action_probability is null: a deterministic logger); log with a stochastic policy, "
-            "e.g. distrl collect --policy epsilon-greedy:RUN:EPS"
+            "e.g. distrl collect --policy epsilon-greedy:RUN:EPS",
+            code="ope-no-propensities",
         )
     return has_propensity

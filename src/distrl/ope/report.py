@@ -30,7 +30,8 @@ def evaluate_checkpoint_offline(
     if not isinstance(loaded.policy, GreedyPolicy):
         raise UserError(
             f"checkpoint {loaded.checkpoint} holds a {type(loaded.policy).__name__} ({loaded.algorithm}); "
-            "counterfactual evaluation needs a discrete-action Q-network (algo.name=dqn on discrete actions)"
+            "counterfactual evaluation needs a discrete-action Q-network (algo.name=dqn on discrete actions)",
+            code="ope-checkpoint-not-dqn",
         )
     q_network = loaded.policy.q_network
     dataset = LoggedDataset(data)
@@ -39,7 +40,8 @@ def evaluate_checkpoint_offline(
         raise UserError(
             f"--data {data}: {dataset.obs_dim} observation features and {dataset.num_actions} actions, "
             f"but checkpoint {loaded.checkpoint} was trained on {obs_dim} and {q_network.num_actions}; "
-            "evaluate it on data logged in the env it was trained in"
+            "evaluate it on data logged in the env it was trained in",
+            code="ope-data-mismatch",
         )
     evaluator = OfflineEvaluator.from_dataset(dataset, loaded.cfg.algo.gamma, bootstrap, max_rows)
     return {

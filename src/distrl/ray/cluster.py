@@ -43,7 +43,8 @@ def local_ray(cluster: ClusterConfig, run_dir: Path, namespace: str) -> Iterator
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(
-                f"cannot write {directory} for the local Ray instance: {exc.strerror or exc}"
+                f"cannot write {directory} for the local Ray instance: {exc.strerror or exc}",
+                code="ray-temp-dir-unwritable",
             ) from None
     token = _token_auth(temp_dir)
     ray = import_ray()  # after the auth variables: Ray reads them when it is imported
@@ -96,7 +97,9 @@ def clear_run_dir(run_dir: Path) -> None:
             else:
                 entry.unlink()
         except OSError as exc:
-            raise UserError(f"--overwrite: cannot remove {entry}: {exc.strerror or exc}") from None
+            raise UserError(
+                f"--overwrite: cannot remove {entry}: {exc.strerror or exc}", code="run-dir-unremovable"
+            ) from None
 
 
 def local_job_cluster(run_dir: Path) -> tuple[str, str]:
@@ -109,10 +112,14 @@ def local_job_cluster(run_dir: Path) -> tuple[str, str]:
     except (OSError, ValueError, KeyError, TypeError):
         raise UserError(
             f"--run-dir {run_dir}: no job there runs its own local Ray instance ({RAY_JSON} is in the "
-            "run dir while `distrl train --launcher ray` without --ray-address runs)"
+            "run dir while `distrl train --launcher ray` without --ray-address runs)",
+            code="ray-run-dir-no-local-job",
         ) from None
     if (why := _unreachable(address)) is not None:  # the driver was killed and left the file
-        raise UserError(f"--run-dir {run_dir}: the job's local Ray instance at {address} has ended ({why})")
+        raise UserError(
+            f"--run-dir {run_dir}: the job's local Ray instance at {address} has ended ({why})",
+            code="ray-local-job-ended",
+        )
     _use_token(Path(token))
     return address, namespace
 
@@ -147,7 +154,8 @@ def join(ray: Any, address: str, namespace: str, **options: Any) -> None:
     if why is not None:
         raise UserError(
             f"--ray-address {address}: no Ray cluster answers there ({why}); start one "
-            "(`ray start --head --port=6379`) or leave --ray-address out to start a local one"
+            "(`ray start --head --port=6379`) or leave --ray-address out to start a local one",
+            code="ray-address-unreachable",
         )
 
 

@@ -144,7 +144,8 @@ class RayDataWorkers(RestartableWorkers):
             if shape(theirs) != shape(first):
                 raise UserError(
                     f"data.path: the rows on node {theirs['address']} ({path}) have {shape(theirs)}, "
-                    f"those on node {first['address']} {shape(first)}"
+                    f"those on node {first['address']} {shape(first)}",
+                    code="data-nodes-rows-differ",
                 )
         self.nodes = [worker["node"] for worker in described]
         return RemoteDataset(self, first)
@@ -177,7 +178,8 @@ class RayDataWorkers(RestartableWorkers):
             raise UserError(
                 f"data worker {index} came back on another Ray node ({opened['address']}): under "
                 "data.layout=split its part of the data is on the node it left; with the whole dataset "
-                "on every node, data.layout=copy lets a worker move"
+                "on every node, data.layout=copy lets a worker move",
+                code="ray-data-worker-moved",
             )
         if self._start_args:
             ray.get(handle.start.remote(*self._start_args[index]))

@@ -151,23 +151,27 @@ def check_workers(cfg: RunConfig) -> None:
     if cfg.collect.processes:
         raise UserError(
             f"collect.processes={cfg.collect.processes}: in Ray mode env workers (workers.env) step a "
-            "learner's envs; set collect.processes=0"
+            "learner's envs; set collect.processes=0",
+            code="ray-collect-processes",
         )
     if cfg.collect.weights == "newest":
         raise UserError(
             "collect.weights=newest: Ray mode's env workers act with exact weights (collect.lag); "
-            "newest is for collector processes (collect.processes, without Ray)"
+            "newest is for collector processes (collect.processes, without Ray)",
+            code="ray-collect-weights-newest",
         )
     if cfg.collect.ahead() and not collecting_workers(cfg):
         raise UserError(
             f"{cfg.collect.ahead()}: in Ray mode env or generation workers (workers.env, "
-            "workers.generation) collect ahead of a learner; set one to 1 or more"
+            "workers.generation) collect ahead of a learner; set one to 1 or more",
+            code="ray-collect-ahead-without-workers",
         )
     workers = cfg.workers
     if workers.policy > 1 and not workers.gpus_per_policy.is_integer():
         raise UserError(
             f"workers.gpus_per_policy={workers.gpus_per_policy:g}: learners sharing a GPU cannot form an "
-            "NCCL group; give each whole GPUs (or 0 to train on the CPU)"
+            "NCCL group; give each whole GPUs (or 0 to train on the CPU)",
+            code="ray-gpu-shared-by-learners",
         )
     for name, group in run_groups(cfg).items():
         count = getattr(workers, name)
@@ -182,7 +186,8 @@ def check_workers(cfg: RunConfig) -> None:
     if learns_from(cfg) in (JAX, JAX_NATIVE_ENVS):
         raise UserError(
             "ml_framework: jax across processes needs distrl's JAX launcher, not ray: "
-            "python -m distrl.launch.jax --nproc_per_node=N -m distrl.train ... --ml-framework jax"
+            "python -m distrl.launch.jax --nproc_per_node=N -m distrl.train ... --ml-framework jax",
+            code="launch-jax-needs-jax-launcher",
         )
 
 
@@ -191,7 +196,8 @@ def _one_per_learner_at_least(group: str, count: int, learners: int) -> None:
     if count < learners:
         raise UserError(
             f"workers.{group}={count} is fewer than the {learners} learners (workers.policy): "
-            f"give each learner at least one, or set workers.{group}=0"
+            f"give each learner at least one, or set workers.{group}=0",
+            code="ray-workers-fewer-than-learners",
         )
 
 
@@ -218,7 +224,8 @@ def check_fits(
             f"cluster.num_nodes={cluster.num_nodes}: the Ray cluster has {len(nodes)} alive node(s) "
             "(cluster.strategy=SPREAD puts each node's workers on a Ray node of their own; "
             f"PACK lets them share): set cluster.strategy=PACK or cluster.num_nodes={len(nodes)}, "
-            "or join a cluster with more nodes with --ray-address"
+            "or join a cluster with more nodes with --ray-address",
+            code="ray-nodes-too-few",
         )
     budget = {"CPU": cluster.cpus_per_node, "GPU": float(cluster.gpus_per_node)}
     totals = [{group: count for group, (count, _) in job_bundles(workers).items()}]
@@ -230,13 +237,15 @@ def check_fits(
             raise UserError(
                 f"{_job(workers)} need {need:g} {resource} in all: more than "
                 f"cluster.{resource.lower()}s_per_node x num_nodes = {limit * cluster.num_nodes:g}"
-                + way_out(resource, totals, limit * cluster.num_nodes, raise_limit)
+                + way_out(resource, totals, limit * cluster.num_nodes, raise_limit),
+                code="ray-exceeds-config-cluster",
             )
         have = sum(node.get(resource, 0.0) for node in nodes)
         if need > have:
             raise UserError(
                 f"{_job(workers)} need {need:g} {resource} in all; the Ray cluster has {have:g}"
-                + way_out(resource, totals, have, LARGER_CLUSTER)
+                + way_out(resource, totals, have, LARGER_CLUSTER),
+                code="ray-exceeds-ray-cluster",
             )
         largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
         for index, node_need in enumerate(nodes_need):
@@ -248,7 +257,8 @@ def check_fits(
             if limit is not None and node_need[resource] > limit:
                 raise UserError(
                     f"{where}: more than cluster.{resource.lower()}s_per_node = {limit:g}"
-                    + way_out(resource, counts, limit, raise_limit)
+                    + way_out(resource, counts, limit, raise_limit),
+                    code="ray-node-exceeds-config-node",
                 )
             if node_need[resource] > largest:
                 raise UserError(
@@ -258,7 +268,8 @@ def check_fits(
                         counts,
                         largest,
                         "join a cluster with larger nodes with --ray-address",
-                    )
+                    ),
+                    code="ray-node-exceeds-largest-node",
                 )
 
 

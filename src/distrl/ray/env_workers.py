@@ -91,7 +91,8 @@ class RayEnvWorkers(RestartableWorkers):
         if len(seeds) < len(self.handles):
             raise UserError(
                 f"workers.env gives this learner {len(self.handles)} env workers for its {len(seeds)} envs; "
-                f"every env worker needs at least one env (raise env.num_envs or lower workers.env)"
+                f"every env worker needs at least one env (raise env.num_envs or lower workers.env)",
+                code="ray-env-workers-exceed-envs",
             )
         self._start_args = []
         self.lag = cfg.collect.lag

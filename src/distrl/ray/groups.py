@@ -22,12 +22,14 @@ def check_env_workers(cfg: RunConfig) -> None:
     if learns_from(cfg) != ENVS:
         raise UserError(
             "workers.env: env workers collect for online PPO and DQN with ml_framework: torch; "
-            "set workers.env=0"
+            "set workers.env=0",
+            code="ray-env-workers-unsupported",
         )
     if cfg.train.straggler_threshold is not None:
         raise UserError(
             "train.straggler_threshold: env workers always collect whole rollouts; "
-            "unset it or set workers.env=0"
+            "unset it or set workers.env=0",
+            code="ray-env-workers-straggler",
         )
 
 
@@ -35,7 +37,8 @@ def check_data_workers(cfg: RunConfig) -> None:
     """Data workers read a logged dataset for a torch learner."""
     if learns_from(cfg) != LOGGED_DATA:
         raise UserError(
-            "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0"
+            "workers.data: data workers read data.path for offline DQN; set data.path or workers.data=0",
+            code="ray-data-workers-without-data",
         )
 
 

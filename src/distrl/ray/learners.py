@@ -250,12 +250,14 @@ def ready(ray: Any, refs: Any, timeout_s: float, run_dir: Path) -> Any:
     except GetTimeoutError:
         raise UserError(
             f"the job's actors did not start within cluster.placement_timeout_s={timeout_s:g} "
-            "(see `ray status` and `ray logs`); a larger cluster.placement_timeout_s gives them longer"
+            "(see `ray status` and `ray logs`); a larger cluster.placement_timeout_s gives them longer",
+            code="ray-placement-timeout",
         ) from None
     except (RayActorError, RayTaskError) as exc:
         log = record_error(run_dir, "an actor of the job could not start", exc)
         raise UserError(
-            f"an actor of the job could not start: {failure_cause(exc)} (traceback in {log})"
+            f"an actor of the job could not start: {failure_cause(exc)} (traceback in {log})",
+            code="ray-actor-start-failed",
         ) from None
 
 

@@ -102,7 +102,9 @@ def place(ray: Any, cluster: ClusterConfig, workers: WorkersSection, job: str) -
             for each in filter(None, placed):
                 remove_placement_group(each)
             groups = [group for group, where in slots.items() if any(n == node for n, _ in where)]
-            raise UserError(_not_placed(ray, cluster, node, mine, len(taken), groups)) from None
+            raise UserError(
+                _not_placed(ray, cluster, node, mine, len(taken), groups), code="ray-node-unplaceable"
+            ) from None
         if spread:
             taken.append(placement_group_table(group)["bundles_to_node_id"][0])
     return VirtualCluster(placed, slots)

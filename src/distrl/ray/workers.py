@@ -65,7 +65,7 @@ def raise_user_error(exc: Exception) -> None:
     """A worker that raised a UserError (bad input: no retry helps) is the user's one line."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, UserError):
-        raise UserError(str(cause.args[0] if cause.args else cause)) from None
+        raise UserError(str(cause.args[0] if cause.args else cause), code=cause.code) from None
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,8 @@ class RestartableWorkers(ABC):
                 if failures > self.retries.max_restarts:
                     raise UserError(
                         f"{self.group.name} worker {index} failed {failures} times in a row "
-                        f"(workers.max_restarts={self.retries.max_restarts}); last cause: {cause}"
+                        f"(workers.max_restarts={self.retries.max_restarts}); last cause: {cause}",
+                        code="ray-worker-restarts-exhausted",
                     ) from None
                 delay = retry_delay(self.retries.backoff_s, failures)
                 then = f"retrying {self.retried} in {delay:g} s"

@@ -157,7 +157,8 @@ def skipped_count(stats: dict[str, float], key: str, update: object, method: str
     if key not in stats:
         raise UserError(
             f"{type(update).__name__}.{method} returned no {key!r}: return the count of steps skipped "
-            f"for a non-finite gradient (0.0 for none) beside its statistics ({', '.join(stats) or 'none'})"
+            f"for a non-finite gradient (0.0 for none) beside its statistics ({', '.join(stats) or 'none'})",
+            code="plugin-update-no-skipped-count",
         )
     return stats.pop(key)
 

@@ -57,7 +57,8 @@ class GRPORunner(Runner):
         if prompts < comm.world_size:
             raise UserError(
                 f"algo.num_prompts_per_step={prompts} counts prompts over all ranks and is fewer than the "
-                f"{comm.world_size} ranks; give every rank at least one"
+                f"{comm.world_size} ranks; give every rank at least one",
+                code="sharding-prompts-fewer-than-ranks",
             )
         self.drawn_prompts = cfg.algo.drawn_prompts
         """Prompts generated for per update over all ranks (more than are trained on with

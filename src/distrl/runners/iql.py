@@ -23,12 +23,16 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
         if cfg.normalize.observations or cfg.normalize.rewards:
-            raise UserError("normalize.observations and normalize.rewards are PPO's: set them false for iql")
+            raise UserError(
+                "normalize.observations and normalize.rewards are PPO's: set them false for iql",
+                code="algo-normalize-ppo-only",
+            )
         observation_space, action_space = self.open_logged_data(ctx)
         if not self.dataset.continuous:
             raise UserError(
                 f"--data {cfg.data.path}: iql learns from continuous actions (a list of floats in the "
-                "action column), not discrete ones; algo.name=dqn learns from these"
+                "action column), not discrete ones; algo.name=dqn learns from these",
+                code="algo-iql-discrete-data",
             )
         assert isinstance(action_space, gym.spaces.Box)
         self.observation_space, self.action_space = observation_space, action_space

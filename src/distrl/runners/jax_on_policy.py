@@ -53,11 +53,15 @@ def check_jax_config(cfg: RunConfig, envs: EnvShard) -> None:
     }
     for key, value in unsupported.items():
         if value:
-            raise UserError(f"{key} is not supported with ml_framework: jax yet; unset it or use torch")
+            raise UserError(
+                f"{key} is not supported with ml_framework: jax yet; unset it or use torch",
+                code="jax-setting-unsupported",
+            )
     if envs.min_count != envs.count or envs.global_count % envs.count:
         raise UserError(
             f"ml_framework: jax needs the same number of envs on every process: env.num_envs="
-            f"{envs.global_count} does not divide by the processes; use a multiple or env.num_envs_per_rank"
+            f"{envs.global_count} does not divide by the processes; use a multiple or env.num_envs_per_rank",
+            code="jax-envs-uneven",
         )
 
 
@@ -106,7 +110,10 @@ class JaxTrainState(TrainState):
         self, model: dict[str, torch.Tensor], optimizer: dict[str, torch.Tensor], settings: dict[str, Any]
     ) -> None:
         if settings.get("policy", {}).get("framework") != "jax":
-            raise UserError("the checkpoint to resume was written by the torch learner; resume it with torch")
+            raise UserError(
+                "the checkpoint to resume was written by the torch learner; resume it with torch",
+                code="jax-resume-torch-checkpoint",
+            )
 
         def restored(path, leaf):
             name = _torch_name(path)
@@ -137,10 +144,14 @@ class JaxPPOLearner:
         if len(observation_space.shape) != 1 or isinstance(observation_space, PackedDict):
             raise UserError(
                 f"ml_framework: jax trains on feature vectors; observations {observation_space} (images "
-                "or a Dict) need ml_framework: torch"
+                "or a Dict) need ml_framework: torch",
+                code="jax-observation-space",
             )
         if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
-            raise UserError(f"ml_framework: jax acts in Discrete or Box spaces; {action_space} needs torch")
+            raise UserError(
+                f"ml_framework: jax acts in Discrete or Box spaces; {action_space} needs torch",
+                code="jax-action-space",
+            )
         self.observation_space = observation_space
         self.action_space = action_space
         continuous = isinstance(action_space, gym.spaces.Box)

@@ -76,7 +76,8 @@ class LoggedDataRunner(Runner):
         if cfg.normalize.clip_rewards:
             raise UserError(
                 "normalize.clip_rewards is for online training; logged rewards are learnt as logged: "
-                "set normalize.clip_rewards=false"
+                "set normalize.clip_rewards=false",
+                code="data-clip-rewards",
             )
         seed_torch(cfg.train.seed, ctx.comm.rank)
         self.data_workers: DataWorkers | None = ctx.workers.data
@@ -89,7 +90,8 @@ class LoggedDataRunner(Runner):
             raise UserError(
                 f"train.stop_return={cfg.train.stop_return} evaluates the policy in env {cfg.env.id!r}, but "
                 f"{cfg.data.path} has parametric actions (candidate sets no env offers): "
-                "set train.stop_return=null"
+                "set train.stop_return=null",
+                code="data-parametric-stop-return",
             )
         obs_space = gym.spaces.Box(-np.inf, np.inf, (self.dataset.obs_dim,), dtype=np.float32)
         return obs_space, self.dataset.action_space()
@@ -137,13 +139,15 @@ class LoggedDataRunner(Runner):
             if theirs["rows"] != first["rows"]:
                 raise UserError(
                     f"data.path: node {theirs['node']}'s rows ({theirs['path']}) have {theirs['rows']}, "
-                    f"node {first['node']}'s ({first['path']}) {first['rows']}"
+                    f"node {first['node']}'s ({first['path']}) {first['rows']}",
+                    code="data-nodes-rows-differ",
                 )
             if layout == "copy" and theirs["files"] != first["files"]:
                 raise UserError(
                     f"data.layout=copy: node {theirs['node']}'s dataset ({theirs['path']}) differs from node "
                     f"{first['node']}'s ({first['path']}) in file names or row counts; if each node holds "
-                    "its own part, use data.layout=split"
+                    "its own part, use data.layout=split",
+                    code="data-copy-layout-differs",
                 )
         return ranks_sharing_a_copy(layout, [r["node"] for r in ranks], self.comm.rank)
 

@@ -310,7 +310,8 @@ class TrainingLoop:
             raise UserError(
                 f"training stopped at step {self.global_step}: {limit} updates in a row had a non-finite "
                 f"loss, gradient or observation and were skipped (set train.max_bad_updates to allow "
-                f"more); the last good checkpoint in {self.run_dir / 'checkpoints'} is kept"
+                f"more); the last good checkpoint in {self.run_dir / 'checkpoints'} is kept",
+                code="train-bad-updates-exhausted",
             )
 
     def _checkpoint_due(self) -> bool:
@@ -487,7 +488,8 @@ class TrainingLoop:
             changes = describe_changes(meta["config"], self.cfg, str(where))
             raise UserError(
                 f"checkpoint {where} {difference} ({changes}); resuming needs the same network "
-                "(use a new --run-dir to start over)"
+                "(use a new --run-dir to start over)",
+                code="resume-network-mismatch",
             )
         train_state.restore(state, files, where)
         ranks = meta["ranks"]

@@ -37,7 +37,10 @@ class QLearningRunner(CountsGradientSteps, Runner):
     ) -> None:
         cfg, comm = ctx.cfg, ctx.comm
         if cfg.normalize.observations or cfg.normalize.rewards:
-            raise UserError("normalize.observations and normalize.rewards are PPO's: set them false for dqn")
+            raise UserError(
+                "normalize.observations and normalize.rewards are PPO's: set them false for dqn",
+                code="algo-normalize-ppo-only",
+            )
         self.cfg = cfg
         self.device = ctx.device
         self.observation_space, self.action_space = observation_space, action_space
@@ -79,7 +82,8 @@ class OffPolicyRunner(ReplayRunner, QLearningRunner):
         if not isinstance(rank_envs.action_space, gym.spaces.Discrete):
             raise UserError(
                 f"env {cfg.env.id!r}: dqn needs Discrete actions, not {rank_envs.action_space}; "
-                "algo.name=ppo trains on it"
+                "algo.name=ppo trains on it",
+                code="algo-dqn-action-space",
             )
         QLearningRunner.__init__(self, ctx, rank_envs.observation_space, rank_envs.action_space)
         self.n_step = cfg.algo.n_step

@@ -21,7 +21,8 @@ class OfflineRunner(LoggedDataRunner, QLearningRunner):
         if self.dataset.continuous:
             raise UserError(
                 f"--data {ctx.cfg.data.path}: its actions are continuous ({action_space}); dqn needs "
-                "discrete actions: algo.name=iql learns from continuous ones"
+                "discrete actions: algo.name=iql learns from continuous ones",
+                code="algo-dqn-continuous-data",
             )
         QLearningRunner.__init__(self, ctx, observation_space, action_space)
         self.start_stream(ctx)

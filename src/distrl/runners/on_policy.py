@@ -76,7 +76,8 @@ def minibatches_per_rank(cfg: RunConfig, envs: EnvShard, world_size: int, sequen
             f"algo.minibatch_size={cfg.algo.minibatch_size} gives {count} minibatches per epoch, "
             f"more than the {smallest_rank_chunks} {unit} a rank collects per update; raise it to at "
             f"least {world_size * sequence_length}"
-            + ("" if sequence_length == 1 else " or lower algo.bptt_len")
+            + ("" if sequence_length == 1 else " or lower algo.bptt_len"),
+            code="algo-minibatches-too-many",
         )
     return count
 
@@ -109,7 +110,8 @@ class OnPolicyRunner(Runner):
         if self.policy.memory is not None and cfg.train.straggler_threshold is not None:
             raise UserError(
                 f"train.straggler_threshold={cfg.train.straggler_threshold} with model.memory="
-                f"{cfg.model.memory}: a cut rollout would split the update's chunks; unset one of them"
+                f"{cfg.model.memory}: a cut rollout would split the update's chunks; unset one of them",
+                code="algo-straggler-with-memory",
             )
         comm.broadcast_parameters_(self.policy)
         comm.shard_(self.policy, cfg.train.sharding)

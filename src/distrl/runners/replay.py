@@ -52,7 +52,8 @@ def batch_share(cfg: RunConfig, rank: int, world_size: int) -> int:
         raise UserError(
             f"algo.batch_size={cfg.algo.batch_size} counts samples over all ranks and is fewer than the "
             f"{world_size} ranks; every rank needs at least one sample per gradient step: "
-            f"raise it to at least {world_size}"
+            f"raise it to at least {world_size}",
+            code="sharding-batch-fewer-than-ranks",
         )
     return even_split(cfg.algo.batch_size, rank, world_size)[1]
 

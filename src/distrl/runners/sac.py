@@ -29,13 +29,17 @@ class SACRunner(CountsGradientSteps, ReplayRunner):
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
         if cfg.normalize.observations or cfg.normalize.rewards:
-            raise UserError("normalize.observations and normalize.rewards are PPO's: set them false for sac")
+            raise UserError(
+                "normalize.observations and normalize.rewards are PPO's: set them false for sac",
+                code="algo-normalize-ppo-only",
+            )
         rank_envs = start_rank_envs(ctx)
         observation_space, action_space = rank_envs.observation_space, rank_envs.action_space
         if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
             raise UserError(
                 f"env {cfg.env.id!r}: sac needs a Box of continuous actions, not {action_space}; "
-                "algo.name=dqn or ppo trains on it"
+                "algo.name=dqn or ppo trains on it",
+                code="algo-sac-action-space",
             )
         self.observation_space, self.action_space = observation_space, action_space
         self.actor = SquashedGaussianActor(observation_space, action_space, cfg.model).to(device)

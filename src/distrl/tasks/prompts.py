@@ -123,7 +123,8 @@ class PromptSource:
                 side = "held out" if held_out_side else "left for training"
                 raise UserError(
                     f"task.prompts {task.prompts}: no prompt is {side} with task.held_out_fraction="
-                    f"{task.held_out_fraction}; add prompts or change the fraction"
+                    f"{task.held_out_fraction}; add prompts or change the fraction",
+                    code="task-held-out-side-empty",
                 )
 
     def example(self, index: int, progress: float = 1.0) -> Example:
@@ -144,7 +145,8 @@ class PromptSource:
         raise UserError(
             f"task.name={self.task.name}: no {'held-out' if self.held_out_side else 'training'} prompt "
             f"of at most {longest} digits in {MAX_DRAWS} draws; raise task.min_length or change "
-            "task.held_out_fraction"
+            "task.held_out_fraction",
+            code="task-no-prompt-drawn",
         )
 
     def examples(self, indices: Sequence[int], progress: float = 1.0) -> list[Example]:
@@ -177,7 +179,7 @@ def read_prompt_file(path: Path) -> list[Example]:
     """Rows of a JSONL file or a Parquet file or directory, each with ``prompt`` and ``answer``."""
     where = f"task.prompts {path}"
     if not path.exists():
-        raise UserError(f"{where}: no such file or directory")
+        raise UserError(f"{where}: no such file or directory", code="task-prompts-file-missing")
     if path.suffix in (".jsonl", ".json"):
         records = []
         for number, line in enumerate(path.read_text().splitlines(), start=1):
@@ -185,7 +187,9 @@ def read_prompt_file(path: Path) -> list[Example]:
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise UserError(f"{where} line {number}: not JSON: {exc.msg}") from None
+                    raise UserError(
+                        f"{where} line {number}: not JSON: {exc.msg}", code="task-prompts-not-json"
+                    ) from None
     else:
         import pyarrow.parquet as pq
 
@@ -196,9 +200,10 @@ def read_prompt_file(path: Path) -> list[Example]:
             isinstance(record.get(k), str) for k in ("prompt", "answer")
         ):
             raise UserError(
-                f"{where} row {number}: needs string fields prompt and answer (got {record!r:.80})"
+                f"{where} row {number}: needs string fields prompt and answer (got {record!r:.80})",
+                code="task-prompts-row-fields",
             )
         rows.append(Example(record["prompt"], record["answer"]))
     if not rows:
-        raise UserError(f"{where}: holds no prompts")
+        raise UserError(f"{where}: holds no prompts", code="task-prompts-empty")
     return rows

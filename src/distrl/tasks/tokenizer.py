@@ -21,7 +21,10 @@ class CharTokenizer:
 
     def __init__(self, alphabet: str = ALPHABET) -> None:
         if len(set(alphabet)) != len(alphabet):
-            raise UserError(f"task.alphabet {alphabet!r}: a character appears twice; list each once")
+            raise UserError(
+                f"task.alphabet {alphabet!r}: a character appears twice; list each once",
+                code="task-alphabet-duplicate",
+            )
         self.alphabet = alphabet
         self.tokens = [PAD, EOS, *alphabet]
         self.ids = {char: index for index, char in enumerate(self.tokens) if index > self.eos_id}
@@ -37,7 +40,8 @@ class CharTokenizer:
         if unknown:
             raise UserError(
                 f"{where}: {text!r} has characters outside the tokenizer's alphabet ({''.join(unknown)!r}); "
-                f"allowed: {self.alphabet!r}"
+                f"allowed: {self.alphabet!r}",
+                code="task-characters-outside-alphabet",
             )
         return [self.ids[char] for char in text]
 

@@ -38,11 +38,15 @@ def load_verifier(name: str) -> Verifier:
         return BUILT_IN[name]
     if ":" not in name:
         raise UserError(
-            f"task.rewards: function {name!r}: expected {' or '.join(BUILT_IN)}, or module:function"
+            f"task.rewards: function {name!r}: expected {' or '.join(BUILT_IN)}, or module:function",
+            code="task-reward-unknown",
         )
     function = load(name, f"task.rewards: function {name!r}")
     if not callable(function):
-        raise UserError(f"task.rewards: {name!r} is not a function; name one as module:function")
+        raise UserError(
+            f"task.rewards: {name!r} is not a function; name one as module:function",
+            code="task-reward-not-function",
+        )
     return function
 
 
@@ -74,7 +78,8 @@ class RewardFunctions:
         names = [name for name, _, _ in self.functions]
         if len(set(names)) < len(names):
             raise UserError(
-                f"task.rewards: functions {', '.join(names)}: each may appear once (weigh it instead)"
+                f"task.rewards: functions {', '.join(names)}: each may appear once (weigh it instead)",
+                code="task-reward-twice",
             )
         self.unfinished_reward = task.unfinished_reward
         self.timeout_s = task.reward_timeout_s
@@ -104,16 +109,19 @@ def _call(name: str, function: Verifier, example: Example, completion: str, time
     except DeadlinePassed:
         raise UserError(
             f"task.rewards: {name} did not return within task.reward_timeout_s={timeout_s:g} s and was "
-            f"cut off (prompt {example.prompt!r}, completion {completion!r})"
+            f"cut off (prompt {example.prompt!r}, completion {completion!r})",
+            code="task-reward-timeout",
         ) from None
     except Exception as exc:  # a user's function: any failure is theirs to fix
         raise UserError(
             f"task.rewards: {name} raised {type(exc).__name__}: {exc} (prompt {example.prompt!r}, "
-            f"completion {completion!r})"
+            f"completion {completion!r})",
+            code="task-reward-raised",
         ) from None
     if not isinstance(value, int | float) or not math.isfinite(value):
         raise UserError(
             f"task.rewards: {name} returned {value!r} for prompt {example.prompt!r} (completion "
-            f"{completion!r}); it must return a finite number"
+            f"{completion!r}); it must return a finite number",
+            code="task-reward-not-finite",
         )
     return float(value)
