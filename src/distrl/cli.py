@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from distrl.errors import REPORTED, UserError, exit_status
 from distrl.launch.run_dir import RunDir
+from distrl.quiet import VERBOSE_ENV
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
@@ -66,14 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in SUBCOMMANDS.items():
-        command.add_arguments(
-            sub.add_parser(
-                name,
-                help=command.help,
-                description=command.help[0].upper() + command.help[1:] + ".",
-                epilog=command.epilog(),
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-            )
+        subparser = sub.add_parser(
+            name,
+            help=command.help,
+            description=command.help[0].upper() + command.help[1:] + ".",
+            epilog=command.epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.add_arguments(subparser)
+        subparser.add_argument(
+            "--verbose", action="store_true", help="also show other libraries' progress lines and warnings"
         )
     return parser
 
@@ -664,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if command.takes_overrides:
         args.overrides = [*args.overrides, *extra]
+    if args.verbose:  # for the processes it starts too
+        os.environ[VERBOSE_ENV] = "1"
     # The subcommand's own arguments as given: a node launcher hands them to its processes.
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:

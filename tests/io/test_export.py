@@ -88,7 +88,14 @@ def test_exported_file_acts_like_distrl(trained: Path, tmp_path: Path, fmt: str)
     out = tmp_path / f"policy.{'pt' if fmt == 'torchscript' else 'onnx'}"
     result = distrl("export", "--checkpoint", str(trained), "--format", fmt, "--out", str(out))
     assert result.returncode == 0, result.stderr
+    # distrl's one line, not the exporter's progress lines and warnings (--verbose shows them).
+    assert result.stdout.startswith("distrl: exported the ")
+    assert len(result.stdout.splitlines()) == 1 and not result.stderr, (result.stdout, result.stderr)
     assert_file_acts_like_checkpoint(out, trained)
+    if fmt == "onnx":
+        args = ("--checkpoint", str(trained), "--format", fmt, "--out", str(out))
+        shown = distrl("export", *args, "--verbose")
+        assert shown.returncode == 0 and "[torch.onnx]" in shown.stdout, shown.stdout
 
 
 @pytest.mark.slow

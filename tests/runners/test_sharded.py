@@ -95,6 +95,7 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_ranks(
     done = train_ranks(ranks, *args) if ranks > 1 else distrl("train", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from" in done.stderr
+    assert "Warning" not in done.stderr, done.stderr  # torch's about reading without a group: meant
     again = newest(run_dir)
     assert len(list(again.rglob("shard-*.safetensors"))) == (2 * ranks if ranks > 1 else 0)
     assert_same(model, model_tensors(again))

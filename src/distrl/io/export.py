@@ -21,6 +21,7 @@ from torch import nn
 
 from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
+from distrl.quiet import quiet, verbose
 
 
 def check_can_export(fmt: str, out: Path, where: str) -> None:
@@ -94,13 +95,15 @@ def _export_onnx(policy: nn.Module, examples: tuple[torch.Tensor, ...], out: Pat
         dynamic[name] = {
             axis: dims.setdefault(dim, torch.export.Dim(dim, min=1)) for axis, dim in axes.items()
         }
-    program = torch.onnx.export(
-        policy,
-        examples,
-        input_names=list(input_names),
-        output_names=list(getattr(policy, "output_names", ("action",))),
-        dynamic_shapes=dynamic,
-        dynamo=True,
-        external_data=False,
-    )
+    with quiet("torch.onnx"):  # its progress lines and warnings bury distrl's one line
+        program = torch.onnx.export(
+            policy,
+            examples,
+            input_names=list(input_names),
+            output_names=list(getattr(policy, "output_names", ("action",))),
+            dynamic_shapes=dynamic,
+            dynamo=True,
+            external_data=False,
+            verbose=verbose(),
+        )
     program.save(str(out))

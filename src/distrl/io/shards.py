@@ -16,9 +16,11 @@ only a sharded learner or checkpoint needs them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
@@ -98,7 +100,8 @@ def read_into(directory: Path, tensors: dict[str, torch.Tensor]) -> None:
     safetensors files of ``directory``; collective in a process group."""
     import torch.distributed.checkpoint as dcp
 
-    dcp.load(tensors, storage_reader=dcp.HuggingFaceStorageReader(str(directory)))
+    with _without_group_warning():  # a sharded checkpoint resumed on one process
+        dcp.load(tensors, storage_reader=dcp.HuggingFaceStorageReader(str(directory)))
 
 
 def read_whole(directory: Path, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -110,7 +113,14 @@ def read_whole(directory: Path, prefix: str = "") -> dict[str, torch.Tensor]:
         for name, (size, dtype) in shapes(directory).items()
         if name.startswith(prefix)
     }
-    with warnings.catch_warnings():  # that it reads in one process, which is what it is for
-        warnings.filterwarnings("ignore", "torch.distributed is disabled")
+    with _without_group_warning():
         dcp.load(wanted, storage_reader=dcp.HuggingFaceStorageReader(str(directory)), no_dist=True)
     return wanted
+
+
+@contextlib.contextmanager
+def _without_group_warning() -> Iterator[None]:
+    """Torch warns when it reads without a process group, which is what one process is for."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled")
+        yield
