@@ -54,7 +54,7 @@ def refuse_import(setting: str, name: str, exc: Exception) -> NoReturn:
                 code="plugin-module-not-found",
             ) from None
         raise UserError(
-            f"{setting}: {_user_frame(exc)} imports {exc.name!r}, which is not installed",
+            f"{setting}: {user_frame(exc)} imports {exc.name!r}, which is not installed",
             code="plugin-dependency-missing",
         ) from None
     if isinstance(exc, SyntaxError):
@@ -62,12 +62,12 @@ def refuse_import(setting: str, name: str, exc: Exception) -> NoReturn:
             f"{setting}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}", code="plugin-syntax-error"
         ) from None
     raise UserError(
-        f"{setting}: importing {name!r} raised {type(exc).__name__}: {exc} (at {_user_frame(exc)})",
+        f"{setting}: importing {name!r} raised {type(exc).__name__}: {exc} (at {user_frame(exc)})",
         code="plugin-import-raised",
     ) from None
 
 
-def _user_frame(exc: BaseException) -> str:
+def user_frame(exc: BaseException) -> str:
     """``file:line`` of the innermost frame of ``exc``'s traceback in the user's own code (not in
     Python's import machinery, the standard library or an installed package); else the innermost."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]

@@ -241,19 +241,22 @@ def test_the_command_line_trains_and_evaluates_a_sequence_policy(tmp_path: Path)
         ),
         (
             ["task.rewards=[{function: 'tests.tasks.reward_functions:fails'}]"],
-            r"task.rewards: fails raised ValueError: cannot score this \(prompt 'rev ",
+            r"task.rewards: tests.tasks.reward_functions:fails raised ValueError: cannot score this at "
+            r".*tests/tasks/reward_functions.py:\d+ \(prompt 'rev ",
         ),
         (
             [
                 "task.rewards=[{function: 'tests.tasks.reward_functions:never_returns'}]",
                 "task.reward_timeout_s=1",
             ],
-            r"task.rewards: never_returns did not return within task.reward_timeout_s=1 s and was cut off "
+            r"task.rewards: tests.tasks.reward_functions:never_returns did not return within "
+            r"task.reward_timeout_s=1 s and was cut off "
             r"\(prompt 'rev \d+=', completion ",
         ),
         (
             ["task.rewards=[{function: 'tests.tasks.reward_functions:says_yes'}]"],
-            r"says_yes returned 'yes' for prompt 'rev .*; it must return a finite number",
+            r"tests.tasks.reward_functions:says_yes returned 'yes' for prompt 'rev .*; it must return a "
+            r"finite number",
         ),
         (
             ["task.rewards=[{function: closest}]"],

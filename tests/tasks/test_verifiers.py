@@ -77,7 +77,8 @@ def test_a_reward_function_that_never_returns_is_cut_off_with_its_prompt(
     raised, took = _stuck(function, in_thread)
     assert raised is not None and took < 5
     assert str(raised) == (
-        f"task.rewards: {function} did not return within task.reward_timeout_s=0.5 s and was cut off "
+        f"task.rewards: tests.tasks.reward_functions:{function} did not return within "
+        "task.reward_timeout_s=0.5 s and was cut off "
         "(prompt 'rev 2=', completion '2')"
     )
 

@@ -61,6 +61,10 @@ def held_out_metrics(
 
 
 def task_name(cfg: RunConfig) -> str:
-    """Whose held-out prompts are completed (``distrl eval``'s ``env``): a prompts file, else the
-    generated task."""
-    return f"task {cfg.task.prompts or cfg.task.name}"
+    """Whose held-out prompts are completed (``distrl eval``'s ``env``): a prompts file, with how
+    many distinct held-out prompts it has (fewer than the episodes asked for are scored again),
+    else the generated task."""
+    if cfg.task.prompts is None:
+        return f"task {cfg.task.name}"
+    distinct = len(PromptSource(cfg.task, cfg.train.seed, held_out_side=True).rows or [])
+    return f"task {cfg.task.prompts} ({distinct} distinct held-out prompts)"

@@ -12,7 +12,7 @@ from distrl.algos.grpo_config import TaskConfig
 from distrl.errors import UserError
 from distrl.tasks.deadline import DeadlinePassed, deadline
 from distrl.tasks.prompts import Example
-from distrl.user_code import load
+from distrl.user_code import load, user_frame
 
 Verifier = Callable[[str, str, str], float]
 """``(prompt, completion, answer) -> reward``."""
@@ -71,11 +71,12 @@ class Scores:
 
 class RewardFunctions:
     def __init__(self, task: TaskConfig) -> None:
-        # Named by their function's own name (``reward/<name>`` metrics).
+        # Metrics by the function's own name (``reward/<name>``), errors by its whole reference.
         self.functions = [
-            (r.function.rpartition(":")[2], load_verifier(r.function), r.weight) for r in task.rewards
+            (r.function.rpartition(":")[2], r.function, load_verifier(r.function), r.weight)
+            for r in task.rewards
         ]
-        names = [name for name, _, _ in self.functions]
+        names = [name for name, _, _, _ in self.functions]
         if len(set(names)) < len(names):
             raise UserError(
                 f"task.rewards: functions {', '.join(names)}: each may appear once (weigh it instead)",
@@ -85,15 +86,15 @@ class RewardFunctions:
         self.timeout_s = task.reward_timeout_s
 
     def score(self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]) -> Scores:
-        scores = Scores([], {name: [] for name, _, _ in self.functions}, 0)
+        scores = Scores([], {name: [] for name, _, _, _ in self.functions}, 0)
         for example, completion, done in zip(examples, completions, ended, strict=True):
             if not done:
                 scores.rewards.append(self.unfinished_reward)
                 scores.unfinished += 1
                 continue
             total = 0.0
-            for name, function, weight in self.functions:
-                value = _call(name, function, example, completion, self.timeout_s)
+            for name, reference, function, weight in self.functions:
+                value = _call(reference, function, example, completion, self.timeout_s)
                 scores.by_function[name].append(value)
                 total += weight * value
             scores.rewards.append(total)
@@ -101,8 +102,8 @@ class RewardFunctions:
 
 
 def _call(name: str, function: Verifier, example: Example, completion: str, timeout_s: float | None) -> float:
-    """One score; a function that raises, runs past ``timeout_s`` or returns anything but a
-    finite number is one line naming it and the prompt."""
+    """One score; a function (``name``: as ``task.rewards`` names it) that raises, runs past
+    ``timeout_s`` or returns anything but a finite number is one line naming it and the prompt."""
     try:
         with deadline(timeout_s):
             value = function(example.prompt, completion, example.answer)
@@ -114,8 +115,8 @@ def _call(name: str, function: Verifier, example: Example, completion: str, time
         ) from None
     except Exception as exc:  # a user's function: any failure is theirs to fix
         raise UserError(
-            f"task.rewards: {name} raised {type(exc).__name__}: {exc} (prompt {example.prompt!r}, "
-            f"completion {completion!r})",
+            f"task.rewards: {name} raised {type(exc).__name__}: {exc} at {user_frame(exc)} (prompt "
+            f"{example.prompt!r}, completion {completion!r})",
             code="task-reward-raised",
         ) from None
     if not isinstance(value, int | float) or not math.isfinite(value):
