@@ -10,7 +10,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -428,33 +428,15 @@ def command_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-class _ExportFormats:
-    """``--format``'s choices: every format a registered algorithm exports, read from the
-    registry only when ``distrl export`` parses or shows them (importing it, config sections and
-    all, would slow every ``distrl --help``)."""
-
-    def __contains__(self, fmt: object) -> bool:
-        return fmt in self._formats()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._formats())
-
-    @staticmethod
-    def _formats() -> tuple[str, ...]:
-        from distrl.algos.registry import EXPORT_FORMATS
-
-        return EXPORT_FORMATS
-
-
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(parser)
     parser.add_argument(
         "--format",
         required=True,
-        choices=_ExportFormats(),
-        metavar="FORMAT",  # not the choices, which would be read from the registry on every build
-        help="%(choices)s: one the checkpoint's algorithm exports (transformers: a directory with a GPT-2 "
-        "model and tokenizer, for GRPO's policies)",
+        metavar="FORMAT",  # checked against the checkpoint's algorithm, a plug-in's own formats too
+        help="one the checkpoint's algorithm exports: torchscript or onnx (a policy of tensors), "
+        "transformers (a directory with a GPT-2 model and tokenizer, for GRPO's policies), or one an "
+        "algorithm of your own declares",
     )
     parser.add_argument("--out", required=True, type=Path, help="file to write")
 

@@ -1,7 +1,7 @@
 """An algorithm defined outside distrl (``algo.name: module:ATTRIBUTE``) trains, checkpoints,
-evaluates and exports with no distrl file edited: here REINFORCE with a learned baseline, in a
-package made in a temporary directory, on PPO's collection and loop; then the same declaring how
-``distrl eval`` describes it and writing its own export files."""
+evaluates and exports with no distrl file edited: here the guide's REINFORCE with a learned
+baseline (``examples/your_own/reinforce.py``), in a package made in a temporary directory; then
+the same declaring how ``distrl eval`` describes it and writing its own export files."""
 
 from __future__ import annotations
 
@@ -16,71 +16,10 @@ import torch
 
 from distrl.config.run import load_config
 from distrl.errors import UserError
-from tests.helpers import clean_env, distrl, run_python
+from tests.helpers import REPO, clean_env, distrl, run_python
 
-PLUGIN = '''
-"""REINFORCE with a learned baseline: distrl's on-policy loop with an update of its own."""
-
-from typing import ClassVar
-
-import torch
-
-from distrl.algos.flat_gradients import FlatGradients
-from distrl.algos.on_policy_config import OnPolicySection
-from distrl.algos.registry import ENVS, Algorithm
-from distrl.runners.on_policy import OnPolicyRunner
-
-
-class ReinforceConfig(OnPolicySection):
-    """Monte Carlo returns within the rollout (GAE lambda 1), one Adam step per rollout."""
-
-    phases: ClassVar[tuple[str, ...]] = ("returns", "baseline")
-
-    gae_lambda: float = 1.0
-    """GAE's lambda: 1 is the return of the rollout."""
-
-    def minibatches_per_epoch(self, global_batch: int) -> int:
-        return 1
-
-
-class Reinforce:
-    num_minibatches = 1
-    steps_per_update = 1
-
-    def __init__(self, policy, cfg, num_minibatches, gradient_sync, clock, compile_loss):
-        self.policy, self.cfg, self.sync, self.clock = policy, cfg, gradient_sync, clock
-        self.grads = FlatGradients(list(policy.parameters()), clock)
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
-
-    def set_learning_rate(self, lr):
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-    def update(self, batch):
-        with self.clock("baseline"):
-            log_probs, _, values = self.policy.action_stats(batch.obs, batch.actions, None, None)
-            reinforce = -(batch.advantages * log_probs).mean()
-            baseline = ((values - batch.returns) ** 2).mean()
-        loss = reinforce + baseline
-        self.grads.step(loss, self.optimizer, self.sync, len(batch), self.cfg.max_grad_norm)
-        stats = {"reinforce_loss": float(reinforce.detach()), "baseline_loss": float(baseline.detach())}
-        return {**stats, "skipped_minibatches": 0.0}
-
-
-class ReinforceRunner(OnPolicyRunner):
-    algorithm = "reinforce"
-    update_rule = Reinforce
-
-
-ALGORITHM = Algorithm(
-    "reinforce",
-    ReinforceConfig,
-    deployable_policy="distrl.models.policies:ppo_policy",
-    runners={ENVS: "myalgos.reinforce:ReinforceRunner"},
-    collector="distrl.collect.rollout:actor_critic_collector",  # PPO's collection
-    acting="distrl.collect.rollout:actor_critic_copies",
-)
-'''
+PLUGIN = REPO / "examples" / "your_own" / "reinforce.py"
+"""REINFORCE with a learned baseline on PPO's collection and loop: the guide's on-policy example."""
 
 DESCRIBED = '''
 """REINFORCE evaluated on how long the pole stays up, exported as TorchScript that says who wrote it."""
@@ -105,7 +44,10 @@ ALGORITHM = dataclasses.replace(
     reinforce.ALGORITHM,
     evaluated_on="myalgos.described:pole_of",
     eval_line="{env} stayed up {return_mean:.0f} steps over {episodes} tries",
-    exports={"torchscript": "myalgos.described:write_signed_torchscript"},
+    exports={
+        "torchscript": "myalgos.described:write_signed_torchscript",
+        "signed": "myalgos.described:write_signed_torchscript",  # a format name of its own
+    },
 )
 '''
 
@@ -153,11 +95,16 @@ class SilentRunner(reinforce.ReinforceRunner):
 
 
 class HalfWrittenRunner(ReplayRunner):  # no exploration, train_state, ...
+    exploration_metric = "noise"
+
+
+class UnnamedRunner(ReplayRunner):  # the name its exploration is logged under is not set
     pass
 
 
 TYPO = dataclasses.replace(reinforce.ALGORITHM, acting="myalgos.reinforce:actor_critc_copies")
 ABSTRACT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:HalfWrittenRunner"})
+UNNAMED = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:UnnamedRunner"})
 NO_ACTING = dataclasses.replace(reinforce.ALGORITHM, acting=None)
 SILENT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:SilentRunner"})
 '''
@@ -169,7 +116,7 @@ def plugins(tmp_path: Path) -> dict[str, str]:
     package = tmp_path / "plugins" / "myalgos"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "reinforce.py").write_text(textwrap.dedent(PLUGIN))
+    (package / "reinforce.py").write_text(PLUGIN.read_text())
     (package / "described.py").write_text(textwrap.dedent(DESCRIBED))
     (package / "grouped.py").write_text(textwrap.dedent(GROUPED))
     (package / "mistakes.py").write_text(textwrap.dedent(MISTAKES))
@@ -212,12 +159,11 @@ def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_export
     line = r"the pole of CartPole-v1 stayed up \d+ steps over 2 tries\n"  # its eval_line
     assert re.fullmatch(line, said.stdout), said.stdout
     exported = tmp_path / "exported.pt"
-    written = distrl(
-        "export", "--checkpoint", str(run_dir), "--format", "torchscript", "--out",
-        str(exported), env=env,
-    )  # fmt: skip
-    assert written.returncode == 0, written.stderr[-3000:]
-    for file in (final, exported):  # output.path and distrl export both write with its function
+    signed = tmp_path / "exported.signed"
+    for fmt, out in (("torchscript", exported), ("signed", signed)):
+        written = distrl("export", "--checkpoint", str(run_dir), "--format", fmt, "--out", str(out), env=env)
+        assert written.returncode == 0, written.stderr[-3000:]
+    for file in (final, exported, signed):  # output.path and distrl export both write with its function
         extra = {"written_by": ""}
         torch.jit.load(str(file), _extra_files=extra)
         assert extra["written_by"] == b"myalgos", file
@@ -227,7 +173,7 @@ def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_export
     )  # fmt: skip
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "the reinforce policy of" in refused.stderr
-    assert refused.stderr.strip().endswith("is written with --format torchscript"), refused.stderr
+    assert refused.stderr.strip().endswith("is written with --format torchscript or signed"), refused.stderr
     assert not (tmp_path / "p.onnx").exists()
 
 
@@ -289,6 +235,9 @@ def test_a_plug_ins_mistakes_are_found_when_it_is_loaded(
         r"exploration, train_state \(abstract in its bases\)$"
     )):  # fmt: skip
         load_config(None, ["algo.name=myalgos.mistakes:ABSTRACT"])
+    unset = r"UnnamedRunner does not set exploration_metric \(declared in its bases\)$"
+    with pytest.raises(UserError, match=unset):
+        load_config(None, ["algo.name=myalgos.mistakes:UNNAMED"])
     no_acting = ["algo.name=myalgos.mistakes:NO_ACTING"]
     refused = r"algo.name=myalgos.mistakes:NO_ACTING declares no Algorithm.acting"
     with pytest.raises(

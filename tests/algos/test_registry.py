@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from distrl.algos.registry import ALGORITHMS, EXPORT_FORMATS, output_format, runner_reference
+from distrl.algos.registry import ALGORITHMS, output_format, runner_reference
 from distrl.config.run import load_config
 from distrl.errors import UserError
 
@@ -74,7 +74,3 @@ def test_output_path_is_written_in_the_format_its_suffix_names_else_the_first(
     overrides: list[str], path: str, fmt: str
 ) -> None:
     assert output_format(load_config(None, overrides), Path(path)) == fmt
-
-
-def test_export_formats_are_every_algorithms_in_order() -> None:
-    assert EXPORT_FORMATS == ("torchscript", "onnx", "transformers")

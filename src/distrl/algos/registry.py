@@ -328,13 +328,25 @@ def _references(found: Algorithm) -> list[tuple[str, str]]:
 
 
 def _check_runner(runner: Any, where: str) -> None:
-    """A runner class distrl's loop can make: a ``Runner`` with every abstract method written."""
+    """A runner class distrl's loop can make: a ``Runner`` with every abstract method written and
+    every class attribute its bases declare as ``ClassVar`` without a value set."""
     from distrl.runners.base import Runner
 
     if not (isinstance(runner, type) and issubclass(runner, Runner)):
         raise UserError(
             f"{where}: expected a subclass of distrl.runners.base.Runner, got {runner!r}",
             code="plugin-runner-not-a-runner",
+        )
+    unset = {
+        name
+        for base in runner.__mro__
+        for name, annotation in vars(base).get("__annotations__", {}).items()
+        if str(annotation).startswith("ClassVar") and not hasattr(runner, name)
+    }
+    if unset:
+        raise UserError(
+            f"{where}: {runner.__name__} does not set {', '.join(sorted(unset))} (declared in its bases)",
+            code="plugin-runner-attribute-unset",
         )
     if missing := sorted(getattr(runner, "__abstractmethods__", ())):
         undefined = ", ".join(missing)
@@ -409,10 +421,6 @@ def periodic_evaluator(cfg: RunConfig) -> Any | None:
     no eval workers do (``Algorithm.periodic_eval``); None when its algorithm has none."""
     reference = algorithm(cfg.algo.name).periodic_eval
     return None if reference is None else load(reference)
-
-
-EXPORT_FORMATS = tuple(dict.fromkeys(fmt for known in ALGORITHMS.values() for fmt in known.exports))
-"""Every format a registered algorithm exports (``distrl export --format``'s choices)."""
 
 
 def output_format(cfg: RunConfig, out: Path) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import gymnasium as gym
 import torch
@@ -62,8 +62,8 @@ class ReplayRunner(Runner):
     """Subclasses build ``algo`` (a ``ReplayUpdate``), then call ``start_replay``."""
 
     algo: ReplayUpdate
-    exploration_metric: str
-    """The name ``exploration``'s value is logged under."""
+    exploration_metric: ClassVar[str]
+    """The name ``exploration``'s value is logged under (each subclass sets it)."""
     n_step = 1
     """Rewards summed per sampled transition before bootstrapping."""
 
