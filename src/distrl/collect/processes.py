@@ -515,6 +515,7 @@ class LaggedCollection:
             self.processes.free(index, slot)
         if dropped:  # the envs' episodes lost their steps in the dropped segment: cut them
             segment.restarted.fill_(True)
+            segment = replace(segment, episodes_cut=True)
         return segment, slot
 
     def restart(self, died: CollectorDied, failures: int, request: CollectRequest) -> None:

@@ -20,6 +20,9 @@ class EpisodeTracker:
         self.running_return = torch.zeros(num_envs, dtype=torch.float64, device=device)
         self.running_length = torch.zeros(num_envs, dtype=torch.int64, device=device)
         """Return and length so far of each env's unfinished episode, as of the last ``stats()``."""
+        self.cut = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        """Envs whose unfinished episode lost steps (``add_rollout``'s ``restarted``): its end is
+        not counted, as its return and length are not the episode's."""
         self._rewards: list[torch.Tensor] = []
         self._dones: list[torch.Tensor] = []
         self.returns: deque[float] = deque(maxlen=window)
@@ -31,12 +34,17 @@ class EpisodeTracker:
         self._rewards.append(rewards)
         self._dones.append(dones)
 
-    def add_rollout(self, rewards: torch.Tensor, dones: torch.Tensor, restarted: torch.Tensor) -> None:
+    def add_rollout(
+        self, rewards: torch.Tensor, dones: torch.Tensor, restarted: torch.Tensor, cut: bool = False
+    ) -> None:
         """Count a whole rollout's ``[steps, num_envs]`` rewards and done flags at once; the
-        ``restarted`` envs' unfinished episodes were cut before it and are forgotten."""
+        ``restarted`` envs' unfinished episodes were cut before it and are forgotten: reset (a
+        launch's start, an env worker rebuilt), their next episodes are whole; not reset (``cut``:
+        segments dropped before this one), their running episodes lost steps and are not counted."""
         self._flush()
         self.running_return.masked_fill_(restarted, 0.0)
         self.running_length.masked_fill_(restarted, 0)
+        self.cut = torch.where(restarted, cut, self.cut)
         self._finish_episodes(rewards.double(), dones)
 
     def stats(self) -> EpisodeStats:
@@ -63,10 +71,13 @@ class EpisodeTracker:
         previous_end = torch.cat((torch.full_like(last_end[:1], -1), last_end[:-1]))
         returns = totals - _value_at(totals, previous_end)
         episode_lengths = lengths - _value_at(lengths, previous_end)
+        # An env's first end here closes the episode it had running, which was cut if ``cut``.
+        counted = dones & ~(self.cut & (previous_end < 0))
+        self.cut &= ~dones.any(0)
         # Step by step, env by env: the order in which the episodes ended.
-        self.returns.extend(returns[dones].tolist())
-        self.lengths.extend(episode_lengths[dones].tolist())
-        self.finished += int(dones.sum())
+        self.returns.extend(returns[counted].tolist())
+        self.lengths.extend(episode_lengths[counted].tolist())
+        self.finished += int(counted.sum())
         self.running_return = totals[-1] - _value_at(totals, last_end[-1:])[0]
         self.running_length = lengths[-1] - _value_at(lengths, last_end[-1:])[0]
 

@@ -204,7 +204,9 @@ class OnPolicyRunner(Runner):
         with self.whole_weights():
             rollout = self.collection.collect(request)
         self.stragglers.finish()
-        self.episodes.add_rollout(rollout.env_rewards, rollout.episode_ends, rollout.restarted)
+        self.episodes.add_rollout(
+            rollout.env_rewards, rollout.episode_ends, rollout.restarted, rollout.episodes_cut
+        )
         return rollout
 
     def update(self, rollout: RolloutSegment) -> tuple[dict[str, float], int]:

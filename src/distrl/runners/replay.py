@@ -140,7 +140,9 @@ class ReplayRunner(Runner):
         """``rollout_steps`` exploring steps of every env, added to the replay buffer."""
         with self.whole_weights():
             segment = self.collection.collect(CollectRequest(self.policy_version, exploration=exploration))
-        self.episodes.add_rollout(segment.env_rewards, segment.episode_ends, segment.restarted)
+        self.episodes.add_rollout(
+            segment.env_rewards, segment.episode_ends, segment.restarted, segment.episodes_cut
+        )
         self.replay.add_segment(segment)
         return segment
 

@@ -117,6 +117,10 @@ class RolloutSegment:
     """A final observation (bootstrapping a truncation) was not finite."""
     policy_version: int
     """The learner's updates whose weights acted (``storage.segments``)."""
+    episodes_cut: bool = False
+    """Its ``restarted`` envs were not reset: segments before it were dropped (collecting ahead),
+    so their running episodes lost steps, and their next ends close episodes whose returns are
+    not whole (``runners.episodes``)."""
 
     @property
     def steps(self) -> int:
@@ -156,14 +160,17 @@ class RolloutSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
         # Integer frames are one tensor in each part (``raw_obs`` is ``obs``): one copy joined.
         shared = all(p.raw_obs is p.obs for p in parts)
-        skipped = {"nonfinite_final_obs", "policy_version", *(["raw_obs"] if shared else [])}
+        skipped = {"nonfinite_final_obs", "policy_version", "episodes_cut", *(["raw_obs"] if shared else [])}
         joined = join_along_envs(
             parts, [f.name for f in fields(cls) if f.name not in skipped], PER_ENV, device
         )
         if shared:
             joined["raw_obs"] = joined["obs"]
         nonfinite = any(p.nonfinite_final_obs for p in parts)
-        return cls(**joined, nonfinite_final_obs=nonfinite, policy_version=joined_version(parts))
+        cut = any(p.episodes_cut for p in parts)
+        return cls(
+            **joined, nonfinite_final_obs=nonfinite, policy_version=joined_version(parts), episodes_cut=cut
+        )
 
 
 def step_major_chunks(t: torch.Tensor, length: int) -> torch.Tensor:

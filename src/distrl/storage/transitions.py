@@ -35,6 +35,10 @@ class TransitionSegment:
     first segment; an env worker rebuilt after a failure)."""
     policy_version: int
     """The learner's updates whose weights acted (``storage.segments``)."""
+    episodes_cut: bool = False
+    """Its ``restarted`` envs were not reset: segments before it were dropped (collecting ahead),
+    so their running episodes lost steps, and their next ends close episodes whose returns are
+    not whole (``runners.episodes``)."""
 
     @property
     def steps(self) -> int:
@@ -43,7 +47,9 @@ class TransitionSegment:
     @classmethod
     def join(cls, parts: list[TransitionSegment], device: torch.device) -> TransitionSegment:
         """Segments of the same steps over consecutive envs as one, on ``device``."""
-        names = [f.name for f in fields(cls) if f.name != "policy_version"]
+        names = [f.name for f in fields(cls) if f.name not in ("policy_version", "episodes_cut")]
         return cls(
-            **join_along_envs(parts, names, ("restarted",), device), policy_version=joined_version(parts)
+            **join_along_envs(parts, names, ("restarted",), device),
+            policy_version=joined_version(parts),
+            episodes_cut=any(p.episodes_cut for p in parts),
         )
