@@ -83,3 +83,12 @@ def test_the_tokenizer_round_trips_and_names_unknown_characters() -> None:
         UserError, match=r"^here: 'a\+b' has characters outside the tokenizer's alphabet \('ab'\)"
     ):
         tokenizer.encode("a+b", "here")
+
+
+def test_a_prompts_file_replaces_the_generator_and_says_so(tmp_path: Path) -> None:
+    """``distrl config`` and the run's config.yaml show no generator when a file gives the prompts."""
+    assert TaskConfig(prompts=str(tmp_path / "p.jsonl")).name is None
+    assert TaskConfig(name="sort", prompts=str(tmp_path / "p.jsonl")).name is None
+    assert TaskConfig().name == "reverse"
+    with pytest.raises(ValueError, match="name is null and no task.prompts is given"):
+        TaskConfig(name=None)

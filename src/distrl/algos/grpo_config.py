@@ -62,12 +62,13 @@ class TaskConfig(Section):
     """What a sequence policy (GRPO) learns: prompts, each with its answer, and the reward
     functions that score a completion (``distrl.tasks``)."""
 
-    name: Literal["reverse", "sort", "add", "count", "increment", "max"] = "reverse"
+    name: Literal["reverse", "sort", "add", "count", "increment", "max"] | None = "reverse"
     """The built-in prompt generator: ``reverse`` a digit string (``rev 123=`` -> ``321``),
     ``sort`` its digits (``sort 312=`` -> ``123``), ``add`` two numbers (``12+34=`` -> ``46``),
     ``count`` a digit's occurrences (``cnt 3 3534=`` -> ``2``), ``increment`` every digit, 9 to 0
     (``inc 319=`` -> ``420``), or give the ``max`` digit (``max 3817=`` -> ``8``); ``min_length``
-    to ``max_length`` digits (per number for ``add``)."""
+    to ``max_length`` digits (per number for ``add``). Null with ``task.prompts``, which replaces
+    the generator."""
     prompts: str | None = None
     """Instead of the generator: a JSONL file, or a Parquet file or directory, with ``prompt`` and
     ``answer`` string columns."""
@@ -94,6 +95,15 @@ class TaskConfig(Section):
     """A reward function's call that runs longer than this many seconds is cut off, and the run
     stops with one line naming the function and the prompt (as for a function that raises);
     null: no limit."""
+
+    @model_validator(mode="after")
+    def _prompts_replace_the_generator(self) -> TaskConfig:
+        # Shown as it is (``distrl config``, the run's config.yaml): no generator runs.
+        if self.prompts is not None:
+            self.__dict__["name"] = None
+        elif self.name is None:
+            raise ValueError("name is null and no task.prompts is given; name a generator or a prompts file")
+        return self
 
     @model_validator(mode="after")
     def _lengths_in_order(self) -> TaskConfig:
