@@ -94,6 +94,16 @@ class SilentRunner(reinforce.ReinforceRunner):
     update_rule = SilentReinforce
 
 
+class ForgetfulReinforce(reinforce.Reinforce):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.adam = self.__dict__.pop("optimizer")  # the runner checkpoints "optimizer"
+
+
+class ForgetfulRunner(reinforce.ReinforceRunner):
+    update_rule = ForgetfulReinforce
+
+
 class HalfWrittenRunner(ReplayRunner):  # no exploration, train_state, ...
     exploration_metric = "noise"
 
@@ -107,6 +117,7 @@ ABSTRACT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mi
 UNNAMED = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:UnnamedRunner"})
 NO_ACTING = dataclasses.replace(reinforce.ALGORITHM, acting=None)
 SILENT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:SilentRunner"})
+FORGETFUL = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:ForgetfulRunner"})
 '''
 
 
@@ -249,17 +260,31 @@ def test_a_plug_ins_mistakes_are_found_when_it_is_loaded(
     check_collector_processes(load_config(None, no_acting))  # in the learner's own process it needs none
 
 
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        (
+            "SILENT",
+            "SilentReinforce.update returned no 'skipped_minibatches': return the count of steps skipped "
+            "for a non-finite gradient (0.0 for none) beside its statistics (reinforce_loss, baseline_loss)",
+        ),
+        (
+            "FORGETFUL",
+            "ForgetfulReinforce lacks optimizer, which the runner reads of its update rule "
+            "(distrl.algos.ppo.OnPolicyUpdate: docs/algorithms/your-own.md)",
+        ),
+    ],
+    ids=["no-skipped-count", "no-optimizer"],
+)
 @pytest.mark.slow
-def test_an_update_that_does_not_say_what_it_skipped_is_one_line(tmp_path: Path) -> None:
+def test_an_update_rule_missing_what_the_runner_reads_is_one_line(
+    tmp_path: Path, name: str, line: str
+) -> None:
     env = plugins(tmp_path)
     result = run_python(
         "-m", "distrl", "train", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "run"),
-        "algo.name=myalgos.mistakes:SILENT", "algo.rollout_steps=8", "env.num_envs=2",
+        f"algo.name=myalgos.mistakes:{name}", "algo.rollout_steps=8", "env.num_envs=2",
         "train.total_steps=64", "log.tensorboard=false", "log.progress=false", env=env,
     )  # fmt: skip
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert result.stderr.startswith(
-        "distrl: error: SilentReinforce.update returned no 'skipped_minibatches': return the count of "
-        "steps skipped for a non-finite gradient (0.0 for none) beside its statistics (reinforce_loss, "
-        "baseline_loss)"
-    ), result.stderr
+    assert result.stderr.startswith(f"distrl: error: {line}"), result.stderr

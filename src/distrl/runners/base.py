@@ -151,6 +151,19 @@ class IterationResult:
     ledger (``io.metrics.LEDGER_FILE``); None: the algorithm keeps none."""
 
 
+def check_update_rule(update: object, protocol: type) -> None:
+    """An update rule made by a runner has what the runner reads of it (``protocol``'s members):
+    one line naming the missing ones, before the first iteration, not an AttributeError in it."""
+    wanted = [name for name in vars(protocol).get("__annotations__", {}) if not name.startswith("_")]
+    wanted += [name for name in vars(protocol) if not name.startswith("_")]
+    if missing := sorted({name for name in wanted if not hasattr(update, name)}):
+        raise UserError(
+            f"{type(update).__name__} lacks {', '.join(missing)}, which the runner reads of its update "
+            f"rule ({protocol.__module__}.{protocol.__name__}: docs/algorithms/your-own.md)",
+            code="plugin-update-rule-incomplete",
+        )
+
+
 def skipped_count(stats: dict[str, float], key: str, update: object, method: str) -> float:
     """``stats[key]`` popped: the steps an update rule's ``method`` skipped on every rank (a
     non-finite gradient), which every rule reports (0.0 for none); one line naming the rule if not."""

@@ -30,6 +30,7 @@ from distrl.runners.base import (
     IterationResult,
     RunContext,
     Runner,
+    check_update_rule,
     rank_collector,
     scheduled_learning_rate,
     skipped_count,
@@ -127,6 +128,7 @@ class OnPolicyRunner(Runner):
             clock=ctx.clock,
             compile_loss=cfg.train.compile,
         )
+        check_update_rule(self.algo, OnPolicyUpdate)
         acting = acting_modules(self.policy, self.obs_rms, self.return_rms)
         self.collection: Collector[RolloutSegment] = rank_collector(ctx, rank_envs, acting)
         self.policy_version = 0

@@ -24,6 +24,7 @@ from distrl.runners.base import (
     RankEnvs,
     RunContext,
     Runner,
+    check_update_rule,
     rank_collector,
     scheduled_learning_rate,
     skipped_count,
@@ -76,6 +77,7 @@ class ReplayRunner(Runner):
     ) -> None:
         """The rank's replay buffer (``algo.buffer_size`` over all ranks: the same history per
         env), fed by its collector acting with ``acting`` (the live modules, by checkpoint name)."""
+        check_update_rule(self.algo, ReplayUpdate)
         cfg = ctx.cfg
         self.cfg = cfg
         self.clock = ctx.clock
@@ -103,6 +105,12 @@ class ReplayRunner(Runner):
 
     # ----------------------------------------------------------------------------- the runner
     def start(self, fresh: bool) -> None:
+        if not hasattr(self, "collection"):
+            raise UserError(
+                f"{type(self).__name__} never called start_replay, which builds its replay buffer and "
+                "collector: call it at the end of __init__, once self.algo is built",
+                code="plugin-replay-not-started",
+            )
         self.collection.reset()
 
     def iteration(self, global_step: int) -> IterationResult:
