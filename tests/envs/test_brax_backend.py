@@ -100,6 +100,7 @@ def test_compiled_ppo_trains_on_brax_and_its_checkpoint_evaluates(tmp_path: Path
     ]  # fmt: skip
     result = distrl("train", *run, "--run-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not result.stderr, result.stderr  # Brax's and jaxopt's warnings about themselves: silenced
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["global_step"] for row in rows] == [256, 512, 768, 1024]  # 16 envs x 16 steps
     assert rows[-1]["episodes"] > 0 and np.isfinite(rows[-1]["value_loss"])

@@ -24,6 +24,7 @@ import torch
 
 from distrl.envs.jax_envs import CompiledEnv, JaxVecEnv, compile_env
 from distrl.errors import UserError
+from distrl.quiet import quiet
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -104,13 +105,14 @@ def make_brax_vec_env(cfg: EnvConfig, seeds: Sequence[int], device: torch.device
 @functools.cache
 def _compiled_env(env_id: str, kwargs_json: str) -> CompiledEnv:
     """One per id and constructor arguments in a process: Brax's physics compiles for seconds."""
-    env = _import_brax_envs().get_environment(env_id, **json.loads(kwargs_json))
+    with quiet():  # Brax warns, for every env it builds, that it is no longer maintained
+        env = _import_brax_envs().get_environment(env_id, **json.loads(kwargs_json))
     return compile_env(BraxEnv(env, env_id))
 
 
 def _import_brax_envs() -> ModuleType:
     # MJX prints on stdout when NVIDIA Warp is missing (it is optional): that line would
     # land in the middle of `distrl eval --json`'s output.
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), quiet():  # and jaxopt warns it is unmaintained
         from brax import envs
     return envs
