@@ -35,8 +35,8 @@ MODULES = {module_name(path): path for path in ROOT.rglob("*.py")}
 
 LAYERS: list[tuple[str, ...]] = [
     (  # shared helpers
-        "distrl.errors", "distrl.extras", "distrl.user_code", "distrl.env_backends", "distrl.env_packages",
-        "distrl.sharding",
+        "distrl.errors", "distrl.quiet", "distrl.extras", "distrl.user_code", "distrl.env_backends",
+        "distrl.env_packages", "distrl.sharding",
         "distrl.seeding", "distrl.timing", "distrl.usage", "distrl.allocator", "distrl.compile",
         "distrl.precision", "distrl.offload", "distrl.socket_sum", "distrl.learner_memory",
     ),

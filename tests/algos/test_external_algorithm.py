@@ -114,6 +114,7 @@ class UnnamedRunner(ReplayRunner):  # the name its exploration is logged under i
 
 TYPO = dataclasses.replace(reinforce.ALGORITHM, acting="myalgos.reinforce:actor_critc_copies")
 ABSTRACT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:HalfWrittenRunner"})
+NOT_A_RUNNER = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.reinforce:Reinforce"})
 UNNAMED = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:UnnamedRunner"})
 NO_ACTING = dataclasses.replace(reinforce.ALGORITHM, acting=None)
 SILENT = dataclasses.replace(reinforce.ALGORITHM, runners={"envs": "myalgos.mistakes:SilentRunner"})
@@ -246,6 +247,10 @@ def test_a_plug_ins_mistakes_are_found_when_it_is_loaded(
         r"exploration, train_state \(abstract in its bases\)$"
     )):  # fmt: skip
         load_config(None, ["algo.name=myalgos.mistakes:ABSTRACT"])
+    with pytest.raises(
+        UserError, match=r"'myalgos.reinforce:Reinforce': expected a subclass of distrl.runners"
+    ):
+        load_config(None, ["algo.name=myalgos.mistakes:NOT_A_RUNNER"])
     unset = r"UnnamedRunner does not set exploration_metric \(declared in its bases\)$"
     with pytest.raises(UserError, match=unset):
         load_config(None, ["algo.name=myalgos.mistakes:UNNAMED"])
