@@ -30,7 +30,7 @@ from distrl.launch.preemption import PREEMPTED_EXIT_CODE, PreemptionFlag, requeu
 from distrl.launch.process_group import connect, resolve_device
 from distrl.launch.run_dir import RunDir
 from distrl.launch.topology import Topology
-from distrl.learner_memory import unsharded_note
+from distrl.learner_memory import check_sharding_layout, unsharded_note
 from distrl.runners.base import RemoteWorkers, RunContext
 from distrl.runners.loop import Preempted, TrainingLoop
 
@@ -197,6 +197,8 @@ def _connect(cfg: RunConfig, topology: Topology, device: torch.device, ray_mode:
         check_collector_processes(cfg)
         return comm
     check_inputs(cfg)
+    # Every rank alike, before the run dir: a refused layout leaves nothing behind.
+    check_sharding_layout(cfg.train.sharding, topology.world_size, topology.local_world_size)
     if not ray_mode:  # the driver checked Ray mode's env workers
         check_collector_processes(cfg)
     offloaded_shards = cfg.train.sharding != "none" and cfg.train.optimizer_offload

@@ -202,6 +202,7 @@ def test_what_sharding_cannot_do_is_one_line(tmp_path: Path, overrides: list[str
     assert done.returncode == 2, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if said in line]
     assert lines and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()  # refused before the run dir was made
 
 
 def test_sharding_is_refused_by_an_algorithm_that_does_not_honour_it(tmp_path: Path) -> None:
