@@ -9,6 +9,7 @@ collective as ``PeerFailure``; the caller decides how to report them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -22,6 +23,7 @@ import torch
 from distrl.algos.registry import LOGGED_DATA, check_inputs, learns_from, runner_class
 from distrl.allocator import hand_back_freed_memory, keep_freed_memory
 from distrl.collect.processes import CollectorProcesses, Schedule, check_collector_processes
+from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.resume import ChosenCheckpoint, announcement, checkpoint_on_every_rank
 from distrl.io.run_dir import prepare_run_dir
@@ -70,10 +72,16 @@ def run_training(
             )
             return announcement(chosen[0])
 
+        existed = run_dir.path.exists()
         checkpoint = checkpoint_on_every_rank(comm, comm.run_on_main(prepare), chosen[0])
-        loop = build_training(
-            cfg, comm, device, run_dir.path, checkpoint, topology.node_rank, workers, topology.restart_count
-        )
+        try:
+            rank = (topology.node_rank, workers, topology.restart_count)
+            loop = build_training(cfg, comm, device, run_dir.path, checkpoint, *rank)
+        except UserError:
+            if comm.is_main and not existed:  # refused before anything was written: leave nothing
+                with contextlib.suppress(OSError):
+                    run_dir.path.rmdir()
+            raise
         try:
             row = loop.run()
         except Preempted as exc:

@@ -117,8 +117,9 @@ def test_memory_settings_that_cannot_work_are_one_line(
     tmp_path: Path, overrides: list[str], message: str
 ) -> None:
     result = distrl(
-        "train", "--env", "distrl.envs.memory_tasks:CartPoleNoVelocity", "--run-dir", str(tmp_path),
+        "train", "--env", "distrl.envs.memory_tasks:CartPoleNoVelocity", "--run-dir", str(tmp_path / "run"),
         "env.num_envs=4", "--total-steps", "256", *overrides,
     )  # fmt: skip
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()  # refused, whether by the config or the runner: nothing left
