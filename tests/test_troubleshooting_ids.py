@@ -32,11 +32,6 @@ PASSED_ON: dict[tuple[str, str], tuple[str, str]] = {
         "code or None",
         "rank 0's UserError, broadcast to every rank as its id and message",
     ),
-    ("io/resume.py", "checkpoint_on_every_rank"): (
-        "failure_code",
-        "this rank's UserError from reading the checkpoint to resume, raised after every rank "
-        "has said whether it failed",
-    ),
 }
 """The only raises whose ``code=`` is not a literal: ``(file under src/distrl, function)`` to
 ``(the code expression, why)``. Each passes on the id of a UserError raised elsewhere (whose own

@@ -42,7 +42,7 @@ def checkpoint_on_every_rank(
         return None
     choice = json.loads(announced)
     path = Path(choice["path"])
-    failure, failure_code = "", ""
+    failure: UserError | None = None
     if comm.is_main:
         assert chosen is not None, "rank 0 announces the checkpoint it chose"
         files: ckpt.CheckpointFiles | None = chosen[1]
@@ -51,11 +51,12 @@ def checkpoint_on_every_rank(
         try:
             files = ckpt.load_checkpoint(path, verify_shards=False) if seen else None
         except UserError as exc:  # said on every rank, not left to a collective's timeout
-            files, failure, failure_code = None, str(exc), exc.code
-    failed, unseen = (int(n) for n in comm.sum_scalars([bool(failure), files is None and not failure]))
+            files, failure = None, exc
+    counts = comm.sum_scalars([failure is not None, files is None and failure is None])
+    failed, unseen = (int(n) for n in counts)
     if failed:
-        if failure:
-            raise UserError(failure, code=failure_code)
+        if failure is not None:
+            raise failure
         raise UserError(
             f"checkpoint {path}: {failed} rank(s) could not read it (their lines say why)",
             code="checkpoint-unreadable-on-other-rank",

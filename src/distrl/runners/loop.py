@@ -97,10 +97,10 @@ class TrainingLoop:
         self.stopped_by_check = False
         """The run ended on the evaluation check (``train.stop_return``), not the step budget."""
         self.launch_first_step = 0
+        """The global step this launch started from (a resumed run's checkpoint step)."""
         self.planned_steps = self.cfg.train.total_steps
         """Where the run ends by its budget: ``train.total_steps`` rounded up to whole iterations
         where the runner's are fixed (``planned_steps``)."""
-        """The global step this launch started from (a resumed run's checkpoint step)."""
         self.bad_updates_in_a_row = 0
         self.preemption = preemption
         self.usage = ProcessUsage()
