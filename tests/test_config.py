@@ -87,9 +87,9 @@ def test_algo_name_picks_the_algorithm_section_and_checks_its_keys() -> None:
     with pytest.raises(UserError, match="unknown config key algo.clip_coef"):
         load_config(None, ["algo.name=dqn", "algo.clip_coef=0.1"])  # a PPO key under DQN
     with pytest.raises(
-        UserError, match="algo.name 'td3': expected one of ppo, dqn, a2c, appo, sac, iql, grpo"
+        UserError, match="algo.name 'td4': expected one of ppo, dqn, a2c, appo, sac, iql, grpo, td3"
     ):
-        load_config(None, ["algo.name=td3"])
+        load_config(None, ["algo.name=td4"])
 
 
 def test_a_pair_of_alternatives_takes_one() -> None:

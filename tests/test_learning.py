@@ -14,6 +14,7 @@ from tests.helpers import (
     CARTPOLE_DQN,
     GRPO_REVERSE,
     PENDULUM_SAC,
+    PENDULUM_TD3,
     REPO,
     distrl,
     train_ranks,
@@ -87,6 +88,12 @@ def test_cartpole_a2c_two_ranks_solve(tmp_path: Path, seed: int) -> None:
 def test_pendulum_sac_reaches_minus_200(tmp_path: Path, seed: int) -> None:
     # Stopped once a check (confirmed on more episodes) reaches -200, within the config's 20,000 steps.
     assert train_and_eval(PENDULUM_SAC, tmp_path, "--seed", str(seed)) >= -250
+
+
+@pytest.mark.learning(seeds=3)
+def test_pendulum_td3_reaches_minus_200(tmp_path: Path, seed: int) -> None:
+    # SB3's TD3 defaults; stopped once a check (confirmed on more episodes) reaches -200.
+    assert train_and_eval(PENDULUM_TD3, tmp_path, "--seed", str(seed)) >= -250
 
 
 @pytest.mark.learning(seeds=10, kept=1)

@@ -16,8 +16,8 @@ from distrl.algos.iql import IQL
 from distrl.algos.iql_config import IQLConfig
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
+from distrl.models.continuous import ActionScale, TwinQ
 from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
-from distrl.models.sac import ActionScale, TwinQ
 from distrl.storage.replay import TransitionBatch
 from tests.algos.test_sac import ACT, ACTIONS, OBS, TOTAL, batches, part
 from tests.distributed import run_ranks

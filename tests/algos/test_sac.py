@@ -16,7 +16,8 @@ from distrl.algos.sac import SAC
 from distrl.algos.sac_config import SACConfig
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
-from distrl.models.sac import ActionScale, SquashedGaussianActor, TwinQ
+from distrl.models.continuous import ActionScale, TwinQ
+from distrl.models.sac import SquashedGaussianActor
 from distrl.storage.replay import TransitionBatch
 from tests.distributed import run_ranks
 

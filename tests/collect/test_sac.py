@@ -12,7 +12,7 @@ from distrl.collect.base import CollectorInputs, CollectRequest
 from distrl.collect.sac import actor_copies, squashed_gaussian_collector
 from distrl.config.run import load_config
 from distrl.envs import make_vec_env
-from distrl.models.sac import ActionScale
+from distrl.models.continuous import ActionScale
 from tests.helpers import PENDULUM_SAC
 
 CPU = torch.device("cpu")

@@ -62,8 +62,9 @@ REPLAY = ["algo.gradient_steps=2", "algo.batch_size=16"]
         # The first iteration collects 32 steps, short of learning_starts: no update.
         ("cartpole_dqn.yaml", ["algo.rollout_steps=8", "algo.learning_starts=64", *REPLAY], 2),
         ("pendulum_sac.yaml", ["algo.rollout_steps=8", "algo.learning_starts=0", *REPLAY], 3),
+        ("pendulum_td3.yaml", ["algo.rollout_steps=8", "algo.learning_starts=0", *REPLAY], 3),
     ],
-    ids=["ppo", "dqn", "sac"],
+    ids=["ppo", "dqn", "sac", "td3"],
 )
 def test_a_segment_collected_after_n_updates_carries_version_n(
     config: str, overrides: list[str], updates: int, tmp_path

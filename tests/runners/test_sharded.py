@@ -15,7 +15,16 @@ import torch
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import shards
-from tests.helpers import CARTPOLE, CARTPOLE_DQN, GRPO_REVERSE, PENDULUM_SAC, REPO, distrl, train_ranks
+from tests.helpers import (
+    CARTPOLE,
+    CARTPOLE_DQN,
+    GRPO_REVERSE,
+    PENDULUM_SAC,
+    PENDULUM_TD3,
+    REPO,
+    distrl,
+    train_ranks,
+)
 
 # 3 envs over 2 ranks: rank 0 holds twice rank 1's samples in every minibatch.
 RUN = [
@@ -144,11 +153,18 @@ SAC_RUN = [
 ]  # fmt: skip
 """4 updates of 3 gradient steps (temperature, critics, actor, Polyak targets) on 8 and 7 samples."""
 
+TD3_RUN = [str(PENDULUM_TD3) if arg == str(PENDULUM_SAC) else arg for arg in SAC_RUN]
+"""4 updates of 3 gradient steps (critics; actor and Polyak targets every 2nd) on 8 and 7 samples."""
+
 
 @pytest.mark.parametrize(
     ("run", "online", "target"),
-    [(DQN_RUN, "q_network", "target_network"), (SAC_RUN, "critic", "critic_target")],
-    ids=["dqn", "sac"],
+    [
+        (DQN_RUN, "q_network", "target_network"),
+        (SAC_RUN, "critic", "critic_target"),
+        (TD3_RUN, "actor", "actor_target"),
+    ],
+    ids=["dqn", "sac", "td3"],
 )
 def test_sharded_replay_learners_take_the_replicated_steps_with_sharded_targets(
     tmp_path: Path, run: list[str], online: str, target: str

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from distrl.algos.flat_gradients import GradientSync, SeparateNetworks, polyak_update_, set_learning_rate
 from distrl.algos.iql_config import IQLConfig
+from distrl.models.continuous import ActionScale, TwinQ
 from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
-from distrl.models.sac import ActionScale, TwinQ
 from distrl.storage.replay import TransitionBatch
 from distrl.timing import PhaseClock
 

@@ -18,7 +18,8 @@ from torch import nn
 
 from distrl.algos.flat_gradients import GradientSync, SeparateNetworks, polyak_update_
 from distrl.algos.sac_config import SACConfig
-from distrl.models.sac import ActionScale, SquashedGaussianActor, TwinQ
+from distrl.models.continuous import ActionScale, TwinQ
+from distrl.models.sac import SquashedGaussianActor
 from distrl.storage.replay import TransitionBatch
 from distrl.timing import PhaseClock
 

@@ -15,7 +15,8 @@ from torch import nn
 from distrl.collect.base import CollectorInputs
 from distrl.collect.rollout import ActionNoise
 from distrl.collect.transitions import TransitionCollector
-from distrl.models.sac import ActionScale, SquashedGaussianActor
+from distrl.models.continuous import ActionScale
+from distrl.models.sac import SquashedGaussianActor
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from distrl.models.actor_critic import gaussian_log_prob, mlp
+from distrl.models.continuous import ScaledDeterministicActor
 from distrl.models.encoders import encode, observation_encoder
-from distrl.models.sac import ScaledDeterministicActor
 
 if TYPE_CHECKING:  # annotations only
     from distrl.config.run import RunConfig

@@ -7,7 +7,9 @@ checkpoints, resume, preemption) is the loop's.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,7 +24,8 @@ from distrl.comm import Comm
 from distrl.envs import VecEnv, make_vec_env
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState, TrainState
-from distrl.precision import resolved
+from distrl.models.encoders import has_images
+from distrl.precision import low_precision, resolved
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
 from distrl.timing import PhaseClock
@@ -296,3 +299,43 @@ def rank_collector(ctx: RunContext, rank_envs: RankEnvs, modules: dict[str, nn.M
         ctx.cfg, rank_envs.env, modules, rank_envs.noise_seed, count, slice(None), ctx.device, ctx.clock
     )
     return build_collector(inputs)
+
+
+def refuse_normalizers(cfg: RunConfig) -> None:
+    """PPO's observation and reward normalisers, asked of another algorithm's run: one line."""
+    if cfg.normalize.observations or cfg.normalize.rewards:
+        raise UserError(
+            f"normalize.observations and normalize.rewards are PPO's: set them false for {cfg.algo.name}",
+            code="algo-normalize-ppo-only",
+        )
+
+
+def continuous_action_envs(ctx: RunContext) -> RankEnvs:
+    """This rank's envs (``start_rank_envs``) for an algorithm of continuous actions (SAC, TD3),
+    PPO's normalisers and any action space but a flat Box refused in one line."""
+    refuse_normalizers(ctx.cfg)
+    rank_envs = start_rank_envs(ctx)
+    space = rank_envs.action_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise UserError(
+            f"env {ctx.cfg.env.id!r}: {ctx.cfg.algo.name} needs a Box of continuous actions, not {space}; "
+            "algo.name=dqn or ppo trains on it",
+            code="algo-continuous-action-space",
+        )
+    return rank_envs
+
+
+def replicate_and_shard(
+    ctx: RunContext, observation_space: gym.Space, networks: Sequence[nn.Module], copied: Sequence[nn.Module]
+) -> list[nn.Module]:
+    """``networks`` alike on every rank: in the run's low precision for their encoders, rank 0's
+    weights broadcast, then a frozen copy made of each of ``copied`` (targets: a sharded network
+    cannot be copied), then all of them sharded as ``train.sharding`` asks. The copies, in order."""
+    dtype = low_precision(ctx.cfg.train.mixed_precision, ctx.device, has_images(observation_space))
+    for network in networks:
+        network.low_precision = dtype
+        ctx.comm.broadcast_parameters_(network)
+    copies = [copy.deepcopy(network).requires_grad_(False) for network in copied]
+    for network in (*networks, *copies):
+        ctx.comm.shard_(network, ctx.cfg.train.sharding)
+    return copies

@@ -11,9 +11,9 @@ from torch import nn
 from distrl.algos.iql import IQL
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
+from distrl.models.continuous import ActionScale, ScaledDeterministicActor, TwinQ
 from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
-from distrl.models.sac import ActionScale, ScaledDeterministicActor, TwinQ
-from distrl.runners.base import CountsGradientSteps, RunContext
+from distrl.runners.base import CountsGradientSteps, RunContext, refuse_normalizers
 from distrl.runners.logged import LoggedDataRunner
 
 
@@ -22,11 +22,7 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
 
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
-        if cfg.normalize.observations or cfg.normalize.rewards:
-            raise UserError(
-                "normalize.observations and normalize.rewards are PPO's: set them false for iql",
-                code="algo-normalize-ppo-only",
-            )
+        refuse_normalizers(cfg)
         observation_space, action_space = self.open_logged_data(ctx)
         if not self.dataset.continuous:
             raise UserError(

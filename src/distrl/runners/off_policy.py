@@ -21,6 +21,7 @@ from distrl.runners.base import (
     CountsGradientSteps,
     RunContext,
     Runner,
+    refuse_normalizers,
     start_rank_envs,
 )
 from distrl.runners.replay import ReplayRunner, batch_share
@@ -36,11 +37,7 @@ class QLearningRunner(CountsGradientSteps, Runner):
         self, ctx: RunContext, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
     ) -> None:
         cfg, comm = ctx.cfg, ctx.comm
-        if cfg.normalize.observations or cfg.normalize.rewards:
-            raise UserError(
-                "normalize.observations and normalize.rewards are PPO's: set them false for dqn",
-                code="algo-normalize-ppo-only",
-            )
+        refuse_normalizers(cfg)
         self.cfg = cfg
         self.device = ctx.device
         self.observation_space, self.action_space = observation_space, action_space

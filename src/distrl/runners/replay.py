@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import gymnasium as gym
 import torch
+from torch import nn
 
 from distrl.collect.base import Collector, CollectRequest
+from distrl.comm.sharded import gathered
 from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
+from distrl.models.continuous import ScaledDeterministicActor
 from distrl.runners.base import (
+    CountsGradientSteps,
     IterationResult,
     RankEnvs,
     RunContext,
@@ -167,3 +172,23 @@ class ReplayRunner(Runner):
                 totals[key] = totals.get(key, 0.0) + value
         skipped = totals.pop("skipped_steps")
         return {"skipped_steps": skipped, **{k: v / cfg.gradient_steps for k, v in totals.items()}}
+
+
+class ContinuousActorRunner(CountsGradientSteps, ReplayRunner):
+    """What SAC's and TD3's runners share: uniformly random actions until ``learning_starts``,
+    then the actor's own; ``actor`` deployed through the env's bounds; its weights gathered for
+    acting and evaluating when sharded. Subclasses build ``actor``, its critics and ``algo``."""
+
+    exploration_metric = "random_actions"
+    actor: nn.Module
+    action_space: gym.spaces.Box
+
+    def exploration(self, global_step: int) -> float:
+        """1 (uniformly random actions) until ``learning_starts`` global env steps, then 0."""
+        return 1.0 if global_step < self.cfg.algo.learning_starts else 0.0
+
+    def deployable_policy(self) -> nn.Module:
+        return ScaledDeterministicActor(self.actor, self.action_space)
+
+    def whole_weights(self) -> AbstractContextManager[None]:
+        return gathered(self.actor)
