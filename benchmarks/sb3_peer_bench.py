@@ -1,7 +1,8 @@
-"""SAC on Pendulum-v1 and A2C on CartPole-v1 against SB3's, stopped by the same rule.
+"""SAC and TD3 on Pendulum-v1 and A2C on CartPole-v1 against SB3's, stopped by the same rule.
 
-For each algorithm, its shipped config (``configs/pendulum_sac.yaml``, ``configs/cartpole_a2c.yaml``)
-and SB3's same algorithm at the same settings (SB3's defaults, which the SAC config copies; rl-zoo's
+For each algorithm, its shipped config (``configs/pendulum_sac.yaml``, ``pendulum_td3.yaml``,
+``cartpole_a2c.yaml``) and SB3's same algorithm at the same settings (SB3's defaults, which the SAC
+and TD3 configs copy, TD3 with the paper's exploration noise on both sides; rl-zoo's
 A2C CartPole settings, which the A2C config copies) run once per seed, interleaved, one torch
 thread each. Both stop on distrl's check: every ``train.stop_check_every`` updates (SB3:
 ``EvalCallback`` at the same env step) a deterministic evaluation of ``eval.episodes`` episodes on
@@ -9,7 +10,7 @@ fixed seeds, stop once its mean reaches ``train.stop_return``; distrl's confirma
 off (``train.stop_confirm_episodes=0``), as SB3's callback has none. Wall: the whole process, start
 to saved policy. A2C also runs on 2 ranks (torchrun) with the shipped config.
 
-Usage: python benchmarks/sb3_peer_bench.py [--only sac a2c] [--seeds 1 2 3]
+Usage: python benchmarks/sb3_peer_bench.py [--only sac td3 a2c] [--seeds 1 2 3]
 SB3 is installed into benchmarks/.sb3-venv on first use (``cartpole_bench.ensure_sb3``).
 """
 
@@ -37,6 +38,15 @@ PEERS = {
         "SAC('MlpPolicy', env, seed=seed, verbose=0)",
         1_000_000,
     ),
+    "td3": (
+        REPO / "configs" / "pendulum_td3.yaml",
+        # SB3's TD3 defaults are the config's: 1 env, batch 256, learning_starts 100, lr 1e-3, tau
+        # 0.005, [400, 300] ReLU networks, policy_delay 2, target noise 0.2 clipped at 0.5; both add
+        # the paper's exploration noise, N(0, 0.1) on actions scaled to [-1, 1] (SB3: action_noise).
+        "TD3('MlpPolicy', env, action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.1)), seed=seed, "
+        "verbose=0)",
+        1_000_000,
+    ),
     "a2c": (
         REPO / "configs" / "cartpole_a2c.yaml",
         # rl-zoo's hyperparams/a2c.yml CartPole-v1: 8 envs, ent_coef 0 (the rest SB3's defaults).
@@ -48,7 +58,9 @@ SB3_SCRIPT = """
 import json, sys
 import gymnasium as gym
 import torch
-from stable_baselines3 import A2C, SAC
+import numpy as np
+from stable_baselines3 import A2C, SAC, TD3
+from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor
