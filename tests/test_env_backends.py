@@ -9,8 +9,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from distrl.algos.registry import JAX, JAX_NATIVE_ENVS, learns_from
+from distrl.algos.registry import JAX, JAX_NATIVE_ENVS
 from distrl.config.run import load_config
+from distrl.config.run_algorithm import learns_from
 from distrl.config.sections import EnvConfig
 from distrl.env_backends import ENV_BACKENDS
 from distrl.envs import make_vec_env

@@ -442,7 +442,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_export(args: argparse.Namespace) -> int:
-    from distrl.algos.registry import algorithm, export
+    from distrl.algos.registry import algorithm
+    from distrl.config.run_algorithm import export
     from distrl.eval.policy import load_policy
 
     loaded = load_policy(args.checkpoint, best=args.best)

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distrl.algos.registry import LOGGED_DATA, check_inputs, learns_from, runner_class
+from distrl.algos.algorithm import LOGGED_DATA
 from distrl.allocator import hand_back_freed_memory, keep_freed_memory
 from distrl.collect.processes import CollectorProcesses, Schedule, check_collector_processes
+from distrl.config.run_algorithm import check_inputs, learns_from, runner_class
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.resume import ChosenCheckpoint, announcement, checkpoint_on_every_rank

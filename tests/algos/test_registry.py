@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from distrl.algos.registry import ALGORITHMS, output_format, runner_reference
+from distrl.algos.registry import ALGORITHMS
 from distrl.config.run import load_config
+from distrl.config.run_algorithm import output_format, runner_reference
 from distrl.errors import UserError
 
 

@@ -58,7 +58,7 @@ import dataclasses, json, sys
 import ray
 import torch
 
-from distrl.algos.registry import runner_class
+from distrl.config.run_algorithm import runner_class
 from distrl.comm import TorchComm
 from distrl.config.run import load_config
 from distrl.ray.cluster import worker_path

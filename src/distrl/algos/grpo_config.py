@@ -3,17 +3,14 @@ a config never imports torch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from distrl.config.algorithm import AlgorithmSection
+from distrl.config.algorithm import AlgorithmSection, RunSections
 from distrl.config.base import Section, Size
 from distrl.config.sections import ModelConfig
 from distrl.sharding import even_counts
-
-if TYPE_CHECKING:
-    from distrl.config.run import RunConfig
 
 
 class TransformerConfig(Section):
@@ -236,7 +233,7 @@ class GRPOConfig(AlgorithmSection):
         ``dynamic_sampling_factor`` with ``dynamic_sampling``."""
         return self.num_prompts_per_step * (self.dynamic_sampling_factor if self.dynamic_sampling else 1)
 
-    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+    def sizes(self, run: RunSections, world_size: int) -> list[Size]:
         prompts = even_counts(self.drawn_prompts, world_size)
         group = self.num_generations_per_prompt
         completions = self.drawn_prompts * group

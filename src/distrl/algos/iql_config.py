@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from distrl.config.algorithm import AlgorithmSection
+from distrl.config.algorithm import AlgorithmSection, RunSections
 from distrl.config.base import Size
 from distrl.sharding import even_counts
-
-if TYPE_CHECKING:
-    from distrl.config.run import RunConfig
 
 
 class IQLConfig(AlgorithmSection):
@@ -56,5 +53,5 @@ class IQLConfig(AlgorithmSection):
     adam_eps: PositiveFloat = 1e-8
     """Adam's epsilon."""
 
-    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+    def sizes(self, run: RunSections, world_size: int) -> list[Size]:
         return [Size("samples per gradient step", self.batch_size, even_counts(self.batch_size, world_size))]

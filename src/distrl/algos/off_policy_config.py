@@ -4,16 +4,13 @@ own update's keys and defaults."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
-from distrl.config.algorithm import AlgorithmSection
+from distrl.config.algorithm import AlgorithmSection, RunSections
 from distrl.config.base import Size
 from distrl.sharding import env_counts, even_counts
-
-if TYPE_CHECKING:
-    from distrl.config.run import RunConfig
 
 
 class OffPolicySection(AlgorithmSection):
@@ -41,7 +38,7 @@ class OffPolicySection(AlgorithmSection):
         the same history on any number of ranks."""
         return -(-self.buffer_size // global_envs)
 
-    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+    def sizes(self, run: RunSections, world_size: int) -> list[Size]:
         batch = Size("samples per gradient step", self.batch_size, even_counts(self.batch_size, world_size))
         if run.data.path is not None:  # offline: no envs, only the logged rows' batches
             return [batch]

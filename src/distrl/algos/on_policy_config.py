@@ -5,16 +5,13 @@ its own update's keys and defaults."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from distrl.config.algorithm import AlgorithmSection
+from distrl.config.algorithm import AlgorithmSection, RunSections
 from distrl.config.base import Size
 from distrl.sharding import env_counts
-
-if TYPE_CHECKING:
-    from distrl.config.run import RunConfig
 
 
 class OnPolicySection(AlgorithmSection):
@@ -65,7 +62,7 @@ class OnPolicySection(AlgorithmSection):
         memory; single steps without."""
         return (self.bptt_len or self.rollout_steps) if memory else 1
 
-    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+    def sizes(self, run: RunSections, world_size: int) -> list[Size]:
         envs = env_counts(run.env, world_size)
         samples = [self.rollout_steps * count for count in envs]
         minibatches = self.minibatches_per_epoch(sum(samples))

@@ -44,10 +44,11 @@ import gymnasium as gym
 import torch
 import torch.multiprocessing  # registers torch's tensor pickling: tensors cross through shared memory
 
-from distrl.algos.registry import ENVS, check_acting, learns_from
+from distrl.algos.algorithm import ENVS
 from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
 from distrl.collect.segment_slots import SegmentSlots, SlotStates
+from distrl.config.run_algorithm import check_acting, learns_from
 from distrl.errors import UserError
 from distrl.sharding import even_split
 from distrl.storage.segments import Segment

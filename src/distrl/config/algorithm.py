@@ -5,14 +5,24 @@ algorithm's section subclasses ``AlgorithmSection`` (``docs/algorithms/your-own.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from pydantic import PositiveFloat
 
 from distrl.config.base import Section, Size
+from distrl.config.sections import DataConfig, EnvConfig, TrainConfig
 
-if TYPE_CHECKING:
-    from distrl.config.run import RunConfig
+
+class RunSections(Protocol):
+    """What an algorithm's section reads of the whole run's config (``config.run.RunConfig`` is
+    one), named by the shared sections: the run's config sits a layer above the algorithms'."""
+
+    @property
+    def env(self) -> EnvConfig: ...
+    @property
+    def train(self) -> TrainConfig: ...
+    @property
+    def data(self) -> DataConfig: ...
 
 
 class AlgorithmSection(Section):
@@ -44,5 +54,5 @@ class AlgorithmSection(Section):
     """Linearly decay the learning rate to zero over ``train.total_steps``."""
 
     @abstractmethod
-    def sizes(self, run: RunConfig, world_size: int) -> list[Size]:
+    def sizes(self, run: RunSections, world_size: int) -> list[Size]:
         """The run's sizes over all ranks and on each (``distrl config --ranks N``)."""

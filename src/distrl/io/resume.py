@@ -13,14 +13,25 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 
-if TYPE_CHECKING:
-    from distrl.comm import Comm
+
+class Collectives(Protocol):
+    """What resuming asks of the ranks' communicator (``comm.Comm`` is one; the communicators sit
+    a layer above the checkpoints they read)."""
+
+    rank: int
+
+    @property
+    def is_main(self) -> bool: ...
+    def sum_scalars(self, values: Sequence[float]) -> list[float]: ...
+    def broadcast_bytes(self, payload: bytes | None, src: int = 0) -> bytes: ...
+
 
 ChosenCheckpoint = tuple[Path, ckpt.CheckpointFiles]
 
@@ -34,7 +45,7 @@ def announcement(chosen: ChosenCheckpoint | None) -> bytes:
 
 
 def checkpoint_on_every_rank(
-    comm: Comm, announced: bytes, chosen: ChosenCheckpoint | None
+    comm: Collectives, announced: bytes, chosen: ChosenCheckpoint | None
 ) -> ckpt.CheckpointFiles | None:
     """The files of the checkpoint rank 0 ``announced`` (``chosen``: rank 0's own, already
     read), on every rank; None for a fresh start. A collective."""

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from distrl.algos.registry import check_export, output_format
 from distrl.config.run import RunConfig, changed_keys, config_from_dict
+from distrl.config.run_algorithm import check_export, output_format
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io.resume import ChosenCheckpoint

@@ -30,7 +30,7 @@ from distrl.seeding import draw_seed
 
 if TYPE_CHECKING:
     from distrl.models.pretrained import PretrainedCache
-    from distrl.models.sequence_policy import SequenceModel
+    from distrl.models.sequence_model import SequenceModel
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ from distrl.io.train_state import SavedState
 from distrl.learner_memory import LearnerParameters
 from distrl.models.generate import generate, left_padded
 from distrl.models.pretrained import (
-    PretrainedLM,
     PretrainedTokenizer,
     load_pretrained_model,
     load_pretrained_tokenizer,
     pretrained_context,
     pretrained_on_meta,
 )
+from distrl.models.sequence_model import SequenceModel
 from distrl.models.transformer import TransformerLM
 from distrl.precision import low_precision
 from distrl.tasks.prompts import task_tokenizer
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from distrl.config.run import RunConfig
 
 
-SequenceModel = TransformerLM | PretrainedLM
 Tokenizer = CharTokenizer | PretrainedTokenizer
 
 

@@ -117,7 +117,7 @@ class RemoteDataset:
 
 
 class RayDataWorkers(RestartableWorkers):
-    """A learner's data workers (``runners.logged.DataWorkers``)."""
+    """A learner's data workers (``runners.base.DataWorkers``)."""
 
     retried = "its chunk"
 

@@ -26,12 +26,10 @@ from distrl.algos.registry import (
     JAX,
     JAX_NATIVE_ENVS,
     WorkerGroup,
-    check_acting,
-    learns_from,
     load,
-    runner_reference,
 )
 from distrl.config.run import RunConfig, collecting_workers
+from distrl.config.run_algorithm import check_acting, learns_from, runner_reference
 from distrl.config.sections import ClusterConfig, WorkersSection
 from distrl.errors import UserError
 from distrl.launch.preemption import PreemptionFlag

@@ -48,7 +48,7 @@ class EvalWorker(WorkerActor):
         import ray
         import torch
 
-        from distrl.algos.registry import evaluator
+        from distrl.config.run_algorithm import evaluator
         from distrl.eval.policy import policy_from_saved
 
         torch.set_num_threads(1)

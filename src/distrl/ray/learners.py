@@ -144,7 +144,7 @@ class Learner:
         # the most (torch._dynamo: the first optimizer torch builds imports it).
         import torch._dynamo  # noqa: F401
 
-        from distrl.algos.registry import runner_class
+        from distrl.config.run_algorithm import runner_class
 
         runner_class(cfg)  # its module, imported now
 

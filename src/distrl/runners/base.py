@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
@@ -32,7 +33,7 @@ from distrl.timing import PhaseClock
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
-    from distrl.runners.logged import DataWorkers  # the logged-data runner imports this module
+    from distrl.ope.dqn import LoggedSteps
 
 
 class EvalWorkers(Protocol):
@@ -62,6 +63,31 @@ class StatusBoard(Protocol):
         """This rank's resource usage (``usage.ProcessUsage``), the samples (env steps or logged
         rows) it has collected so far, and its last update's ``COLLECTION_FIGURES`` (collecting
         ahead of it: the sample's age, publishing and waiting); never waits."""
+
+
+class DataWorkers(Protocol):
+    """Processes that read, validate and shuffle this rank's part of the dataset for it (Ray
+    mode's data workers): the rank then reads no file."""
+
+    def open(self, path: Path, on_bad_row: str) -> Any:
+        """The dataset as the rank sees it: ``LoggedDataset``'s shape, files, parts and counts."""
+
+    def stream(self, units: list[Any], buffer_rows: int, seed: int) -> Any:
+        """``ShuffledStream``'s batches of ``units``, read by the workers."""
+
+    @property
+    def nodes(self) -> list[str]:
+        """The node each worker runs on (known once the dataset is open)."""
+
+    def stream_node_parts(self, shares: list[tuple[int, int]], buffer_rows: int, seed: int) -> Any:
+        """``stream`` where worker w reads part ``shares[w]`` = (index, count) of the dataset on
+        its own node (``data.layout=split``)."""
+
+    def cpe_steps(self, max_rows: int) -> LoggedSteps:
+        """``ope.dqn.cpe_steps`` of the dataset."""
+
+    def counts(self) -> dict[str, float]:
+        """The workers' failures since the launch started (``IterationResult.counted``)."""
 
 
 @dataclass

@@ -19,7 +19,6 @@ import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -37,13 +36,8 @@ from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runne
 from distrl.seeding import minibatch_seed, seed_torch
 from distrl.sharding import even_split
 from distrl.storage.completions import CompletionBatch
-from distrl.tasks.prompts import Example, PromptSource
-from distrl.tasks.verifiers import RewardFunctions
-
-if TYPE_CHECKING:
-    from distrl.ray.generation_workers import RayGenerationWorkers
-    from distrl.ray.prompt_workers import RayPromptWorkers
-    from distrl.ray.verifier_workers import RayVerifierWorkers
+from distrl.tasks.prompts import Example, Prompts, PromptSource
+from distrl.tasks.verifiers import RewardFunctions, Scorer
 
 
 class GRPORunner(Runner):
@@ -67,15 +61,16 @@ class GRPORunner(Runner):
         self.group_size = cfg.algo.num_generations_per_prompt
         self.completions_per_step = self.drawn_prompts * self.group_size
         self.tokenizer = sequence_tokenizer(cfg)
-        # In Ray mode prompt workers serve the prompts and verifier workers score the completions.
-        prompt_workers: RayPromptWorkers | None = ctx.workers.group("prompt")
-        verifiers: RayVerifierWorkers | None = ctx.workers.group("verifier")
-        self.prompts: PromptSource | RayPromptWorkers = (
+        # In Ray mode prompt workers serve the prompts and verifier workers score the completions
+        # (ray.prompt_workers.RayPromptWorkers, ray.verifier_workers.RayVerifierWorkers).
+        prompt_workers = ctx.workers.group("prompt")
+        verifiers = ctx.workers.group("verifier")
+        self.prompts: Prompts = (
             prompt_workers.start(cfg.task, cfg.train.seed)
             if prompt_workers is not None
             else PromptSource(cfg.task, cfg.train.seed, held_out_side=False)
         )
-        self.reward_functions: RewardFunctions | RayVerifierWorkers = (
+        self.reward_functions: Scorer = (
             verifiers.start(cfg.task) if verifiers is not None else RewardFunctions(cfg.task)
         )
         self.remote = [group for group in (prompt_workers, verifiers) if group is not None]
@@ -101,7 +96,7 @@ class GRPORunner(Runner):
             hold_unsharded_gradients=cfg.train.hold_unsharded_gradients,
         )
         # In Ray mode generation workers may generate the completions, collect.lag steps ahead.
-        generation_workers: RayGenerationWorkers | None = ctx.workers.group("generation")
+        generation_workers = ctx.workers.group("generation")  # ray.generation_workers.RayGenerationWorkers
         self.generation: CompletionSource
         if generation_workers is None:
             lockstep = self.sharded and cfg.algo.generation_weights == "sharded"

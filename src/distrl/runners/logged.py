@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -28,39 +28,13 @@ import torch
 from distrl.data.logged import LoggedDataset, Rows, ShuffledStream, node_shares, ranks_sharing_a_copy
 from distrl.data.reader import open_dataset
 from distrl.errors import UserError
-from distrl.ope.dqn import LoggedSteps
-from distrl.runners.base import IterationResult, RunContext, Runner, scheduled_learning_rate
+from distrl.runners.base import DataWorkers, IterationResult, RunContext, Runner, scheduled_learning_rate
 from distrl.runners.replay import ReplayUpdate, batch_share
 from distrl.seeding import rank_seed, seed_torch
 from distrl.storage.replay import TransitionBatch
 
 if TYPE_CHECKING:
     from distrl.data.minari_dataset import MinariLoggedDataset
-
-
-class DataWorkers(Protocol):
-    """Processes that read, validate and shuffle this rank's part of the dataset for it (Ray
-    mode's data workers): the rank then reads no file."""
-
-    def open(self, path: Path, on_bad_row: str) -> Any:
-        """The dataset as the rank sees it: ``LoggedDataset``'s shape, files, parts and counts."""
-
-    def stream(self, units: list[Any], buffer_rows: int, seed: int) -> Any:
-        """``ShuffledStream``'s batches of ``units``, read by the workers."""
-
-    @property
-    def nodes(self) -> list[str]:
-        """The node each worker runs on (known once the dataset is open)."""
-
-    def stream_node_parts(self, shares: list[tuple[int, int]], buffer_rows: int, seed: int) -> Any:
-        """``stream`` where worker w reads part ``shares[w]`` = (index, count) of the dataset on
-        its own node (``data.layout=split``)."""
-
-    def cpe_steps(self, max_rows: int) -> LoggedSteps:
-        """``ope.dqn.cpe_steps`` of the dataset."""
-
-    def counts(self) -> dict[str, float]:
-        """The workers' failures since the launch started (``IterationResult.counted``)."""
 
 
 class LoggedDataRunner(Runner):

@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 import torch
 
-from distrl.algos.registry import algorithm, evaluator, export, output_format, periodic_evaluator
+from distrl.algos.registry import algorithm
 from distrl.config.run import describe_changes
+from distrl.config.run_algorithm import evaluator, export, output_format, periodic_evaluator
 from distrl.errors import UserError
 from distrl.eval.policy import policy_from_saved
 from distrl.io import checkpoint as ckpt

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -104,6 +105,13 @@ def task_tokenizer(task: TaskConfig) -> CharTokenizer:
 def held_out(example: Example, fraction: float) -> bool:
     """Whether ``example`` belongs to the held-out share (a stable hash of its prompt)."""
     return zlib.crc32(example.prompt.encode()) % 10_000 < fraction * 10_000
+
+
+class Prompts(Protocol):
+    """What serves a learner its training prompts by global index: ``PromptSource`` in its own
+    process, or its share of Ray's prompt workers (``ray.prompt_workers``)."""
+
+    def examples(self, indices: Sequence[int], progress: float = 1.0) -> list[Example]: ...
 
 
 class PromptSource:

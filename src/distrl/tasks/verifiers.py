@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from distrl.algos.grpo_config import TaskConfig
 from distrl.errors import UserError
@@ -67,6 +68,15 @@ class Scores:
             {name: [value for part in parts for value in part.by_function[name]] for name in names},
             sum(part.unfinished for part in parts),
         )
+
+
+class Scorer(Protocol):
+    """What scores a learner's completions: ``RewardFunctions`` in its own process, or its share of
+    Ray's verifier workers (``ray.verifier_workers``)."""
+
+    def score(
+        self, examples: Sequence[Example], completions: Sequence[str], ended: Sequence[bool]
+    ) -> Scores: ...
 
 
 class RewardFunctions:
