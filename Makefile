@@ -38,7 +38,7 @@ test-fast: $(STAMP)
 # make learn LEARN_ARGS="-k test_name".
 LEARN_ARGS ?=
 learn: $(STAMP)
-	$(BIN)/python -m pytest -q --learn --learn-report runs/learn.json -n 2 --dist loadgroup --timeout 1800 $(LEARN_ARGS)
+	$(BIN)/python -m pytest -q --learn --learn-report=runs/learn.json -n 2 --dist loadgroup --timeout 1800 $(LEARN_ARGS)
 
 # The documentation site, into site/ (tests/test_docs.py builds it strictly in make test too).
 docs: $(STAMP)

@@ -155,6 +155,37 @@ def test_an_algorithm_from_outside_distrl_trains_checkpoints_and_evaluates(tmp_p
     assert json.loads(report.stdout)["episodes"] == 10
 
 
+def register_by_entry_point(tmp_path: Path) -> None:
+    """Install ``myalgos``'s metadata as pip would: a ``.dist-info`` beside the package naming the
+    guide's REINFORCE under distrl's entry-point group, found on the path like any installed one."""
+    info = tmp_path / "plugins" / "myalgos-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: myalgos\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[distrl.algorithms]\nreinforce = myalgos.reinforce:ALGORITHM\n")
+
+
+def test_an_installed_package_registers_its_algorithm_by_name(tmp_path: Path, monkeypatch) -> None:
+    env = plugins(tmp_path)
+    register_by_entry_point(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    cfg = load_config(None, ["env.id=CartPole-v1", "algo.name=reinforce", "algo.rollout_steps=32"])
+    assert (
+        cfg.algorithm.name == "reinforce"
+        and cfg.algorithm.runners["envs"] == "myalgos.reinforce:ReinforceRunner"
+    )
+    with pytest.raises(UserError, match=r"algo.name 'reinfoce': expected one of ppo, .*, td3, reinforce, or"):
+        load_config(None, ["algo.name=reinfoce"])
+    run_dir = tmp_path / "run"
+    result = run_python(
+        "-m", "distrl", "train", "--env", "CartPole-v1", "--run-dir", str(run_dir), "algo.name=reinforce",
+        "algo.rollout_steps=32", "env.num_envs=4", "train.total_steps=256", "log.tensorboard=false",
+        "log.progress=false", env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = distrl("eval", "--checkpoint", str(run_dir), "--json", "--episodes", "2", env=env)
+    assert report.returncode == 0 and json.loads(report.stdout)["episodes"] == 2, report.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_an_outside_algorithm_describes_its_evaluation_and_writes_its_own_exports(tmp_path: Path) -> None:
     env = plugins(tmp_path)

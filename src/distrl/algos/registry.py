@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.metadata
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -179,18 +180,34 @@ ALGORITHMS = Catalogue({
 } | {"td3": "distrl.algorithms.td3:ALGORITHM"})  # fmt: skip
 
 
+ENTRY_POINT_GROUP = "distrl.algorithms"
+"""The entry-point group an installed package registers its algorithms under, by name:
+``[project.entry-points."distrl.algorithms"] ddpg = "mypkg.ddpg:ALGORITHM"``."""
+
+
+def installed_algorithms() -> dict[str, str]:
+    """``module:ATTRIBUTE`` of the algorithms installed packages register (``ENTRY_POINT_GROUP``),
+    by name; distrl's own names come first and are not among them."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return {entry.name: entry.value for entry in found if entry.name not in ALGORITHMS}
+
+
 def algorithm(name: str) -> Algorithm:
-    """The algorithm ``algo.name`` names: a registered one, or ``module:ATTRIBUTE`` of one
-    defined outside distrl (the module imported now, every reference of it checked once)."""
+    """The algorithm ``algo.name`` names: one of distrl's, one an installed package registers by
+    name, or ``module:ATTRIBUTE`` of one defined outside distrl (the module imported now, every
+    reference of it checked once)."""
     if name in ALGORITHMS:
         return ALGORITHMS[name]
-    if ":" not in name:
-        raise UserError(
-            f"algo.name {name!r}: expected one of {', '.join(ALGORITHMS)}, or module:ATTRIBUTE of an "
-            "Algorithm defined outside distrl",
-            code="algo-name-unknown",
-        )
-    return _outside_algorithm(name)
+    if ":" in name:
+        return _outside_algorithm(name)
+    installed = installed_algorithms()
+    if name in installed:
+        return dataclasses.replace(_outside_algorithm(installed[name]), name=name)
+    raise UserError(
+        f"algo.name {name!r}: expected one of {', '.join([*ALGORITHMS, *installed])}, or module:ATTRIBUTE "
+        "of an Algorithm defined outside distrl",
+        code="algo-name-unknown",
+    )
 
 
 @functools.cache
