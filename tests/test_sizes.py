@@ -24,7 +24,6 @@ LARGE_FILES: dict[str, tuple[int, str]] = {
     "ray/workers.py": (511, "retries, failure causes and queued calls of every worker group"),
     "config/sections.py": (479, "every shared section: to split with the rules beside their owners"),
     "data/logged.py": (476, "the logged-data schema, its validation and reading shared over ranks"),
-    "comm/torch_comm.py": (401, "the torch communicator and the broadcast buckets"),
 }
 """Files over ``FILE_LINES``, by path under ``src/distrl``: (ceiling, why)."""
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from distrl.comm import TorchComm
-from distrl.comm.torch_comm import BROADCAST_BUCKET_BYTES
+from distrl.comm.buckets import BROADCAST_BUCKET_BYTES
 from distrl.errors import UserError
 from distrl.models.normalizer import RunningMeanStd, batch_moments
 from tests.distributed import run_ranks

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from distrl.allocator import release_freed_memory
 from distrl.comm.base import Comm
+from distrl.comm.buckets import BROADCAST_BUCKET_BYTES, buckets
 from distrl.errors import PeerFailure
 from distrl.learner_memory import check_sharding_layout
 from distrl.socket_sum import TRANSPORT_ERRORS, SocketSum, recursive_doubling_fits
@@ -92,7 +93,7 @@ class TorchComm(Comm):
         tensors = [t.data for t in (*module.parameters(), *module.buffers())]
         # gloo sends no bool: the same bytes as uint8.
         tensors = [t.view(torch.uint8) if t.dtype == torch.bool else t for t in tensors]
-        for bucket in _buckets(tensors, BROADCAST_BUCKET_BYTES):
+        for bucket in buckets(tensors, BROADCAST_BUCKET_BYTES):
             if len(bucket) == 1 and bucket[0].is_contiguous():
                 self.broadcast_(bucket[0], src)  # in place
                 continue
@@ -113,26 +114,6 @@ class TorchComm(Comm):
 
     def _scalar_device(self) -> torch.device:
         return torch.device("cpu")
-
-
-BROADCAST_BUCKET_BYTES = 64 * 2**20
-
-
-def _buckets(tensors: list[torch.Tensor], limit: int) -> list[list[torch.Tensor]]:
-    """``tensors`` in order, in runs of one dtype and device of at most ``limit`` bytes (a larger
-    tensor alone)."""
-    buckets: list[list[torch.Tensor]] = []
-    size = 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        last = buckets[-1] if buckets else None
-        if last and last[0].dtype == t.dtype and last[0].device == t.device and size + nbytes <= limit:
-            last.append(t)
-            size += nbytes
-        else:
-            buckets.append([t])
-            size = nbytes
-    return buckets
 
 
 def _collective(method: Callable) -> Callable:
