@@ -13,6 +13,7 @@ from distrl.io import checkpoint as ckpt
 from tests.eval.reference import reference_returns
 from tests.helpers import OFFLINE, REPO, distrl, train_ranks
 from tests.io.test_export import assert_file_acts_like_checkpoint
+from tests.runners.test_sharded import assert_sharded_takes_the_replicated_steps
 
 PENDULUM_IQL = REPO / "configs" / "pendulum_iql.yaml"
 
@@ -66,3 +67,13 @@ def test_dqn_and_iql_refuse_each_others_actions_in_one_line(pendulum: Path, tmp_
         )
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert message in result.stderr
+
+
+@pytest.mark.slow
+def test_sharded_iql_takes_the_replicated_steps(pendulum: Path, tmp_path: Path) -> None:
+    """Its value, twin critics, their target and actor sharded over 2 ranks."""
+    run = [
+        "--config", str(PENDULUM_IQL), "--data", str(pendulum), "algo.batch_size=64", "algo.gradient_steps=8",
+        "--total-steps", "1024", "train.stop_return=null", "log.tensorboard=false", "log.progress=false",
+    ]  # fmt: skip
+    assert_sharded_takes_the_replicated_steps(tmp_path, run, "critic", "critic_target")

@@ -169,6 +169,14 @@ TD3_RUN = [str(PENDULUM_TD3) if arg == str(PENDULUM_SAC) else arg for arg in SAC
 def test_sharded_replay_learners_take_the_replicated_steps_with_sharded_targets(
     tmp_path: Path, run: list[str], online: str, target: str
 ) -> None:
+    assert_sharded_takes_the_replicated_steps(tmp_path, run, online, target)
+
+
+def assert_sharded_takes_the_replicated_steps(
+    tmp_path: Path, run: list[str], online: str, target: str
+) -> None:
+    """``run`` on 2 ranks sharded and replicated: the same weights and Adam state to 1e-6, saved as
+    shards, and the ``target`` network has lagged its ``online`` one."""
     runs = {sharding: tmp_path / sharding for sharding in ("none", "fsdp")}
     for sharding, run_dir in runs.items():
         done = train_ranks(2, *run, "--run-dir", str(run_dir), f"train.sharding={sharding}")

@@ -42,12 +42,15 @@ class IQL:
         total_gradient_steps: int,
         gradient_sync: GradientSync | None = None,
         clock: PhaseClock | None = None,
+        critic_target: TwinQ | None = None,
     ) -> None:
         """``scale``: the data's action bounds (batches hold actions as they were logged);
-        ``total_gradient_steps``: the run's budget in gradient steps (the actor's cosine spans it)."""
+        ``total_gradient_steps``: the run's budget in gradient steps (the actor's cosine spans it);
+        ``critic_target``: the critics' frozen copy, made by the caller (a sharded network cannot
+        be copied: its copy is made whole and sharded alike), or here when None."""
         self.value, self.critic, self.actor, self.scale, self.cfg = value, critic, actor, scale, cfg
         self.total_gradient_steps = total_gradient_steps
-        self.critic_target = copy.deepcopy(critic).requires_grad_(False)
+        self.critic_target = critic_target or copy.deepcopy(critic).requires_grad_(False)
         self.clock = clock or PhaseClock()
         self.networks = SeparateNetworks(
             {"value": value, "actor": actor, "critic": critic},

@@ -19,6 +19,7 @@ class IQLConfig(AlgorithmSection):
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.activation",)  # what the weights compute
     step_unit: ClassVar[str] = "logged transitions"
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("sharding",)
     phases: ClassVar[tuple[str, ...]] = ("data",)
     collection_phases: ClassVar[tuple[str, ...]] = ("data",)
 

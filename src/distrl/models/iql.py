@@ -47,15 +47,19 @@ class TanhMeanGaussianActor(nn.Module):
         self.mu = mlp(features, cfg.hidden_sizes, action_dim, cfg.activation, out_gain=None)
         self.log_std_logit = nn.Parameter(torch.zeros(action_dim))
 
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian's mean and log-std for each observation: every weight is read here, in the
+        module's own call (a sharded module's weights are whole only within it)."""
+        mean = torch.tanh(self.mu(encode(self.encoder, obs, None)))
+        log_std = LOG_STD_MIN + torch.sigmoid(self.log_std_logit) * (LOG_STD_MAX - LOG_STD_MIN)
+        return mean, log_std.expand_as(mean)
+
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.mu(encode(self.encoder, obs, None)))
+        return self(obs)[0]
 
     def log_prob(self, obs: torch.Tensor, unit_actions: torch.Tensor) -> torch.Tensor:
         """log pi(a | s) of actions in [-1, 1]."""
-        mean = self.deterministic(obs)
-        log_std = LOG_STD_MIN + torch.sigmoid(self.log_std_logit) * (LOG_STD_MAX - LOG_STD_MIN)
-        log_std = log_std.expand_as(mean)
-        return gaussian_log_prob(mean, log_std, unit_actions)
+        return gaussian_log_prob(*self(obs), unit_actions)
 
 
 def iql_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:

@@ -25,8 +25,7 @@ from distrl.comm import Comm
 from distrl.envs import VecEnv, make_vec_env
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState, TrainState
-from distrl.models.encoders import has_images
-from distrl.precision import low_precision, resolved
+from distrl.precision import resolved
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
 from distrl.timing import PhaseClock
@@ -352,14 +351,12 @@ def continuous_action_envs(ctx: RunContext) -> RankEnvs:
 
 
 def replicate_and_shard(
-    ctx: RunContext, observation_space: gym.Space, networks: Sequence[nn.Module], copied: Sequence[nn.Module]
+    ctx: RunContext, networks: Sequence[nn.Module], copied: Sequence[nn.Module] = ()
 ) -> list[nn.Module]:
-    """``networks`` alike on every rank: in the run's low precision for their encoders, rank 0's
-    weights broadcast, then a frozen copy made of each of ``copied`` (targets: a sharded network
-    cannot be copied), then all of them sharded as ``train.sharding`` asks. The copies, in order."""
-    dtype = low_precision(ctx.cfg.train.mixed_precision, ctx.device, has_images(observation_space))
+    """A learner's networks set up alike on every rank: rank 0's weights broadcast, then a frozen
+    copy made of each of ``copied`` (targets: a sharded network cannot be copied), then all of them
+    sharded as ``train.sharding`` asks. The copies, in order."""
     for network in networks:
-        network.low_precision = dtype
         ctx.comm.broadcast_parameters_(network)
     copies = [copy.deepcopy(network).requires_grad_(False) for network in copied]
     for network in (*networks, *copies):

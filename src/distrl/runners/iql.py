@@ -4,16 +4,18 @@ policy; the dataset's continuous action bounds scale the actions into the networ
 from __future__ import annotations
 
 import functools
+from contextlib import AbstractContextManager
 
 import gymnasium as gym
 from torch import nn
 
 from distrl.algos.iql import IQL
+from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.continuous import ActionScale, ScaledDeterministicActor, TwinQ
 from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
-from distrl.runners.base import CountsGradientSteps, RunContext, refuse_normalizers
+from distrl.runners.base import CountsGradientSteps, RunContext, refuse_normalizers, replicate_and_shard
 from distrl.runners.logged import LoggedDataRunner
 
 
@@ -36,13 +38,21 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
         self.value = ValueNetwork(observation_space, cfg.model).to(device)
         self.critic = TwinQ(observation_space, action_dim, cfg.model).to(device)
         self.actor = TanhMeanGaussianActor(observation_space, action_dim, cfg.model).to(device)
-        for network in (self.value, self.critic, self.actor):
-            comm.broadcast_parameters_(network)
+        (critic_target,) = replicate_and_shard(ctx, (self.value, self.critic, self.actor), (self.critic,))
+        self.sharded = is_sharded(self.actor.parameters())
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
         scale = ActionScale(action_space).to(device)
         total_gradient_steps = -(-cfg.train.total_steps // cfg.algo.batch_size)
         self.algo = IQL(
-            self.value, self.critic, self.actor, scale, cfg.algo, total_gradient_steps, sync, ctx.clock
+            self.value,
+            self.critic,
+            self.actor,
+            scale,
+            cfg.algo,
+            total_gradient_steps,
+            sync,
+            ctx.clock,
+            critic_target,
         )
         self.start_stream(ctx)
 
@@ -62,3 +72,6 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
 
     def deployable_policy(self) -> nn.Module:
         return ScaledDeterministicActor(self.actor, self.action_space)
+
+    def whole_weights(self) -> AbstractContextManager[None]:
+        return gathered(self.actor)

@@ -11,7 +11,9 @@ from distrl.algos.sac import SAC
 from distrl.comm.sharded import is_sharded
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.continuous import ActionScale, TwinQ
+from distrl.models.encoders import has_images
 from distrl.models.sac import SquashedGaussianActor
+from distrl.precision import low_precision
 from distrl.runners.base import RunContext, continuous_action_envs, replicate_and_shard
 from distrl.runners.replay import ContinuousActorRunner
 
@@ -26,10 +28,10 @@ class SACRunner(ContinuousActorRunner):
         self.observation_space, self.action_space = observation_space, action_space
         self.actor = SquashedGaussianActor(observation_space, action_space, cfg.model).to(device)
         self.critic = TwinQ(observation_space, self.actor.action_dim, cfg.model).to(device)
+        dtype = low_precision(cfg.train.mixed_precision, device, has_images(observation_space))
+        self.actor.low_precision = self.critic.low_precision = dtype  # their image encoders' autocast
         # The temperature, one number, stays whole.
-        (critic_target,) = replicate_and_shard(
-            ctx, observation_space, (self.actor, self.critic), (self.critic,)
-        )
+        (critic_target,) = replicate_and_shard(ctx, (self.actor, self.critic), (self.critic,))
         self.sharded = is_sharded(self.actor.parameters())
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
         scale = ActionScale(action_space).to(device)

@@ -13,6 +13,8 @@ from distrl.algorithms.td3.update import TD3
 from distrl.comm.sharded import is_sharded
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.continuous import ActionScale, TwinQ
+from distrl.models.encoders import has_images
+from distrl.precision import low_precision
 from distrl.runners.base import RunContext, continuous_action_envs, replicate_and_shard
 from distrl.runners.replay import ContinuousActorRunner
 
@@ -28,7 +30,9 @@ class TD3Runner(ContinuousActorRunner):
         self.actor = DeterministicActor(observation_space, action_space, cfg.model).to(device)
         self.critic = TwinQ(observation_space, self.actor.action_dim, cfg.model).to(device)
         networks = (self.actor, self.critic)
-        actor_target, critic_target = replicate_and_shard(ctx, observation_space, networks, networks)
+        dtype = low_precision(cfg.train.mixed_precision, device, has_images(observation_space))
+        self.actor.low_precision = self.critic.low_precision = dtype  # their image encoders' autocast
+        actor_target, critic_target = replicate_and_shard(ctx, networks, networks)
         self.sharded = is_sharded(self.actor.parameters())
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
         scale = ActionScale(action_space).to(device)
