@@ -41,9 +41,10 @@ class GaussianExploration(nn.Module):
             log_probs = unit.new_full(unit.shape[:-1], -self.actor.action_dim * math.log(2.0))
             return self.scale.to_env(unit), log_probs
         unit = (self.actor(obs) + self.noise_std * noise).clamp(-1.0, 1.0)
-        # The Gaussian's density before clipping (a zero std: a point mass, density 0 in logs).
-        std = max(self.noise_std, 1e-12)
-        log_probs = (-0.5 * noise**2 - math.log(std) - 0.5 * math.log(2 * math.pi)).sum(-1)
+        if self.noise_std == 0.0:  # deterministic actions have no density: recorded as 0
+            return self.scale.to_env(unit), unit.new_zeros(unit.shape[:-1])
+        # The Gaussian's density before clipping.
+        log_probs = (-0.5 * noise**2 - math.log(self.noise_std) - 0.5 * math.log(2 * math.pi)).sum(-1)
         return self.scale.to_env(unit), log_probs
 
 
