@@ -335,21 +335,6 @@ def refuse_normalizers(cfg: RunConfig) -> None:
         )
 
 
-def continuous_action_envs(ctx: RunContext) -> RankEnvs:
-    """This rank's envs (``start_rank_envs``) for an algorithm of continuous actions (SAC, TD3),
-    PPO's normalisers and any action space but a flat Box refused in one line."""
-    refuse_normalizers(ctx.cfg)
-    rank_envs = start_rank_envs(ctx)
-    space = rank_envs.action_space
-    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        raise UserError(
-            f"env {ctx.cfg.env.id!r}: {ctx.cfg.algo.name} needs a Box of continuous actions, not {space}; "
-            "algo.name=dqn or ppo trains on it",
-            code="algo-continuous-action-space",
-        )
-    return rank_envs
-
-
 def replicate_and_shard(
     ctx: RunContext, networks: Sequence[nn.Module], copied: Sequence[nn.Module] = ()
 ) -> list[nn.Module]:

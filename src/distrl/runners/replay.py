@@ -9,8 +9,10 @@ networks.
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -18,11 +20,14 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.algos.flat_gradients import GradientSync
 from distrl.collect.base import Collector, CollectRequest
-from distrl.comm.sharded import gathered
+from distrl.comm.sharded import gathered, is_sharded
 from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
-from distrl.models.continuous import ScaledDeterministicActor
+from distrl.models.continuous import ActionScale, ScaledDeterministicActor, TwinQ
+from distrl.models.encoders import has_images
+from distrl.precision import low_precision
 from distrl.runners.base import (
     CountsGradientSteps,
     IterationResult,
@@ -31,8 +36,11 @@ from distrl.runners.base import (
     Runner,
     check_update_rule,
     rank_collector,
+    refuse_normalizers,
+    replicate_and_shard,
     scheduled_learning_rate,
     skipped_count,
+    start_rank_envs,
 )
 from distrl.runners.episodes import EpisodeTracker
 from distrl.sharding import even_split
@@ -41,6 +49,7 @@ from distrl.storage.transitions import TransitionSegment
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
+    from distrl.config.sections import ModelConfig
 
 
 class ReplayUpdate(Protocol):
@@ -175,13 +184,52 @@ class ReplayRunner(Runner):
 
 
 class ContinuousActorRunner(CountsGradientSteps, ReplayRunner):
-    """What SAC's and TD3's runners share: uniformly random actions until ``learning_starts``,
-    then the actor's own; ``actor`` deployed through the env's bounds; its weights gathered for
-    acting and evaluating when sharded. Subclasses build ``actor``, its critics and ``algo``."""
+    """What SAC's and TD3's runners share: an actor and twin critics over a flat Box of actions,
+    set up alike on every rank (``replicate_and_shard``); uniformly random actions until
+    ``learning_starts``, then the actor's own; ``actor`` deployed through the env's bounds; its
+    weights gathered for acting and evaluating when sharded. Subclasses name their actor, the
+    networks their update keeps frozen copies of, and build that update."""
 
     exploration_metric = "random_actions"
+    actor_class: ClassVar[Callable[[gym.Space, gym.spaces.Box, ModelConfig], nn.Module]]
+    """What acts, built from the observation space, the action space and ``model:``."""
+    copied: ClassVar[tuple[str, ...]]
+    """The networks (``actor``, ``critic``) whose frozen copies, made before sharding, the update
+    keeps as targets, in this order."""
     actor: nn.Module
+    critic: TwinQ
     action_space: gym.spaces.Box
+
+    def __init__(self, ctx: RunContext) -> None:
+        cfg, device = ctx.cfg, ctx.device
+        refuse_normalizers(cfg)
+        rank_envs = start_rank_envs(ctx)
+        self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
+        space = self.action_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise UserError(
+                f"env {cfg.env.id!r}: {cfg.algo.name} needs a Box of continuous actions, not {space}; "
+                "algo.name=dqn or ppo trains on it",
+                code="algo-continuous-action-space",
+            )
+        self.actor = self.actor_class(self.observation_space, space, cfg.model).to(device)
+        self.critic = TwinQ(self.observation_space, int(space.shape[0]), cfg.model).to(device)
+        dtype = low_precision(cfg.train.mixed_precision, device, has_images(self.observation_space))
+        self.actor.low_precision = self.critic.low_precision = dtype  # their image encoders' autocast
+        copies = replicate_and_shard(
+            ctx, (self.actor, self.critic), [getattr(self, name) for name in self.copied]
+        )
+        self.sharded = is_sharded(self.actor.parameters())
+        sync = functools.partial(ctx.comm.sum_gradients_, clock=ctx.clock)
+        self.algo = self.update_rule(ctx, ActionScale(space).to(device), sync, copies)
+        self.start_replay(ctx, rank_envs, {"actor": self.actor}, torch.float32)
+
+    @abstractmethod
+    def update_rule(
+        self, ctx: RunContext, scale: ActionScale, sync: GradientSync, copies: list[nn.Module]
+    ) -> ReplayUpdate:
+        """The update of ``actor`` and ``critic``, given the env's bounds, the gradient-sync hook
+        and the frozen copies of ``copied``."""
 
     def exploration(self, global_step: int) -> float:
         """1 (uniformly random actions) until ``learning_starts`` global env steps, then 0."""
