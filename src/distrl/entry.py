@@ -22,7 +22,8 @@ import torch
 
 from distrl.algos.algorithm import LOGGED_DATA
 from distrl.allocator import hand_back_freed_memory, keep_freed_memory
-from distrl.collect.processes import CollectorProcesses, Schedule, check_collector_processes
+from distrl.collect.ahead import Schedule
+from distrl.collect.processes import CollectorProcesses, check_collector_processes
 from distrl.config.run_algorithm import check_inputs, learns_from, runner_class
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
@@ -152,8 +153,7 @@ def local_workers(cfg: RunConfig) -> RemoteWorkers:
     collect = cfg.collect
     if not collect.processes:
         return RemoteWorkers()
-    schedule = Schedule(collect.lag, collect.weights == "newest", collect.queue_full == "drop_oldest")
-    processes = CollectorProcesses(collect.processes, schedule, collect.max_age, collect.max_restarts)
+    processes = CollectorProcesses(collect.processes, Schedule.of(collect), collect.max_restarts)
     return RemoteWorkers(groups={"env": processes})
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from distrl.collect.ahead import Schedule
 from distrl.collect.base import CollectRequest
-from distrl.collect.processes import CollectorProcesses, LaggedCollection, Schedule
+from distrl.collect.processes import CollectorProcesses, LaggedCollection
 from distrl.config.run import load_config
 from distrl.models.actor_critic import ActorCritic
 from distrl.models.policies import acting_modules, ppo_actor_critic
@@ -167,8 +168,15 @@ def test_a_full_queue_waits_for_the_learner_or_drops_its_oldest(drop_oldest: boo
         (["collect.weights=newest"], "collect.weights=newest needs collect.processes of 1 or more"),
         (["collect.lag=1", "workers.env=1"], "collect.lag=1 with collect.processes=0: env and generation"),
         (
-            ["collect.lag=1", "workers.env=1", "collect.weights=newest", "--launcher", "ray"],
-            "collect.weights=newest: Ray mode's env workers act with exact weights",
+            [
+                "collect.lag=1",
+                "workers.env=1",
+                "collect.weights=newest",
+                "collect.queue_full=drop_oldest",
+                "--launcher",
+                "ray",
+            ],
+            "collect.queue_full=drop_oldest with Ray env workers: they collect only the segments",
         ),
         (["collect.processes=1", "collect.lag=2", "collect.max_age=1"], "max_age=1 is below lag=2"),
         (["collect.processes=1", "collect.queue_full=drop_oldest"], "drop_oldest needs weights=newest"),

@@ -198,3 +198,24 @@ def test_env_workers_the_run_cannot_use_are_one_line(
 ) -> None:
     with pytest.raises(UserError, match=message):
         check_workers(load_config(config, overrides))
+
+
+@pytest.mark.slow
+def test_env_workers_act_with_the_newest_weights_and_drop_what_is_too_old(
+    ray_head: str, tmp_path: Path
+) -> None:
+    """``collect.weights: newest``: a worker reads the newest weights when it starts a segment, so
+    the one it collects while the learner updates is a version old; at ``max_age: 0`` the learner
+    drops it (at least one per update after the first), asks again and trains only on samples of
+    its own weights."""
+    newest = ["workers.env=2", "collect.weights=newest", *BUDGET]
+    result = ray_train(ray_head, tmp_path / "bounded", *newest, "collect.max_age=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "bounded" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["sample_age"] for row in rows] == [0] * len(rows)
+    assert rows[-1]["dropped_segments"] >= len(rows) - 1
+    result = ray_train(ray_head, tmp_path / "free", *newest)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "free" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["dropped_segments"] == 0 and rows[-1]["global_step"] == 4096
+    assert max(row["sample_age"] for row in rows) == 1

@@ -15,6 +15,7 @@ import torch
 from distrl.errors import UserError
 from distrl.io import checkpoint as ckpt
 from distrl.io import shards
+from tests.algos.test_external_algorithm import plugins
 from tests.helpers import (
     CARTPOLE,
     CARTPOLE_DQN,
@@ -156,6 +157,12 @@ SAC_RUN = [
 TD3_RUN = [str(PENDULUM_TD3) if arg == str(PENDULUM_SAC) else arg for arg in SAC_RUN]
 """4 updates of 3 gradient steps (critics; actor and Polyak targets every 2nd) on 8 and 7 samples."""
 
+APPO_RUN = [
+    *(str(REPO / "configs" / "cartpole_appo.yaml") if arg == str(CARTPOLE) else arg for arg in RUN),
+    "collect.processes=0", "collect.lag=0", "algo.target_update_every=3", "checkpoint.interval_steps=960",
+]  # fmt: skip
+"""``RUN``'s 10 updates with APPO's V-trace, the target network copied after every 3rd."""
+
 
 @pytest.mark.parametrize(
     ("run", "online", "target"),
@@ -163,10 +170,11 @@ TD3_RUN = [str(PENDULUM_TD3) if arg == str(PENDULUM_SAC) else arg for arg in SAC
         (DQN_RUN, "q_network", "target_network"),
         (SAC_RUN, "critic", "critic_target"),
         (TD3_RUN, "actor", "actor_target"),
+        (APPO_RUN, "policy", "target_policy"),
     ],
-    ids=["dqn", "sac", "td3"],
+    ids=["dqn", "sac", "td3", "appo"],
 )
-def test_sharded_replay_learners_take_the_replicated_steps_with_sharded_targets(
+def test_sharded_learners_take_the_replicated_steps_with_sharded_targets(
     tmp_path: Path, run: list[str], online: str, target: str
 ) -> None:
     assert_sharded_takes_the_replicated_steps(tmp_path, run, online, target)
@@ -230,10 +238,13 @@ def test_what_sharding_cannot_do_is_one_line(tmp_path: Path, overrides: list[str
 
 
 def test_sharding_is_refused_by_an_algorithm_that_does_not_honour_it(tmp_path: Path) -> None:
-    appo = REPO / "configs" / "cartpole_appo.yaml"
-    done = distrl("train", "--config", str(appo), "train.sharding=fsdp", "--run-dir", str(tmp_path))
-    assert done.returncode == 2
-    assert "train.sharding=fsdp is not supported by algo.name=appo" in done.stderr
+    """Every algorithm of distrl's shards; one from outside that does not say it does (the
+    guide's REINFORCE) is refused."""
+    name = "algo.name=myalgos.reinforce:ALGORITHM"
+    run = ["--env", "CartPole-v1", name, "train.sharding=fsdp", "--run-dir", str(tmp_path / "run")]
+    done = distrl("train", *run, env=plugins(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"train.sharding=fsdp is not supported by {name}" in done.stderr
 
 
 def test_held_gradients_without_sharding_are_one_line(tmp_path: Path) -> None:

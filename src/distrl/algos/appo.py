@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from distrl.algos.appo_config import APPOConfig
+from distrl.algos.flat_gradients import polyak_update_
 from distrl.algos.ppo import PPO
 from distrl.algos.vtrace import vtrace
 from distrl.models.actor_critic import ActorCritic
@@ -34,10 +35,21 @@ from distrl.storage.rollout import RolloutBatch, RolloutSegment
 
 class APPO(PPO):
     cfg: APPOConfig
+    policy_copies = ("target",)
+    """The runner gives it a frozen copy of the policy as ``target`` (made before sharding)."""
 
-    def __init__(self, policy: ActorCritic, cfg: APPOConfig, num_minibatches: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        policy: ActorCritic,
+        cfg: APPOConfig,
+        num_minibatches: int,
+        target: ActorCritic | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``target``: the policy's frozen copy, made by the caller (a sharded policy cannot be
+        copied: its copy is made whole and sharded alike), or here when None."""
         super().__init__(policy, cfg, num_minibatches, **kwargs)
-        self.target = copy.deepcopy(policy).requires_grad_(False)
+        self.target = copy.deepcopy(policy).requires_grad_(False) if target is None else target
         """The policy as of the last copy (every ``target_update_every`` updates)."""
         self.updates_done = 0
         """Updates since the target network's creation: times its copies (kept in checkpoints
@@ -75,5 +87,5 @@ class APPO(PPO):
         stats = super().update(batch, sampler)
         self.updates_done += 1
         if self.updates_done % self.cfg.target_update_every == 0:
-            self.target.load_state_dict(self.policy.state_dict())
+            polyak_update_(self.target, self.policy, 1.0)
         return stats

@@ -15,8 +15,7 @@ class APPOConfig(PPOConfig):
     acted by older weights (``collect.lag``); the surrogate's ratio is taken against a target
     network, and V-trace's importance ratios are the target network's over the policy that acted."""
 
-    honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile",)
-    """Not ``sharding``: its target network is a copy of the whole policy."""
+    honoured_train_switches: ClassVar[tuple[str, ...]] = ("compile", "sharding")
 
     name: Literal["appo"]  # type: ignore[assignment]
     """The algorithm: asynchronous PPO with V-trace."""

@@ -45,6 +45,7 @@ import torch
 import torch.multiprocessing  # registers torch's tensor pickling: tensors cross through shared memory
 
 from distrl.algos.algorithm import ENVS
+from distrl.collect.ahead import PROCESSES, Schedule, check_transport, cut_episodes
 from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
 from distrl.collect.segment_slots import SegmentSlots, SlotStates
@@ -86,6 +87,7 @@ def check_collector_processes(cfg: RunConfig) -> None:
             code="collect-processes-no-collector",
         )
     check_acting(cfg, f"collect.processes={cfg.collect.processes}", "collector processes")
+    check_transport(cfg.collect, PROCESSES)
     if cfg.train.straggler_threshold is not None:
         raise UserError(
             "train.straggler_threshold: collector processes always collect whole segments; "
@@ -151,27 +153,6 @@ class WaitClock:
         share = self.waited_s / max(now - self.since, 1e-9)
         self.since, self.waited_s = now, 0.0
         return share
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """How a rank's collector processes run ahead of it (``collect.lag``, ``collect.weights``,
-    ``collect.queue_full``)."""
-
-    lag: int
-    newest: bool = False
-    drop_oldest: bool = False
-
-    @property
-    def queued(self) -> int:
-        """Finished segments that wait for the learner."""
-        return max(self.lag, 1)
-
-    @property
-    def slots(self) -> int:
-        """Shared-memory slots a process writes its segments into: the queued ones, the one it
-        writes and the one its learner reads."""
-        return self.queued + 2
 
 
 def run_part(
@@ -285,15 +266,12 @@ class CollectorProcess:
 
 class CollectorProcesses:
     """A rank's collector processes (``collect.base.EnvWorkers``): ``count`` parts of its envs,
-    running ahead as ``schedule`` says; segments more than ``max_age`` updates old are dropped by
+    running ahead as ``schedule`` says; segments more than ``schedule.max_age`` updates old are dropped by
     the learner; a process that dies is restarted up to ``max_restarts`` times in a row."""
 
-    def __init__(
-        self, count: int, schedule: Schedule, max_age: int | None = None, max_restarts: int = 0
-    ) -> None:
+    def __init__(self, count: int, schedule: Schedule, max_restarts: int = 0) -> None:
         self.count = count
         self.schedule = schedule
-        self.max_age = max_age
         self.max_restarts = max_restarts
         self.restarts = 0
         """Processes started again after dying, in this launch (each with fresh env seeds)."""
@@ -487,12 +465,12 @@ class LaggedCollection:
         return joined
 
     def fresh_segment(self, index: int, request: CollectRequest) -> tuple[Segment, int]:
-        """Process ``index``'s next segment at most ``max_age`` updates older than ``request``'s
+        """Process ``index``'s next segment at most ``collect.max_age`` updates older than ``request``'s
         version, and its slot. Older ones are dropped (their slots freed) and counted, as are those
         the process wrote over in a full queue (the gaps in its numbers); then the envs' running
-        episodes are cut where they were (``restarted``), as the episode statistics and replay's
-        n-step returns need. A process that died is restarted (``restart``)."""
-        max_age, dropped, failures = self.processes.max_age, False, 0
+        episodes are cut (``collect.ahead.cut_episodes``). A process that died is restarted
+        (``restart``)."""
+        schedule, dropped, failures = self.processes.schedule, False, 0
         self.queue_depths[index] = self.processes.queued(index)
         while True:
             try:
@@ -510,14 +488,11 @@ class LaggedCollection:
                 self.dropped, dropped = self.dropped + gap, True
             self.numbers[index] = number
             segment = slots.read(slot, fields)
-            if max_age is None or request.policy_version - segment.policy_version <= max_age:
+            if not schedule.too_old(request.policy_version, segment.policy_version):
                 break
             self.dropped, dropped = self.dropped + 1, True
             self.processes.free(index, slot)
-        if dropped:  # the envs' episodes lost their steps in the dropped segment: cut them
-            segment.restarted.fill_(True)
-            segment = replace(segment, episodes_cut=True)
-        return segment, slot
+        return cut_episodes(segment) if dropped else segment, slot
 
     def restart(self, died: CollectorDied, failures: int, request: CollectRequest) -> None:
         """Start the process that ``died`` again (fresh envs: the segment it was collecting is

@@ -211,7 +211,7 @@ class CollectConfig(Section):
     this update, every sample one version old (as deterministic as 0)."""
 
     weights: Literal["exact", "newest"] = "exact"
-    """Which weights a process acts with (Ray env workers: always ``exact``): ``exact``, those of
+    """Which weights a collector acts with (Ray generation workers: ``exact``): ``exact``, those of
     the request ``lag`` before (a fixed schedule, as deterministic as without processes);
     ``newest``, the newest it has been sent when it starts a segment, never waiting for the
     learner (up to ``max(lag, 1)`` finished segments wait for it, and one more to be handed over;

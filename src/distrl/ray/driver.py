@@ -28,6 +28,7 @@ from distrl.algos.registry import (
     WorkerGroup,
     load,
 )
+from distrl.collect.ahead import check_transport, transport
 from distrl.config.run import RunConfig, collecting_workers
 from distrl.config.run_algorithm import check_acting, learns_from, runner_reference
 from distrl.config.sections import ClusterConfig, WorkersSection
@@ -152,12 +153,8 @@ def check_workers(cfg: RunConfig) -> None:
             "learner's envs; set collect.processes=0",
             code="ray-collect-processes",
         )
-    if cfg.collect.weights == "newest":
-        raise UserError(
-            "collect.weights=newest: Ray mode's env workers act with exact weights (collect.lag); "
-            "newest is for collector processes (collect.processes, without Ray)",
-            code="ray-collect-weights-newest",
-        )
+    counts = {group: getattr(cfg.workers, group, 0) for group in ("env", "generation")}
+    check_transport(cfg.collect, transport(cfg.collect, counts["env"], counts["generation"]))
     if cfg.collect.ahead() and not collecting_workers(cfg):
         raise UserError(
             f"{cfg.collect.ahead()}: in Ray mode env or generation workers (workers.env, "

@@ -23,6 +23,7 @@ import torch
 
 from distrl.algos.registry import WorkerGroup
 from distrl.allocator import keep_freed_memory
+from distrl.collect.ahead import Schedule, cut_episodes
 from distrl.collect.base import CollectRequest, never
 from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
 from distrl.config.run import RunConfig
@@ -69,6 +70,16 @@ class EnvWorker(WorkerActor):
         self.did(segment.steps * segment.obs.shape[1])
         return segment
 
+    def collect_newest(self, board: Any) -> Segment:
+        """``collect`` as the newest request on ``board`` (a ``NewestWeights`` actor) asks, when
+        this segment starts; its weights fetched only when their version is new here."""
+        import ray
+
+        part = self._live_part()
+        version, request, (weights_ref,) = ray.get(board.newest.remote())
+        weights = ray.get(weights_ref) if version != part.version else ActingWeights(version, {})
+        return self.collect(weights, request)
+
     def _live_part(self) -> CollectorPart:
         if self.part is None:  # Ray restarted this actor between two of the learner's calls
             raise RestartedByRay("its envs")
@@ -83,8 +94,8 @@ class RayEnvWorkers(RestartableWorkers):
     def __init__(self, group: WorkerGroup, handles: list[Any], retries: Retries) -> None:
         super().__init__(group, handles, retries)
         self._start_args: list[tuple[Any, ...]] = []
-        self.lag = 0
-        """Segments the workers collect ahead of the learner (``collect.lag``)."""
+        self.schedule = Schedule(lag=0)
+        """How the workers collect ahead of the learner (``collect.*``)."""
 
     def start(self, cfg: RunConfig, seeds: list[int], noise_seed: list[int]) -> tuple[gym.Space, gym.Space]:
 
@@ -95,7 +106,7 @@ class RayEnvWorkers(RestartableWorkers):
                 code="ray-env-workers-exceed-envs",
             )
         self._start_args = []
-        self.lag = cfg.collect.lag
+        self.schedule = Schedule.of(cfg.collect)
         for i in range(len(self.handles)):
             first, count = even_split(len(seeds), i, len(self.handles))
             self._start_args.append((cfg, seeds[first : first + count], noise_seed, len(seeds), first))
@@ -104,7 +115,7 @@ class RayEnvWorkers(RestartableWorkers):
     def acting(
         self, modules: dict[str, torch.nn.Module], device: torch.device, clock: PhaseClock | None = None
     ) -> RemoteCollection:
-        return RemoteCollection(self, modules, device, self.lag, clock)
+        return RemoteCollection(self, modules, device, self.schedule, clock)
 
     def set_up(self, index: int, rebuild: int) -> None:
         """Build and reset the worker's envs again, with fresh env seeds and noise per rebuild."""
@@ -115,33 +126,65 @@ class RayEnvWorkers(RestartableWorkers):
         ray.get(handle.reset.remote())
 
 
+class NewestWeights:
+    """The Ray actor through which a learner's env workers act with its newest weights
+    (``collect.weights: newest``): the learner publishes each request with its weights (a
+    reference into Ray's object store) and a worker reads the newest when it starts a segment."""
+
+    def __init__(self) -> None:
+        self.published: tuple[int, CollectRequest, list[Any]] | None = None
+
+    def publish(self, version: int, request: CollectRequest, weights: list[Any]) -> None:
+        """``weights``: a list holding the reference, so that Ray passes it on as it is."""
+        self.published = (version, request, weights)
+
+    def newest(self) -> tuple[int, CollectRequest, list[Any]]:
+        assert self.published is not None, "a learner publishes before its first segment is sent"
+        return self.published
+
+
 class RemoteCollection:
     """A learner's env workers acting with the state of ``modules`` (by name) at each request's
-    version: its collector (``collect.base.Collector``), rollouts or transitions alike.
+    version: its collector (``collect.base.Collector``), rollouts or transitions alike, collecting
+    ahead as ``schedule`` says (``collect.ahead``).
 
     With ``collect.lag: L`` the workers run ``L`` segments ahead: segment ``i`` acts as request
     ``max(i - L, 0)`` asked (collector processes' schedule, ``collect.processes``), so each request
     is answered by a segment already collected and leaves the next ones queued on the workers
-    while the learner updates. A worker that fails is rebuilt and its part collected again, its
-    queued segments sent again: each part of each segment is taken whole, once."""
+    while the learner updates. With the newest weights a worker instead reads the newest request
+    when it starts a segment (``NewestWeights``), and ``max(L, 1)`` segments stay asked for; the
+    learner drops a segment more than ``collect.max_age`` updates old and asks for another. A
+    worker that fails is rebuilt and its part collected again, its queued segments sent again:
+    each part of each segment is taken whole, once."""
 
     def __init__(
         self,
         workers: RayEnvWorkers,
         modules: dict[str, torch.nn.Module],
         device: torch.device,
-        lag: int = 0,
+        schedule: Schedule,
         clock: PhaseClock | None = None,
     ) -> None:
         self.workers = workers
         self.modules = modules
         self.device = device
-        self.lag = lag
+        self.schedule = schedule
         self.clock = clock or PhaseClock()
         self.queued: deque[QueuedCall] = deque()
         """Segments sent to the workers and not yet taken, oldest first."""
         self.queue_depth = 0
         """Segments every worker had finished when the learner asked for the last one."""
+        self.dropped = 0
+        """Segments dropped in this launch for being more than ``collect.max_age`` updates old."""
+        self.board: Any = None
+        """The ``NewestWeights`` actor the workers read (``collect.weights: newest``)."""
+        self.call: tuple[str, list[tuple[Any, ...]]] = ("collect", [])
+        """What the segments asked for next call on the workers (their method, each one's
+        arguments): the newest request's."""
+        if schedule.newest:
+            import ray
+
+            self.board = ray.remote(num_cpus=0)(NewestWeights).remote()
 
     def reset(self) -> torch.Tensor:
         return torch.cat(self.workers.call_all("reset")).to(self.device)
@@ -156,17 +199,31 @@ class RemoteCollection:
         with self.clock("publish"):
             weights = ray.put(cpu_weights(request.policy_version, self.modules))
             request = replace(request, should_stop=never)
-            # Segments up to index requests + lag act as this request asks.
-            every = [(weights, request)] * len(self.workers.handles)
-            while len(self.queued) <= self.lag:
-                self.queued.append(self.workers.send("collect", every))
+            if self.board is None:  # segments up to index requests + lag act as this request asks
+                self.call = ("collect", [(weights, request)] * len(self.workers.handles))
+            else:  # each segment as the newest request when it starts
+                ray.get(self.board.publish.remote(request.policy_version, request, [weights]))
+                self.call = ("collect_newest", [(self.board,)] * len(self.workers.handles))
+            self._ask_ahead()
         self.queue_depth = sum(_finished(call) for call in self.queued)
+        dropped = False
         with self.clock("collector_wait"):
-            parts = self.workers.take(self.queued.popleft(), self.queued)
-        return type(parts[0]).join(parts, self.device)
+            while True:
+                parts = self.workers.take(self.queued.popleft(), self.queued)
+                segment = type(parts[0]).join(parts, self.device)
+                if not self.schedule.too_old(request.policy_version, segment.policy_version):
+                    break
+                self.dropped, dropped = self.dropped + 1, True
+                self._ask_ahead()
+        return cut_episodes(segment) if dropped else segment
+
+    def _ask_ahead(self) -> None:
+        """Keep the schedule's segments asked for beyond the one the learner takes next."""
+        while len(self.queued) <= self.schedule.requested_ahead:
+            self.queued.append(self.workers.send(*self.call))
 
     def counts(self) -> dict[str, float]:
-        return self.workers.counts()
+        return {**self.workers.counts(), "dropped_segments": float(self.dropped)}
 
     def figures(self) -> dict[str, float]:
         return {"queue_depth": float(self.queue_depth)}

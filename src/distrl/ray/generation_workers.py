@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from distrl.collect.ahead import Schedule
 from distrl.collect.completions import Generated, StepPrompts, generate_step, joined
 from distrl.collect.part import ActingWeights, cpu_weights
 from distrl.models.generate import Completions
@@ -79,6 +80,8 @@ class RayGenerationWorkers(StartedWorkers):
 
     def start(self, cfg: RunConfig) -> RayGenerationWorkers:
         self.start_all(cfg)
+        self.schedule = Schedule.of(cfg.collect)
+        """How the workers generate ahead of the learner (``collect.*``)."""
         return self
 
     def acting(
@@ -86,11 +89,10 @@ class RayGenerationWorkers(StartedWorkers):
         policy: torch.nn.Module,
         step_prompts: StepPrompts,
         pad_id: int,
-        lag: int,
         device: torch.device,
         clock: PhaseClock,
     ) -> RemoteGeneration:
-        return RemoteGeneration(self, policy, step_prompts, pad_id, lag, device, clock)
+        return RemoteGeneration(self, policy, step_prompts, pad_id, self.schedule, device, clock)
 
 
 @dataclass
@@ -106,7 +108,7 @@ class QueuedStep:
 
 
 class RemoteGeneration:
-    """A learner's completions from its generation workers, ``lag`` steps ahead
+    """A learner's completions from its generation workers, ``schedule.lag`` steps ahead
     (``collect.completions.CompletionSource``); ``clock`` times the learner's side: publishing
     weights and waiting for completions."""
 
@@ -116,7 +118,7 @@ class RemoteGeneration:
         policy: torch.nn.Module,
         step_prompts: StepPrompts,
         pad_id: int,
-        lag: int,
+        schedule: Schedule,
         device: torch.device,
         clock: PhaseClock,
     ) -> None:
@@ -124,7 +126,8 @@ class RemoteGeneration:
         self.policy = policy
         self.step_prompts = step_prompts
         self.pad_id = pad_id
-        self.lag = lag
+        self.schedule = schedule
+        """Exact weights only (``collect.ahead.REFUSALS``): step s with update s - lag's."""
         self.device = device
         self.clock = clock
         self.queued: deque[QueuedStep] = deque()
@@ -136,7 +139,7 @@ class RemoteGeneration:
         with self.clock("publish"):
             weights = ray.put(cpu_weights(policy_version, {"policy": self.policy}))
             # Steps up to step + lag are generated with these weights (the first call's: all of them).
-            while len(self.queued) <= self.lag:
+            while len(self.queued) <= self.schedule.requested_ahead:
                 self.queued.append(self.send(step + len(self.queued), weights, policy_version))
         with self.clock("generate"):
             queued = self.queued.popleft()

@@ -7,9 +7,7 @@ checkpoints, resume, preemption) is the loop's.
 
 from __future__ import annotations
 
-import copy
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from distrl.envs import VecEnv, make_vec_env
 from distrl.errors import UserError
 from distrl.io.train_state import SavedState, TrainState
 from distrl.precision import resolved
+from distrl.runners.learner import LearnerNetworks
 from distrl.seeding import env_seeds, seed_torch
 from distrl.sharding import EnvShard, shard_envs
 from distrl.timing import PhaseClock
@@ -206,8 +205,9 @@ def skipped_count(stats: dict[str, float], key: str, update: object, method: str
 
 class Runner(ABC):
     algorithm: str
-    sharded: bool = False
-    """Each rank holds a shard of the policy (``train.sharding``), not all of it."""
+    networks: LearnerNetworks | None = None
+    """Its networks as ``runners.learner.set_up_learner`` made them: whole or sharded, and what
+    ``whole_weights`` gathers; None for a learner the set-up does not make (a JAX one)."""
     steps_per_iteration: int | None = None
     """The env steps (over all ranks) of every iteration, where that is fixed: the loop then plans
     the budget as whole iterations (its progress and final line); None where they vary."""
@@ -228,11 +228,16 @@ class Runner(ABC):
     def deployable_policy(self) -> nn.Module:
         """The live deterministic policy: raw observations in, env actions out."""
 
+    @property
+    def sharded(self) -> bool:
+        """Each rank holds a shard of the policy (``train.sharding``), not all of it."""
+        return self.networks is not None and self.networks.sharded
+
     def whole_weights(self) -> AbstractContextManager[None]:
         """A block in which every rank holds the policy's whole weights, so that each may run a
         number of forward passes of its own (acting, evaluating): a sharded learner gathers them,
-        every rank entering together (``comm.sharded.gathered``)."""
-        return nullcontext()
+        every rank entering together (``LearnerNetworks.whole_weights``)."""
+        return nullcontext() if self.networks is None else self.networks.whole_weights()
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's own JSON state worth saving (a buffer position, a data cursor)."""
@@ -333,17 +338,3 @@ def refuse_normalizers(cfg: RunConfig) -> None:
             f"normalize.observations and normalize.rewards are PPO's: set them false for {cfg.algo.name}",
             code="algo-normalize-ppo-only",
         )
-
-
-def replicate_and_shard(
-    ctx: RunContext, networks: Sequence[nn.Module], copied: Sequence[nn.Module] = ()
-) -> list[nn.Module]:
-    """A learner's networks set up alike on every rank: rank 0's weights broadcast, then a frozen
-    copy made of each of ``copied`` (targets: a sharded network cannot be copied), then all of them
-    sharded as ``train.sharding`` asks. The copies, in order."""
-    for network in networks:
-        ctx.comm.broadcast_parameters_(network)
-    copies = [copy.deepcopy(network).requires_grad_(False) for network in copied]
-    for network in (*networks, *copies):
-        ctx.comm.shard_(network, ctx.cfg.train.sharding)
-    return copies

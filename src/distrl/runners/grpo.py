@@ -14,11 +14,9 @@ would.
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import gymnasium as gym
 import numpy as np
@@ -27,12 +25,12 @@ from torch import nn
 
 from distrl.algos.grpo import GRPO, entropy_coefficient, group_advantages
 from distrl.collect.completions import CompletionSource, LocalGeneration
-from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.sequence_policy import SequencePolicy, sequence_model, sequence_tokenizer
 from distrl.precision import low_precision
 from distrl.runners.base import EpisodeStats, IterationResult, RunContext, Runner, scheduled_learning_rate
+from distrl.runners.learner import set_up_learner
 from distrl.seeding import minibatch_seed, seed_torch
 from distrl.sharding import even_split
 from distrl.storage.completions import CompletionBatch
@@ -76,14 +74,14 @@ class GRPORunner(Runner):
         self.remote = [group for group in (prompt_workers, verifiers) if group is not None]
         self.policy = sequence_model(cfg, self.tokenizer).to(device)
         self.policy.activation_checkpointing = cfg.train.activation_checkpointing
-        comm.broadcast_parameters_(self.policy)
-        self.reference = copy.deepcopy(self.policy).requires_grad_(False) if cfg.algo.kl_coef > 0 else None
-        """The frozen initial policy the KL penalty keeps close to."""
         self.autocast = low_precision(cfg.train.mixed_precision, device, heavy_model=True)
-        for module in (self.policy, self.reference):
-            if module is not None:  # sharded: gathered in the autocast dtype, reduced in float32
-                comm.shard_(module, cfg.train.sharding, self.autocast, cfg.train.optimizer_offload)
-        self.sharded = is_sharded(self.policy.parameters())
+        # Sharded: gathered in the autocast dtype (the reference policy with it), reduced in float32.
+        self.networks = set_up_learner(
+            comm, cfg.train.sharding, [self.policy], [self.policy] if cfg.algo.kl_coef > 0 else [],
+            copies_act=True, param_dtype=self.autocast, offload=cfg.train.optimizer_offload,
+        )  # fmt: skip
+        self.reference: nn.Module | None = next(iter(self.networks.copies), None)
+        """The frozen initial policy the KL penalty keeps close to."""
         self.algo = GRPO(
             self.policy,
             cfg.algo,
@@ -106,7 +104,7 @@ class GRPORunner(Runner):
             )  # fmt: skip
         else:
             self.generation = generation_workers.start(cfg).acting(
-                self.policy, self.step_prompts, self.tokenizer.pad_id, cfg.collect.lag, device, ctx.clock
+                self.policy, self.step_prompts, self.tokenizer.pad_id, device, ctx.clock
             )
             self.remote.append(generation_workers)
         self.measure_generation = generation_workers is not None and cfg.collect.lag > 0
@@ -299,11 +297,6 @@ class GRPORunner(Runner):
 
     def deployable_policy(self) -> nn.Module:
         return SequencePolicy(self.policy, self.tokenizer, self.cfg.algo.max_new_tokens)
-
-    @contextmanager
-    def whole_weights(self) -> Iterator[None]:
-        with gathered(self.policy), gathered(self.reference) if self.reference is not None else nullcontext():
-            yield
 
     def close(self) -> None:
         pass

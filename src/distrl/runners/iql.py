@@ -4,18 +4,17 @@ policy; the dataset's continuous action bounds scale the actions into the networ
 from __future__ import annotations
 
 import functools
-from contextlib import AbstractContextManager
 
 import gymnasium as gym
 from torch import nn
 
 from distrl.algos.iql import IQL
-from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.continuous import ActionScale, ScaledDeterministicActor, TwinQ
 from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
-from distrl.runners.base import CountsGradientSteps, RunContext, refuse_normalizers, replicate_and_shard
+from distrl.runners.base import CountsGradientSteps, RunContext, refuse_normalizers
+from distrl.runners.learner import set_up_learner
 from distrl.runners.logged import LoggedDataRunner
 
 
@@ -38,8 +37,9 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
         self.value = ValueNetwork(observation_space, cfg.model).to(device)
         self.critic = TwinQ(observation_space, action_dim, cfg.model).to(device)
         self.actor = TanhMeanGaussianActor(observation_space, action_dim, cfg.model).to(device)
-        (critic_target,) = replicate_and_shard(ctx, (self.value, self.critic, self.actor), (self.critic,))
-        self.sharded = is_sharded(self.actor.parameters())
+        self.networks = set_up_learner(
+            comm, cfg.train.sharding, [self.actor, self.value, self.critic], [self.critic]
+        )
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
         scale = ActionScale(action_space).to(device)
         total_gradient_steps = -(-cfg.train.total_steps // cfg.algo.batch_size)
@@ -52,7 +52,7 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
             total_gradient_steps,
             sync,
             ctx.clock,
-            critic_target,
+            *self.networks.copies,
         )
         self.start_stream(ctx)
 
@@ -72,6 +72,3 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
 
     def deployable_policy(self) -> nn.Module:
         return ScaledDeterministicActor(self.actor, self.action_space)
-
-    def whole_weights(self) -> AbstractContextManager[None]:
-        return gathered(self.actor)

@@ -4,16 +4,13 @@ network, a copy of identical online networks, stays identical on every rank."""
 
 from __future__ import annotations
 
-import copy
 import functools
-from contextlib import AbstractContextManager
 
 import gymnasium as gym
 import torch
 from torch import nn
 
 from distrl.algos.dqn import DQN
-from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.policies import greedy_policy, make_q_network
@@ -24,6 +21,7 @@ from distrl.runners.base import (
     refuse_normalizers,
     start_rank_envs,
 )
+from distrl.runners.learner import set_up_learner
 from distrl.runners.replay import ReplayRunner, batch_share
 
 
@@ -42,14 +40,10 @@ class QLearningRunner(CountsGradientSteps, Runner):
         self.device = ctx.device
         self.observation_space, self.action_space = observation_space, action_space
         self.q_network = make_q_network(cfg, observation_space, action_space, ctx.device)
-        comm.broadcast_parameters_(self.q_network)
-        target_network = copy.deepcopy(self.q_network).requires_grad_(False)
-        for network in (self.q_network, target_network):  # shards alike: the target update is local
-            comm.shard_(network, cfg.train.sharding)
-        self.sharded = is_sharded(self.q_network.parameters())
+        self.networks = set_up_learner(comm, cfg.train.sharding, [self.q_network], [self.q_network])
         self.clock = ctx.clock
         sync = functools.partial(comm.sum_gradients_, clock=ctx.clock)
-        self.algo = DQN(self.q_network, cfg.algo, sync, ctx.clock, target_network)
+        self.algo = DQN(self.q_network, cfg.algo, sync, ctx.clock, *self.networks.copies)
         self.batch_share = batch_share(cfg, comm.rank, comm.world_size)
 
     def train_state(self) -> TrainState:
@@ -63,9 +57,6 @@ class QLearningRunner(CountsGradientSteps, Runner):
 
     def deployable_policy(self) -> nn.Module:
         return greedy_policy(self.q_network)
-
-    def whole_weights(self) -> AbstractContextManager[None]:
-        return gathered(self.q_network)
 
 
 class OffPolicyRunner(ReplayRunner, QLearningRunner):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import torch
@@ -20,7 +19,6 @@ from torch import nn
 from distrl.algos.ppo import PPO, OnPolicyUpdate
 from distrl.collect.base import Collector, CollectRequest
 from distrl.collect.rollout import finite
-from distrl.comm.sharded import gathered, is_sharded
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.actor_critic import deployable_actor
@@ -37,6 +35,7 @@ from distrl.runners.base import (
     start_rank_envs,
 )
 from distrl.runners.episodes import EpisodeTracker
+from distrl.runners.learner import set_up_learner
 from distrl.runners.straggler import StragglerCutoff
 from distrl.sharding import EnvShard
 from distrl.storage.rollout import RolloutBatch, RolloutSegment
@@ -90,7 +89,8 @@ class OnPolicyRunner(Runner):
     algorithm = "ppo"
     update_rule: type[OnPolicyUpdate] = PPO
     """Built as ``update_rule(policy, cfg.algo, num_minibatches=, gradient_sync=, clock=,
-    compile_loss=)``."""
+    compile_loss=)``, and given a frozen copy of the policy by each name in its
+    ``policy_copies`` (APPO's ``target``), made before sharding."""
 
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
@@ -114,9 +114,8 @@ class OnPolicyRunner(Runner):
                 f"{cfg.model.memory}: a cut rollout would split the update's chunks; unset one of them",
                 code="algo-straggler-with-memory",
             )
-        comm.broadcast_parameters_(self.policy)
-        comm.shard_(self.policy, cfg.train.sharding)
-        self.sharded = is_sharded(self.policy.parameters())
+        copies = getattr(self.update_rule, "policy_copies", ())
+        self.networks = set_up_learner(comm, cfg.train.sharding, [self.policy], [self.policy] * len(copies))
         self.obs_rms, self.return_rms = ppo_normalizers(
             cfg, self.observation_space, self.action_space, device
         )
@@ -127,6 +126,7 @@ class OnPolicyRunner(Runner):
             gradient_sync=functools.partial(comm.sum_gradients_, clock=ctx.clock),
             clock=ctx.clock,
             compile_loss=cfg.train.compile,
+            **dict(zip(copies, self.networks.copies, strict=True)),
         )
         check_update_rule(self.algo, OnPolicyUpdate)
         acting = acting_modules(self.policy, self.obs_rms, self.return_rms)
@@ -190,9 +190,6 @@ class OnPolicyRunner(Runner):
 
     def deployable_policy(self) -> nn.Module:
         return deployable_actor(self.policy, self.obs_rms, self.cfg.normalize.clip, self.action_space)
-
-    def whole_weights(self) -> AbstractContextManager[None]:
-        return gathered(self.policy)
 
     def close(self) -> None:
         self.collection.close()

@@ -13,7 +13,6 @@ import functools
 import time
 from abc import abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import gymnasium as gym
@@ -22,7 +21,6 @@ from torch import nn
 
 from distrl.algos.flat_gradients import GradientSync
 from distrl.collect.base import Collector, CollectRequest
-from distrl.comm.sharded import gathered, is_sharded
 from distrl.envs.base import obs_tensor_dtype
 from distrl.errors import UserError
 from distrl.models.continuous import ActionScale, ScaledDeterministicActor, TwinQ
@@ -37,12 +35,12 @@ from distrl.runners.base import (
     check_update_rule,
     rank_collector,
     refuse_normalizers,
-    replicate_and_shard,
     scheduled_learning_rate,
     skipped_count,
     start_rank_envs,
 )
 from distrl.runners.episodes import EpisodeTracker
+from distrl.runners.learner import set_up_learner
 from distrl.sharding import even_split
 from distrl.storage.replay import ReplayBuffer, TransitionBatch
 from distrl.storage.transitions import TransitionSegment
@@ -185,7 +183,7 @@ class ReplayRunner(Runner):
 
 class ContinuousActorRunner(CountsGradientSteps, ReplayRunner):
     """What SAC's and TD3's runners share: an actor and twin critics over a flat Box of actions,
-    set up alike on every rank (``replicate_and_shard``); uniformly random actions until
+    set up alike on every rank (``runners.learner``); uniformly random actions until
     ``learning_starts``, then the actor's own; ``actor`` deployed through the env's bounds; its
     weights gathered for acting and evaluating when sharded. Subclasses name their actor, the
     networks their update keeps frozen copies of, and build that update."""
@@ -216,12 +214,10 @@ class ContinuousActorRunner(CountsGradientSteps, ReplayRunner):
         self.critic = TwinQ(self.observation_space, int(space.shape[0]), cfg.model).to(device)
         dtype = low_precision(cfg.train.mixed_precision, device, has_images(self.observation_space))
         self.actor.low_precision = self.critic.low_precision = dtype  # their image encoders' autocast
-        copies = replicate_and_shard(
-            ctx, (self.actor, self.critic), [getattr(self, name) for name in self.copied]
-        )
-        self.sharded = is_sharded(self.actor.parameters())
+        copied = [getattr(self, name) for name in self.copied]
+        self.networks = set_up_learner(ctx.comm, cfg.train.sharding, [self.actor, self.critic], copied)
         sync = functools.partial(ctx.comm.sum_gradients_, clock=ctx.clock)
-        self.algo = self.update_rule(ctx, ActionScale(space).to(device), sync, copies)
+        self.algo = self.update_rule(ctx, ActionScale(space).to(device), sync, self.networks.copies)
         self.start_replay(ctx, rank_envs, {"actor": self.actor}, torch.float32)
 
     @abstractmethod
@@ -237,6 +233,3 @@ class ContinuousActorRunner(CountsGradientSteps, ReplayRunner):
 
     def deployable_policy(self) -> nn.Module:
         return ScaledDeterministicActor(self.actor, self.action_space)
-
-    def whole_weights(self) -> AbstractContextManager[None]:
-        return gathered(self.actor)
