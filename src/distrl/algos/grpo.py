@@ -242,6 +242,28 @@ class GRPO:
                 model, batch, cfg.temperature, self.pad_id, self.autocast, cfg.sequence_packing_tokens
             )
 
+    def correct_for_lag(
+        self, batch: CompletionBatch, generation_log_probs: torch.Tensor | None, age: int
+    ) -> dict[str, float]:
+        """A batch generated ahead of training (``collect.lag``), its ``old_log_probs`` the
+        learner's own: how far generation's log-probabilities are from them (mean absolute
+        difference per token; 0 on a rank training on none), and, for a batch ``age`` > 0 updates
+        old, the truncated importance weights pi_old / mu (at most ``importance_sampling_cap``)
+        that the loss multiplies the surrogate by, with ``importance_sampling_correction``."""
+        if generation_log_probs is None:
+            return {"generation_log_prob_mismatch": 0.0, "importance_weight_mean": 1.0}
+        assert batch.old_log_probs is not None
+        mask = batch.completion_mask.to(generation_log_probs.dtype)
+        log_ratio = batch.old_log_probs - generation_log_probs
+        weights = log_ratio.exp().clamp(max=self.cfg.importance_sampling_cap)
+        if age > 0 and self.cfg.importance_sampling_correction:
+            batch.importance_weights = weights
+        tokens = mask.sum()
+        return {
+            "generation_log_prob_mismatch": float((log_ratio.abs() * mask).sum() / tokens),
+            "importance_weight_mean": float((weights * mask).sum() / tokens),
+        }
+
     def update(self, batch: CompletionBatch, plan: Sequence[Sequence[torch.Tensor]]) -> dict[str, float]:
         """One optimiser step per minibatch of ``plan`` (per epoch, the local rows of each global
         minibatch; a rank with none joins the step with an empty batch, at weight 0); mean
