@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
         "distrl.errors", "distrl.quiet", "distrl.extras", "distrl.user_code", "distrl.env_backends",
         "distrl.env_packages",
         "distrl.usage", "distrl.allocator", "distrl.compile",
-        "distrl.precision", "distrl.offload", "distrl.socket_sum", "distrl.learner_memory",
+        "distrl.precision", "distrl.offload", "distrl.socket_sum", "distrl.learner_memory", "distrl.moved",
     ),
     ("distrl.config.base", "distrl.config.sections", "distrl.config.algorithm",
      "distrl.config.grpo_vocabulary"),

@@ -19,7 +19,7 @@ from distrl.config.sections import ModelConfig
 from distrl.models.continuous import ActionScale, TwinQ
 from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
 from distrl.storage.replay import TransitionBatch
-from tests.algos.test_sac import ACT, ACTIONS, OBS, TOTAL, batches, part
+from tests.algorithms.sac.test_update import ACT, ACTIONS, OBS, TOTAL, batches, part
 from tests.distributed import run_ranks
 
 

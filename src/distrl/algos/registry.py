@@ -35,7 +35,6 @@ from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.algos.iql_config import IQLConfig
 from distrl.algos.ppo_config import PPOConfig
-from distrl.algos.sac_config import SACConfig
 from distrl.config.algorithm import AlgorithmSection
 from distrl.errors import UserError
 from distrl.user_code import load
@@ -110,14 +109,10 @@ ALGORITHMS = Catalogue({
             acting="distrl.collect.rollout:actor_critic_copies",
             memory_runners=(ENVS,),
         ),
-        Algorithm(
-            "sac",
-            SACConfig,
-            deployable_policy="distrl.models.sac:sac_policy",
-            runners={ENVS: "distrl.runners.sac:SACRunner"},
-            collector="distrl.collect.sac:squashed_gaussian_collector",
-            acting="distrl.collect.sac:actor_copies",
-        ),
+    )
+} | {"sac": "distrl.algorithms.sac:ALGORITHM"} | {
+    algorithm.name: algorithm
+    for algorithm in (
         Algorithm(
             "iql",
             IQLConfig,

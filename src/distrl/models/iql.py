@@ -1,6 +1,6 @@
 """IQL's networks (Kostrikov et al. 2021, d3rlpy's): a state-value function V(s), twin Q-networks
-(``models.sac.TwinQ``) and a Gaussian policy whose mean is tanh(mu(s)) with a state-independent
-log-std. Actions inside the networks are in [-1, 1] (``models.sac.ActionScale`` maps the
+(``models.continuous.TwinQ``) and a Gaussian policy whose mean is tanh(mu(s)) with a state-independent
+log-std. Actions inside the networks are in [-1, 1] (``models.continuous.ActionScale`` maps the
 dataset's bounds)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
 from distrl.models.continuous import ActionScale, TwinQ
 from distrl.timing import PhaseClock
-from tests.algos.test_sac import ACT, ACTIONS, OBS, TOTAL, batches, part
+from tests.algorithms.sac.test_update import ACT, ACTIONS, OBS, TOTAL, batches, part
 from tests.distributed import run_ranks
 
 

@@ -8,8 +8,8 @@ import math
 import torch
 from torch.distributions import Independent, Normal, TanhTransform, TransformedDistribution
 
+from distrl.algorithms.sac.acting import actor_copies, squashed_gaussian_collector
 from distrl.collect.base import CollectorInputs, CollectRequest
-from distrl.collect.sac import actor_copies, squashed_gaussian_collector
 from distrl.config.run import load_config
 from distrl.envs import make_vec_env
 from distrl.models.continuous import ActionScale

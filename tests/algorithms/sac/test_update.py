@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.algos.sac import SAC
-from distrl.algos.sac_config import SACConfig
+from distrl.algorithms.sac.config import SACConfig
+from distrl.algorithms.sac.networks import SquashedGaussianActor
+from distrl.algorithms.sac.update import SAC
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
 from distrl.models.continuous import ActionScale, TwinQ
-from distrl.models.sac import SquashedGaussianActor
 from distrl.storage.replay import TransitionBatch
 from tests.distributed import run_ranks
 

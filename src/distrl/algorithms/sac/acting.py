@@ -12,11 +12,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from distrl.algorithms.sac.networks import SquashedGaussianActor
 from distrl.collect.base import CollectorInputs
 from distrl.collect.rollout import ActionNoise
 from distrl.collect.transitions import TransitionCollector
 from distrl.models.continuous import ActionScale
-from distrl.models.sac import SquashedGaussianActor
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from torch import nn
 
+from distrl.algorithms.sac.networks import SquashedGaussianActor
+from distrl.algorithms.sac.update import SAC
 from distrl.algos.flat_gradients import GradientSync
-from distrl.algos.sac import SAC
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.continuous import ActionScale
-from distrl.models.sac import SquashedGaussianActor
 from distrl.runners.base import RunContext
 from distrl.runners.replay import ContinuousActorRunner
 

@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from distrl.algorithms.sac.config import SACConfig
+from distrl.algorithms.sac.networks import SquashedGaussianActor
 from distrl.algos.flat_gradients import GradientSync, SeparateNetworks, polyak_update_
-from distrl.algos.sac_config import SACConfig
 from distrl.models.continuous import ActionScale, TwinQ
-from distrl.models.sac import SquashedGaussianActor
 from distrl.storage.replay import TransitionBatch
 from distrl.timing import PhaseClock
 
