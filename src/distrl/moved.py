@@ -17,6 +17,10 @@ MOVED = {
     "distrl.models.sac": "distrl.algorithms.sac.networks",
     "distrl.collect.sac": "distrl.algorithms.sac.acting",
     "distrl.runners.sac": "distrl.algorithms.sac.runner",
+    "distrl.algos.iql": "distrl.algorithms.iql.update",
+    "distrl.algos.iql_config": "distrl.algorithms.iql.config",
+    "distrl.models.iql": "distrl.algorithms.iql.networks",
+    "distrl.runners.iql": "distrl.algorithms.iql.runner",
 }
 """Old module name -> where it is now (each algorithm became one package, ``distrl.algorithms``)."""
 

@@ -33,7 +33,6 @@ from distrl.algos.algorithm import (
 from distrl.algos.appo_config import APPOConfig
 from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.grpo_config import GRPOConfig
-from distrl.algos.iql_config import IQLConfig
 from distrl.algos.ppo_config import PPOConfig
 from distrl.config.algorithm import AlgorithmSection
 from distrl.errors import UserError
@@ -110,15 +109,9 @@ ALGORITHMS = Catalogue({
             memory_runners=(ENVS,),
         ),
     )
-} | {"sac": "distrl.algorithms.sac:ALGORITHM"} | {
+} | {"sac": "distrl.algorithms.sac:ALGORITHM", "iql": "distrl.algorithms.iql:ALGORITHM"} | {
     algorithm.name: algorithm
     for algorithm in (
-        Algorithm(
-            "iql",
-            IQLConfig,
-            deployable_policy="distrl.models.iql:iql_policy",
-            runners={LOGGED_DATA: "distrl.runners.iql:IQLRunner"},
-        ),
         Algorithm(
             "grpo",
             GRPOConfig,

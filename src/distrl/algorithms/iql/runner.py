@@ -8,11 +8,11 @@ import functools
 import gymnasium as gym
 from torch import nn
 
-from distrl.algos.iql import IQL
+from distrl.algorithms.iql.networks import TanhMeanGaussianActor, ValueNetwork
+from distrl.algorithms.iql.update import IQL
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.continuous import ActionScale, ScaledDeterministicActor, TwinQ
-from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
 from distrl.runners.base import CountsGradientSteps, RunContext, refuse_normalizers
 from distrl.runners.learner import set_up_learner
 from distrl.runners.logged import LoggedDataRunner

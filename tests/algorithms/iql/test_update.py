@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.algos.iql import IQL
-from distrl.algos.iql_config import IQLConfig
+from distrl.algorithms.iql.config import IQLConfig
+from distrl.algorithms.iql.networks import TanhMeanGaussianActor, ValueNetwork
+from distrl.algorithms.iql.update import IQL
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
 from distrl.models.continuous import ActionScale, TwinQ
-from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
 from distrl.storage.replay import TransitionBatch
 from tests.algorithms.sac.test_update import ACT, ACTIONS, OBS, TOTAL, batches, part
 from tests.distributed import run_ranks
@@ -94,7 +94,9 @@ def test_the_value_fits_the_expectile_of_the_target_q(
             return torch.cat([q, q + 5.0], dim=-1)  # the min is the first
 
     iql.critic_target = FixedQ()
-    monkeypatch.setattr("distrl.algos.iql.polyak_update_", lambda *args: None)  # keep the fixed target
+    monkeypatch.setattr(
+        "distrl.algorithms.iql.update.polyak_update_", lambda *args: None
+    )  # keep the fixed target
     high, low = torch.as_tensor(ACTIONS.high), torch.as_tensor(ACTIONS.low)
     batch = one_state_batch(torch.stack([low, high]))
     for _ in range(1500):

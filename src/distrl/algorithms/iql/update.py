@@ -23,10 +23,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from distrl.algorithms.iql.config import IQLConfig
+from distrl.algorithms.iql.networks import TanhMeanGaussianActor, ValueNetwork
 from distrl.algos.flat_gradients import GradientSync, SeparateNetworks, polyak_update_, set_learning_rate
-from distrl.algos.iql_config import IQLConfig
 from distrl.models.continuous import ActionScale, TwinQ
-from distrl.models.iql import TanhMeanGaussianActor, ValueNetwork
 from distrl.storage.replay import TransitionBatch
 from distrl.timing import PhaseClock
 
