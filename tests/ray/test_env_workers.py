@@ -217,5 +217,5 @@ def test_env_workers_act_with_the_newest_weights_and_drop_what_is_too_old(
     result = ray_train(ray_head, tmp_path / "free", *newest)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "free" / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["dropped_segments"] == 0 and rows[-1]["global_step"] == 4096
+    assert "dropped_segments" not in rows[-1] and rows[-1]["global_step"] == 4096  # none can be
     assert max(row["sample_age"] for row in rows) == 1
