@@ -10,7 +10,7 @@ alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -18,30 +18,12 @@ import numpy as np
 import torch
 
 from distrl.collect.base import Collector, CollectorInputs, CollectRequest, acting_copies, build_collector
+from distrl.collect.weights import ActingWeights
 from distrl.envs import make_vec_env
 from distrl.storage.segments import Segment
 
 if TYPE_CHECKING:
     from distrl.config.run import RunConfig
-
-
-@dataclass(frozen=True)
-class ActingWeights:
-    """What a part acts with for a segment: tensors by module name (the algorithm's acting
-    modules, as in its checkpoints), and their version (the learner's updates so far in this
-    launch, ``CollectRequest.policy_version``)."""
-
-    version: int
-    tensors: dict[str, dict[str, torch.Tensor]]
-
-
-def cpu_weights(version: int, modules: dict[str, torch.nn.Module]) -> ActingWeights:
-    """A CPU copy of ``modules``' state as version ``version``."""
-    tensors = {
-        name: {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
-        for name, module in modules.items()
-    }
-    return ActingWeights(version, tensors)
 
 
 class CollectorPart:

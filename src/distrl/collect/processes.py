@@ -47,8 +47,9 @@ import torch.multiprocessing  # registers torch's tensor pickling: tensors cross
 from distrl.algos.algorithm import ENVS
 from distrl.collect.ahead import PROCESSES, Schedule, check_transport, cut_episodes
 from distrl.collect.base import CollectRequest, never
-from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
+from distrl.collect.part import CollectorPart
 from distrl.collect.segment_slots import SegmentSlots, SlotStates
+from distrl.collect.weights import ActingWeights, PublishedWeights
 from distrl.config.run_algorithm import check_acting, learns_from
 from distrl.errors import UserError
 from distrl.sharding import even_split
@@ -406,6 +407,14 @@ class CollectorProcesses:
         gc.collect()
 
 
+def in_shared_memory(weights: ActingWeights) -> ActingWeights:
+    """``weights`` moved into shared memory once: each process's queue then passes a handle."""
+    for tensors in weights.tensors.values():
+        for tensor in tensors.values():
+            tensor.share_memory_()
+    return weights
+
+
 class LaggedCollection:
     """A rank's collector processes acting with the state of ``modules`` (by name) at the versions
     its requests ask for (``collect.base.Collector``); ``clock`` times the learner's side:
@@ -419,13 +428,10 @@ class LaggedCollection:
         clock: PhaseClock | None,
     ) -> None:
         self.processes = processes
-        self.modules = modules
         self.device = device
         self.clock = clock or PhaseClock()
-        self.published = -1
-        """The newest version whose weights were sent."""
-        self.weights: ActingWeights | None = None
-        """Those weights, in shared memory (a restarted process is sent them)."""
+        self.weights = PublishedWeights(modules, in_shared_memory)
+        """Each version's weights, in shared memory (a restarted process is sent the newest)."""
         self.dropped = 0
         """Segments dropped in this launch: too old, or written over in a full queue."""
         self.slots: list[SegmentSlots | None] = [None] * processes.count
@@ -449,14 +455,8 @@ class LaggedCollection:
         request ``collect.lag`` before this one asked."""
         request = replace(request, should_stop=never)
         with self.clock("publish"):
-            new = request.policy_version > self.published
-            if new:
-                self.weights = cpu_weights(request.policy_version, self.modules)
-                for tensors in self.weights.tensors.values():
-                    for tensor in tensors.values():
-                        tensor.share_memory_()  # once: each process's queue then passes a handle
-                self.published = request.policy_version
-            self.processes.send((request, self.weights if new else None))
+            weights, new = self.weights.publish(request.policy_version)
+            self.processes.send((request, weights if new else None))
         with self.clock("collector_wait"):
             taken = [self.fresh_segment(i, request) for i in range(self.processes.count)]
         joined = type(taken[0][0]).join([segment for segment, _ in taken], self.device)
@@ -514,7 +514,7 @@ class LaggedCollection:
         )
         self.processes.restart(died.index)
         self.slots[died.index], self.numbers[died.index] = None, 0
-        self.processes.send_to(died.index, (request, self.weights))
+        self.processes.send_to(died.index, (request, self.weights.handle))
 
     def counts(self) -> dict[str, float]:
         return {"dropped_segments": float(self.dropped), "collector_restarts": float(self.processes.restarts)}

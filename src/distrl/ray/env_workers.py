@@ -25,10 +25,17 @@ from distrl.algos.registry import WorkerGroup
 from distrl.allocator import keep_freed_memory
 from distrl.collect.ahead import Schedule, cut_episodes
 from distrl.collect.base import CollectRequest, never
-from distrl.collect.part import ActingWeights, CollectorPart, cpu_weights
+from distrl.collect.part import CollectorPart
+from distrl.collect.weights import ActingWeights, PublishedWeights
 from distrl.config.run import RunConfig
 from distrl.errors import UserError
-from distrl.ray.workers import QueuedCall, RestartableWorkers, RestartedByRay, Retries, WorkerActor
+from distrl.ray.workers import (
+    QueuedCall,
+    RestartableWorkers,
+    RestartedByRay,
+    Retries,
+    WorkerActor,
+)
 from distrl.sharding import even_split
 from distrl.storage.segments import Segment
 from distrl.timing import PhaseClock
@@ -165,8 +172,11 @@ class RemoteCollection:
         schedule: Schedule,
         clock: PhaseClock | None = None,
     ) -> None:
+        import ray
+
         self.workers = workers
-        self.modules = modules
+        self.weights = PublishedWeights(modules, ray.put)
+        """Each version's weights in Ray's object store, put once for all workers."""
         self.device = device
         self.schedule = schedule
         self.clock = clock or PhaseClock()
@@ -182,8 +192,6 @@ class RemoteCollection:
         """What the segments asked for next call on the workers (their method, each one's
         arguments): the newest request's."""
         if schedule.newest:
-            import ray
-
             self.board = ray.remote(num_cpus=0)(NewestWeights).remote()
 
     def reset(self) -> torch.Tensor:
@@ -197,7 +205,7 @@ class RemoteCollection:
         import ray
 
         with self.clock("publish"):
-            weights = ray.put(cpu_weights(request.policy_version, self.modules))
+            weights, _ = self.weights.publish(request.policy_version)
             request = replace(request, should_stop=never)
             if self.board is None:  # segments up to index requests + lag act as this request asks
                 self.call = ("collect", [(weights, request)] * len(self.workers.handles))

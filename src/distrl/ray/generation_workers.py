@@ -25,7 +25,7 @@ import torch
 
 from distrl.collect.ahead import Schedule
 from distrl.collect.completions import Generated, StepPrompts, generate_step, joined
-from distrl.collect.part import ActingWeights, cpu_weights
+from distrl.collect.weights import ActingWeights, PublishedWeights
 from distrl.models.generate import Completions
 from distrl.models.sequence_policy import sequence_model, sequence_tokenizer
 from distrl.precision import low_precision
@@ -122,8 +122,11 @@ class RemoteGeneration:
         device: torch.device,
         clock: PhaseClock,
     ) -> None:
+        import ray
+
         self.workers = workers
-        self.policy = policy
+        self.weights = PublishedWeights({"policy": policy}, ray.put)
+        """Each version's weights in Ray's object store, put once for all workers."""
         self.step_prompts = step_prompts
         self.pad_id = pad_id
         self.schedule = schedule
@@ -134,10 +137,8 @@ class RemoteGeneration:
         """Steps sent to the workers and not yet taken, oldest first."""
 
     def completions(self, step: int, policy_version: int) -> Generated:
-        import ray
-
         with self.clock("publish"):
-            weights = ray.put(cpu_weights(policy_version, {"policy": self.policy}))
+            weights, _ = self.weights.publish(policy_version)
             # Steps up to step + lag are generated with these weights (the first call's: all of them).
             while len(self.queued) <= self.schedule.requested_ahead:
                 self.queued.append(self.send(step + len(self.queued), weights, policy_version))
