@@ -12,6 +12,13 @@ import sys
 from types import ModuleType
 
 MOVED = {
+    "distrl.algos.a2c": "distrl.algorithms.a2c.update",
+    "distrl.algos.a2c_config": "distrl.algorithms.a2c.config",
+    "distrl.runners.a2c": "distrl.algorithms.a2c.runner",
+    "distrl.algos.appo": "distrl.algorithms.appo.update",
+    "distrl.algos.appo_config": "distrl.algorithms.appo.config",
+    "distrl.algos.vtrace": "distrl.algorithms.appo.vtrace",
+    "distrl.runners.appo": "distrl.algorithms.appo.runner",
     "distrl.algos.sac": "distrl.algorithms.sac.update",
     "distrl.algos.sac_config": "distrl.algorithms.sac.config",
     "distrl.models.sac": "distrl.algorithms.sac.networks",

@@ -21,7 +21,6 @@ import importlib.metadata
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from distrl.algos.a2c_config import A2CConfig
 from distrl.algos.algorithm import (
     ENVS,
     JAX,
@@ -30,7 +29,6 @@ from distrl.algos.algorithm import (
     Algorithm,
     WorkerGroup,
 )
-from distrl.algos.appo_config import APPOConfig
 from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.algos.ppo_config import PPOConfig
@@ -89,27 +87,13 @@ ALGORITHMS = Catalogue({
             acting="distrl.collect.transitions:q_network_copies",
             evaluator="distrl.eval.episodes:evaluate_q_policy",
         ),
-        Algorithm(
-            "a2c",
-            A2CConfig,
-            deployable_policy="distrl.models.policies:ppo_policy",
-            runners={ENVS: "distrl.runners.a2c:A2CRunner"},
-            collector="distrl.collect.rollout:actor_critic_collector",
-            acting="distrl.collect.rollout:actor_critic_copies",
-            memory_runners=(ENVS,),
-            learner_parameters="distrl.models.policies:actor_critic_parameters",
-        ),
-        Algorithm(
-            "appo",
-            APPOConfig,
-            deployable_policy="distrl.models.policies:ppo_policy",
-            runners={ENVS: "distrl.runners.appo:APPORunner"},
-            collector="distrl.collect.rollout:actor_critic_collector",
-            acting="distrl.collect.rollout:actor_critic_copies",
-            memory_runners=(ENVS,),
-        ),
     )
-} | {"sac": "distrl.algorithms.sac:ALGORITHM", "iql": "distrl.algorithms.iql:ALGORITHM"} | {
+} | {
+    "a2c": "distrl.algorithms.a2c:ALGORITHM",
+    "appo": "distrl.algorithms.appo:ALGORITHM",
+    "sac": "distrl.algorithms.sac:ALGORITHM",
+    "iql": "distrl.algorithms.iql:ALGORITHM",
+} | {
     algorithm.name: algorithm
     for algorithm in (
         Algorithm(

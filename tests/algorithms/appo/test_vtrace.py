@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distrl.algos.vtrace import vtrace
+from distrl.algorithms.appo.vtrace import vtrace
 from distrl.storage.rollout import compute_gae
 
 STEPS, ENVS, GAMMA = 7, 3, 0.9

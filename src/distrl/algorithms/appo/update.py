@@ -3,7 +3,7 @@ network as the "old" policy.
 
 For a rollout acted by the policy ``mu`` (perhaps older weights, ``collect.lag``):
 
-- V-trace (``algos.vtrace``) gives value targets ``v`` and advantages ``A`` with importance ratios
+- V-trace (``vtrace``) gives value targets ``v`` and advantages ``A`` with importance ratios
   ``target / mu``, from the current value function (the value after the last step, and at a
   truncation, stays the acting copy's: the segment holds no later observation);
 - PPO's ratio is RLlib's ``clip(mu / target, 0, max_importance_ratio) * pi / mu``, which is
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from distrl.algos.appo_config import APPOConfig
+from distrl.algorithms.appo.config import APPOConfig
+from distrl.algorithms.appo.vtrace import vtrace
 from distrl.algos.flat_gradients import polyak_update_
 from distrl.algos.ppo import PPO
-from distrl.algos.vtrace import vtrace
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch, RolloutSegment
 

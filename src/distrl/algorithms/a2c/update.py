@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from distrl.algos.a2c_config import A2CConfig
+from distrl.algorithms.a2c.config import A2CConfig
 from distrl.algos.flat_gradients import GradientSync, gradients_for, set_learning_rate
 from distrl.models.actor_critic import ActorCritic
 from distrl.storage.rollout import RolloutBatch

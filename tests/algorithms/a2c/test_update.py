@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.algos.a2c import A2C
-from distrl.algos.a2c_config import A2CConfig
+from distrl.algorithms.a2c.config import A2CConfig
+from distrl.algorithms.a2c.update import A2C
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
 from distrl.models.actor_critic import ActorCritic

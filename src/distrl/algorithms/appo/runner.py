@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from distrl.algos.appo import APPO
+from distrl.algorithms.appo.update import APPO
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.runners.on_policy import OnPolicyRunner
 from distrl.storage.rollout import RolloutBatch, RolloutSegment

@@ -12,9 +12,9 @@ import gymnasium as gym
 import pytest
 import torch
 
-from distrl.algos.appo import APPO
-from distrl.algos.appo_config import APPOConfig
-from distrl.algos.vtrace import vtrace
+from distrl.algorithms.appo.config import APPOConfig
+from distrl.algorithms.appo.update import APPO
+from distrl.algorithms.appo.vtrace import vtrace
 from distrl.comm import TorchComm
 from distrl.config.run import load_config
 from distrl.config.sections import ModelConfig

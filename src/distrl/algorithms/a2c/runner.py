@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrl.algos.a2c import A2C
+from distrl.algorithms.a2c.update import A2C
 from distrl.runners.on_policy import OnPolicyRunner
 
 
