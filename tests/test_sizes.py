@@ -29,7 +29,7 @@ LARGE_FILES: dict[str, tuple[int, str]] = {
 
 LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
     "runners/loop.py:run": (81, "the loop itself, read top to bottom: collect, update, log, check, save"),
-    "runners/grpo.py:iteration": (81, "one GRPO step: generate, score, advantages, update, in order"),
+    "runners/grpo.py:iteration": (67, "one GRPO step: generate, score, advantages, update, in order"),
     "collect/processes.py:run_part": (81, "a collector process's whole life, its loop and its exits"),
     "models/generate.py:generate": (76, "the decoding loop with its cache, sampling and ends"),
     "runners/grpo.py:__init__": (72, "GRPO's learner set-up: one learner set-up for every runner (issue 59)"),

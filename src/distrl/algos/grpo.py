@@ -199,8 +199,11 @@ class GRPO:
         accumulation_steps: int = 1,
         optimizer_offload: bool = False,
         hold_unsharded_gradients: bool = False,
+        reference: SequenceModel | None = None,
     ) -> None:
-        """``pad_id``: the padding token, never a choice of the policy; ``autocast``: the dtype the
+        """``reference``: the frozen initial policy the KL penalty keeps close to (made by the
+        caller, before sharding), with ``kl_coef`` > 0.
+        ``pad_id``: the padding token, never a choice of the policy; ``autocast``: the dtype the
         transformer runs its forward passes in (mixed precision);
         ``accumulation_steps``: micro-batches per minibatch (``train.gradient_accumulation_steps``);
         ``optimizer_offload``: the optimiser's state in CPU memory (``offload``);
@@ -209,6 +212,7 @@ class GRPO:
         self.pad_id = pad_id
         self.accumulation_steps = accumulation_steps
         self.policy = policy
+        self.reference = reference
         self.cfg = cfg
         self.gradient_sync = gradient_sync
         self.autocast = autocast
@@ -241,6 +245,29 @@ class GRPO:
             return token_log_probs(
                 model, batch, cfg.temperature, self.pad_id, self.autocast, cfg.sequence_packing_tokens
             )
+
+    def prepare(
+        self, batch: CompletionBatch, entropy: torch.Tensor | None, generated_ahead: bool, age: int
+    ) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """The passes over the step's batch before its update, each filling a field of ``batch``:
+        the policy's own log-probabilities, the ratios' old ones, where generation's cannot serve
+        (taken in low precision, or ``generated_ahead`` by weights ``age`` updates old: then
+        corrected, ``correct_for_lag``), and the reference policy's for the KL penalty. Returns
+        the sampling entropies (taken again with the log-probabilities) and the correction's
+        figures."""
+        generation_log_probs = None
+        if generated_ahead and len(batch):
+            generation_log_probs, batch.old_log_probs = batch.old_log_probs, None
+        if batch.old_log_probs is None:
+            # In low precision, generation's one-token steps and the loss's passes round apart:
+            # the ratios compare with log-probabilities from a pass like the loss's own.
+            with self.clock("log_probs"):
+                batch.old_log_probs, entropy = self.log_probs_and_entropy(self.policy, batch)
+        corrected = self.correct_for_lag(batch, generation_log_probs, age) if generated_ahead else {}
+        if self.reference is not None:
+            with self.clock("log_probs"):
+                batch.reference_log_probs = self.log_probs(self.reference, batch)
+        return entropy, corrected
 
     def correct_for_lag(
         self, batch: CompletionBatch, generation_log_probs: torch.Tensor | None, age: int

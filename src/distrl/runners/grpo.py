@@ -80,8 +80,7 @@ class GRPORunner(Runner):
             comm, cfg.train.sharding, [self.policy], [self.policy] if cfg.algo.kl_coef > 0 else [],
             copies_act=True, param_dtype=self.autocast, offload=cfg.train.optimizer_offload,
         )  # fmt: skip
-        self.reference: nn.Module | None = next(iter(self.networks.copies), None)
-        """The frozen initial policy the KL penalty keeps close to."""
+        self.reference: nn.Module | None = next(iter(self.networks.copies), None)  # GRPO's reference
         self.algo = GRPO(
             self.policy,
             cfg.algo,
@@ -92,6 +91,7 @@ class GRPORunner(Runner):
             accumulation_steps=cfg.train.gradient_accumulation_steps,
             optimizer_offload=cfg.train.optimizer_offload,
             hold_unsharded_gradients=cfg.train.hold_unsharded_gradients,
+            reference=self.reference,
         )
         # In Ray mode generation workers may generate the completions, collect.lag steps ahead.
         generation_workers = ctx.workers.group("generation")  # ray.generation_workers.RayGenerationWorkers
@@ -150,21 +150,7 @@ class GRPORunner(Runner):
             if cfg.algo.dynamic_sampling:
                 rows = self.local_rows(self.local_positions(kept)).to(self.device)
                 batch, entropy = batch.rows(rows), None if entropy is None else entropy[rows]
-            generation_log_probs = None
-            if self.measure_generation and len(batch):
-                generation_log_probs, batch.old_log_probs = batch.old_log_probs, None
-            if batch.old_log_probs is None:
-                # In low precision, generation's one-token steps and the loss's passes round apart:
-                # the ratios compare with log-probabilities from a pass like the loss's own. Generated
-                # ahead, by older weights: they compare with the learner's policy.
-                with self.clock("log_probs"):
-                    batch.old_log_probs, entropy = self.algo.log_probs_and_entropy(self.policy, batch)
-            generation = {}
-            if self.measure_generation:
-                generation = self.algo.correct_for_lag(batch, generation_log_probs, age)
-            if self.reference is not None:
-                with self.clock("log_probs"):
-                    batch.reference_log_probs = self.algo.log_probs(self.reference, batch)
+            entropy, generation = self.algo.prepare(batch, entropy, self.measure_generation, age)
         self.algo.entropy_coef = entropy_coefficient(cfg.algo, self.global_entropy(entropy, batch))
         start = time.perf_counter()
         losses = self.algo.update(batch, self.minibatch_plan(step, kept))
