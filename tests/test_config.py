@@ -152,7 +152,7 @@ def test_algorithms_bring_their_own_sections() -> None:
 
 def test_a_config_saved_before_algorithms_brought_sections_still_loads() -> None:
     """Older distrl wrote every section for every run: another algorithm's, at its defaults."""
-    from distrl.algos.dqn_config import DQNEvalConfig
+    from distrl.algorithms.dqn.config import DQNEvalConfig
     from distrl.algos.grpo_config import TaskConfig, TransformerConfig
     from distrl.config.run import config_from_dict
 

@@ -1,6 +1,7 @@
-"""Modules that moved, importable by their old names for one release: a plug-in that imports
-``distrl.algos.sac`` (or names ``distrl.collect.sac:actor_copies`` in its ``Algorithm``) gets the
-module at its new place, and one line on stderr saying where that is."""
+"""Modules and names that moved, importable by their old names for one release: a plug-in that
+imports ``distrl.algos.sac`` (or names ``distrl.collect.sac:actor_copies`` in its ``Algorithm``)
+gets the module at its new place, and one that imports ``make_q_network`` from
+``distrl.models.policies`` gets DQN's; either way one line on stderr says where it is now."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
+from typing import Any
 
 MOVED = {
     "distrl.algos.a2c": "distrl.algorithms.a2c.update",
@@ -28,8 +30,38 @@ MOVED = {
     "distrl.algos.iql_config": "distrl.algorithms.iql.config",
     "distrl.models.iql": "distrl.algorithms.iql.networks",
     "distrl.runners.iql": "distrl.algorithms.iql.runner",
+    "distrl.algos.dqn": "distrl.algorithms.dqn.update",
+    "distrl.algos.dqn_config": "distrl.algorithms.dqn.config",
+    "distrl.runners.off_policy": "distrl.algorithms.dqn.runner",
+    "distrl.runners.offline": "distrl.algorithms.dqn.offline_runner",
 }
 """Old module name -> where it is now (each algorithm became one package, ``distrl.algorithms``)."""
+
+MOVED_NAMES = {
+    "distrl.models.policies": dict.fromkeys(
+        ("make_q_network", "greedy_policy", "q_policy"), "distrl.algorithms.dqn.networks"
+    ),
+    "distrl.collect.transitions": dict.fromkeys(
+        ("EpsilonGreedy", "epsilon_greedy_collector", "q_network_copies"), "distrl.algorithms.dqn.acting"
+    ),
+}
+"""Old module -> {name that left it -> the module it is in now}: each old module's
+``__getattr__`` is ``moved_name``."""
+
+
+def _said(old: str, new: str) -> None:
+    later = "the old name goes in the next release"
+    print(f"distrl: warning: {old} is deprecated; import {new} instead ({later})", file=sys.stderr)
+
+
+def moved_name(module: str, name: str) -> Any:
+    """``name`` of ``module`` where it is now, said in one line (a module's ``__getattr__``,
+    asked only for names the module itself lacks)."""
+    new = MOVED_NAMES.get(module, {}).get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    _said(f"{module}.{name}", f"{new}.{name}")
+    return getattr(importlib.import_module(new), name)
 
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -42,11 +74,7 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        print(
-            f"distrl: warning: {spec.name} is deprecated; import {MOVED[spec.name]} instead "
-            "(the old name goes in the next release)",
-            file=sys.stderr,
-        )
+        _said(spec.name, MOVED[spec.name])
         return importlib.import_module(MOVED[spec.name])
 
     def exec_module(self, module: ModuleType) -> None:

@@ -19,8 +19,8 @@ from distrl.errors import UserError
     ("overrides", "runner"),
     [
         ([], "distrl.runners.on_policy:OnPolicyRunner"),
-        (["algo.name=dqn"], "distrl.runners.off_policy:OffPolicyRunner"),
-        (["algo.name=dqn", "data.path=/logs"], "distrl.runners.offline:OfflineRunner"),
+        (["algo.name=dqn"], "distrl.algorithms.dqn.runner:OffPolicyRunner"),
+        (["algo.name=dqn", "data.path=/logs"], "distrl.algorithms.dqn.offline_runner:OfflineRunner"),
         (["ml_framework=jax"], "distrl.runners.jax_on_policy:JaxOnPolicyRunner"),
         (["ml_framework=jax", "env.backend=gymnax"], "distrl.runners.jax_compiled:JaxCompiledRunner"),
     ],

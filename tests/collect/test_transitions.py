@@ -9,11 +9,12 @@ from dataclasses import fields
 import pytest
 import torch
 
+from distrl.algorithms.dqn.acting import EpsilonGreedy
+from distrl.algorithms.dqn.networks import make_q_network
 from distrl.collect.base import CollectRequest
-from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, exploration_noise
+from distrl.collect.transitions import TransitionCollector, exploration_noise
 from distrl.config.run import load_config
 from distrl.envs import make_vec_env
-from distrl.models.policies import make_q_network
 from distrl.storage.transitions import TransitionSegment
 from tests.helpers import CARTPOLE_DQN
 

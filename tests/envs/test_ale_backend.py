@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from distrl.algorithms.dqn.acting import EpsilonGreedy
+from distrl.algorithms.dqn.networks import make_q_network
 from distrl.collect.base import CollectRequest
 from distrl.collect.rollout import ActionNoise, RolloutCollector
-from distrl.collect.transitions import EpsilonGreedy, TransitionCollector, exploration_noise
+from distrl.collect.transitions import TransitionCollector, exploration_noise
 from distrl.config.run import load_config
 from distrl.config.sections import EnvConfig
 from distrl.envs import make_vec_env
 from distrl.envs.ale_backend import game_name
 from distrl.errors import UserError
 from distrl.models.actor_critic import ActorCritic
-from distrl.models.policies import make_q_network
 from tests.helpers import REPO, distrl
 
 pytest.importorskip("ale_py", reason="the atari extra is installed by make test")

@@ -25,11 +25,9 @@ from distrl.algos.algorithm import (
     ENVS,
     JAX,
     JAX_NATIVE_ENVS,
-    LOGGED_DATA,
     Algorithm,
     WorkerGroup,
 )
-from distrl.algos.dqn_config import DQNConfig
 from distrl.algos.grpo_config import GRPOConfig
 from distrl.algos.ppo_config import PPOConfig
 from distrl.config.algorithm import AlgorithmSection
@@ -75,20 +73,9 @@ ALGORITHMS = Catalogue({
             memory_runners=(ENVS,),
             learner_parameters="distrl.models.policies:actor_critic_parameters",
         ),
-        Algorithm(
-            "dqn",
-            DQNConfig,
-            deployable_policy="distrl.models.policies:q_policy",
-            runners={
-                ENVS: "distrl.runners.off_policy:OffPolicyRunner",
-                LOGGED_DATA: "distrl.runners.offline:OfflineRunner",
-            },
-            collector="distrl.collect.transitions:epsilon_greedy_collector",
-            acting="distrl.collect.transitions:q_network_copies",
-            evaluator="distrl.eval.episodes:evaluate_q_policy",
-        ),
     )
 } | {
+    "dqn": "distrl.algorithms.dqn:ALGORITHM",
     "a2c": "distrl.algorithms.a2c:ALGORITHM",
     "appo": "distrl.algorithms.appo:ALGORITHM",
     "sac": "distrl.algorithms.sac:ALGORITHM",

@@ -1,7 +1,8 @@
-"""Replay-based algorithms' collection (DQN, SAC): steps of envs with an exploring policy, into
-segments of transitions. A rank collects from its own envs with one; in Ray mode each env worker
-runs one over its part of a rank's envs and the rank joins their segments before they go into its
-replay buffer. Both build DQN's with ``epsilon_greedy_collector`` (its ``Algorithm.collector``).
+"""Replay-based algorithms' collection (DQN, SAC, TD3): steps of envs with an exploring policy,
+into segments of transitions. A rank collects from its own envs with one; in Ray mode each env
+worker runs one over its part of a rank's envs and the rank joins their segments before they go
+into its replay buffer. Each algorithm's collector builds one with its own exploring policy
+(DQN's: ``algorithms.dqn.acting``).
 
 Exploration draws its numbers per env and step from ``ActionNoise`` (for DQN two uniform ones:
 whether to explore, which action), drawn for all of a rank's envs and cut to the collector's
@@ -10,16 +11,14 @@ part, so splitting a rank's envs over workers changes no env's action.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import gymnasium as gym
 import torch
-from torch import nn
 
-from distrl.collect.base import CollectorInputs, CollectRequest, EnvCollector
+from distrl.collect.base import CollectRequest, EnvCollector
 from distrl.collect.rollout import ActionNoise
 from distrl.envs import VecEnv
-from distrl.models.policies import make_q_network
+from distrl.moved import moved_name
 from distrl.storage.transitions import TransitionSegment
 from distrl.timing import PhaseClock
 
@@ -40,28 +39,6 @@ class ExploringPolicy(Protocol):
         exploration setting (DQN's epsilon; SAC's share of uniformly random actions), and their
         log-probabilities under that exploring (behaviour) policy."""
         ...
-
-
-class EpsilonGreedy(nn.Module):
-    """DQN's acting: the greedy action of ``q_network`` (a value per Discrete action), or with
-    probability ``exploration`` (epsilon) a uniformly random one, which may be the greedy one
-    too. So an action's probability is (1 - epsilon) [it is greedy] + epsilon / actions: the
-    greedy one's 1 - epsilon + epsilon / actions, any other's epsilon / actions (summing to 1)."""
-
-    def __init__(self, q_network: nn.Module) -> None:
-        super().__init__()
-        self.q_network = q_network
-
-    def forward(
-        self, obs: torch.Tensor, uniform: torch.Tensor, exploration: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        num_actions = self.q_network.num_actions
-        greedy = self.q_network(obs).argmax(dim=-1)
-        random_actions = (uniform[:, 1] * num_actions).long().clamp_(max=num_actions - 1)
-        actions = torch.where(uniform[:, 0] < exploration, random_actions, greedy)
-        # log 0 (epsilon 0) only where no action was taken: never selected.
-        chance = exploration / num_actions
-        return actions, torch.where(actions == greedy, 1.0 - exploration + chance, chance).log()
 
 
 class TransitionCollector(EnvCollector):
@@ -109,16 +86,6 @@ class TransitionCollector(EnvCollector):
         )
 
 
-def epsilon_greedy_collector(inputs: CollectorInputs) -> TransitionCollector:
-    """DQN's collector (``Algorithm.collector``): epsilon-greedy in the ``q_network`` of
-    ``inputs.modules``."""
-    noise = exploration_noise(inputs.noise_seed, inputs.noise_rows, inputs.part, inputs.device)
-    exploring = EpsilonGreedy(inputs.modules["q_network"])
-    return TransitionCollector(inputs.cfg, inputs.env, exploring, noise, inputs.device, inputs.clock)
-
-
-def q_network_copies(
-    cfg: RunConfig, observation_space: gym.Space, action_space: gym.Space, device: torch.device
-) -> dict[str, nn.Module]:
-    """What DQN acts with, freshly built (``Algorithm.acting``)."""
-    return {"q_network": make_q_network(cfg, observation_space, action_space, device)}
+def __getattr__(name: str) -> Any:
+    """Names that moved to an algorithm's package (DQN's), for one release (``distrl.moved``)."""
+    return moved_name(__name__, name)

@@ -1,11 +1,11 @@
-"""What each algorithm acts with, built from a config and the env's spaces, or read back from a
-checkpoint as its deployable form (raw observations in, env actions out, deterministic): PPO's
-actor-critic and normalisers, DQN's Q-network. Runners, env workers, evaluation and export all
-build them here, through the algorithm registry (``distrl.algos.registry``)."""
+"""What PPO acts with, built from a config and the env's spaces, or read back from a checkpoint
+as its deployable form (raw observations in, env actions out, deterministic): its actor-critic
+and normalisers (DQN's Q-network: ``algorithms.dqn.networks``). Runners, env workers,
+evaluation and export all build them here, through the algorithm registry."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import torch
@@ -19,8 +19,7 @@ from distrl.learner_memory import LearnerParameters
 from distrl.models.actor_critic import ActorCritic, DeterministicActor, deployable_actor
 from distrl.models.encoders import has_images, is_image
 from distrl.models.normalizer import RunningMeanStd
-from distrl.models.parametric_q_network import ParametricGreedyPolicy, ParametricQNetwork
-from distrl.models.q_network import GreedyPolicy, QNetwork
+from distrl.moved import moved_name
 from distrl.precision import low_precision
 
 if TYPE_CHECKING:
@@ -123,39 +122,6 @@ def ppo_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
     return deterministic_actor(cfg, saved.observation_space, saved.action_space, saved.tensors)
 
 
-def make_q_network(
-    cfg: RunConfig,
-    observation_space: gym.spaces.Box,
-    action_space: gym.spaces.Space,
-    device: torch.device | None = None,
-) -> nn.Module:
-    """One value per action for Discrete actions (feature vectors, images, packed Dicts); for
-    parametric actions (a Box of one action's features) a network scoring (state, action
-    features) pairs of feature vectors. On ``device`` (a learner's or an env worker's), its image
-    encoder in the precision ``train.mixed_precision`` gives there; on the CPU in float32 without."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        q_network = QNetwork(observation_space, int(action_space.n), cfg.model)
-        if device is not None:
-            heavy = has_images(observation_space)
-            q_network.to(device).low_precision = low_precision(cfg.train.mixed_precision, device, heavy)
-        return q_network
-    if len(observation_space.shape) != 1 or isinstance(observation_space, PackedDict):
-        raise UserError(
-            f"parametric actions (algo.name=dqn on a Box action space): observations {observation_space} "
-            "must be a feature vector",
-            code="model-parametric-observations",
-        )
-    return ParametricQNetwork(observation_space.shape[0], action_space.shape[0], cfg.model).to(device)
-
-
-def greedy_policy(q_network: nn.Module) -> nn.Module:
-    if isinstance(q_network, ParametricQNetwork):
-        return ParametricGreedyPolicy(q_network)
-    return GreedyPolicy(q_network)
-
-
-def q_policy(cfg: RunConfig, saved: SavedState) -> nn.Module:
-    """DQN's deployable policy from a checkpoint: greedy in its Q-network."""
-    q_network = make_q_network(cfg, saved.observation_space, saved.action_space)
-    q_network.load_state_dict(saved.module_tensors("q_network"))
-    return greedy_policy(q_network)
+def __getattr__(name: str) -> Any:
+    """Names that moved to an algorithm's package (DQN's), for one release (``distrl.moved``)."""
+    return moved_name(__name__, name)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from distrl.algorithms.dqn.runner import QLearningRunner
 from distrl.errors import UserError
 from distrl.ope.dqn import OfflineEvaluator, cpe_steps
 from distrl.ope.estimators import Bootstrap
 from distrl.runners.base import RunContext
 from distrl.runners.logged import LoggedDataRunner
-from distrl.runners.off_policy import QLearningRunner
 
 
 class OfflineRunner(LoggedDataRunner, QLearningRunner):

@@ -10,10 +10,10 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from distrl.algos.dqn import DQN
+from distrl.algorithms.dqn.networks import greedy_policy, make_q_network
+from distrl.algorithms.dqn.update import DQN
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
-from distrl.models.policies import greedy_policy, make_q_network
 from distrl.runners.base import (
     CountsGradientSteps,
     RunContext,

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distrl.algos.dqn_config import DQNConfig
+from distrl.algorithms.dqn.config import DQNConfig
 from distrl.algos.flat_gradients import GradientSync, gradients_for, polyak_update_, set_learning_rate
 from distrl.storage.replay import TransitionBatch
 from distrl.timing import PhaseClock

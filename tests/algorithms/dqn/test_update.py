@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrl.algos.dqn import DQN, DQNConfig
+from distrl.algorithms.dqn.update import DQN, DQNConfig
 from distrl.comm import TorchComm
 from distrl.config.sections import ModelConfig
 from distrl.io.shards import full_tensor
