@@ -154,7 +154,7 @@ def local_workers(cfg: RunConfig) -> RemoteWorkers:
     if not collect.processes:
         return RemoteWorkers()
     processes = CollectorProcesses(collect.processes, Schedule.of(collect), collect.max_restarts)
-    return RemoteWorkers(groups={"env": processes})
+    return RemoteWorkers(collector_processes=processes)
 
 
 def _set_up_process(cfg: RunConfig, topology: Topology) -> torch.device:

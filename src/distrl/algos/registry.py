@@ -25,6 +25,7 @@ from distrl.algos.algorithm import (
     ENVS,
     JAX,
     JAX_NATIVE_ENVS,
+    LOGGED_DATA,
     Algorithm,
     WorkerGroup,
 )
@@ -33,6 +34,19 @@ from distrl.algos.ppo_config import PPOConfig
 from distrl.config.algorithm import AlgorithmSection
 from distrl.errors import UserError
 from distrl.user_code import load
+
+__all__ = [
+    "ALGORITHMS",
+    "ENVS",
+    "JAX",
+    "JAX_NATIVE_ENVS",
+    "LOGGED_DATA",
+    "Algorithm",
+    "WorkerGroup",
+    "algorithm",
+]
+"""What plug-ins import from here (``Algorithm``, ``WorkerGroup`` and the kinds of data are
+``algos.algorithm``'s, kept importable from the registry)."""
 
 
 class Catalogue(Mapping[str, Algorithm]):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distrl.algos.registry import ENVS, LOGGED_DATA, WorkerGroup, algorithm
+from distrl.algos.algorithm import ENVS, LOGGED_DATA, WorkerGroup
+from distrl.algos.registry import algorithm
 from distrl.config.run_algorithm import learns_from
 from distrl.config.sections import GENERIC_WORKER_GROUPS
 from distrl.errors import UserError

@@ -98,6 +98,8 @@ class RemoteWorkers:
     """What the rank calls each group's workers through (``WorkerGroup.calls``), by group name."""
     status: StatusBoard | None = None
     """Where the rank's own usage goes for the launcher's live status (Ray mode's learners)."""
+    collector_processes: EnvWorkers | None = None
+    """Processes beside the rank that step its envs without Ray (``collect.processes``)."""
 
     def group(self, name: str) -> Any | None:
         """This rank's workers of group ``name`` (an algorithm's own: GRPO's ``verifier``); None
@@ -106,8 +108,9 @@ class RemoteWorkers:
 
     @property
     def env(self) -> EnvWorkers | None:
-        """Step this rank's envs for it."""
-        return self.group("env")
+        """Step this rank's envs for it: Ray mode's env workers, or its collector processes."""
+        env_workers = self.group("env")
+        return self.collector_processes if env_workers is None else env_workers
 
     @property
     def eval(self) -> EvalWorkers | None:
