@@ -222,12 +222,14 @@ def env_without_launcher() -> dict[str, str]:
     return env
 
 
-def run_timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, str]:
-    """Wall seconds of the whole process and its stdout; raises CommandFailed on a non-zero exit."""
+def run_timed(cmd: list[str], cwd: Path | None = None, src: Path | None = None) -> tuple[float, str]:
+    """Wall seconds of the whole process and its stdout; raises CommandFailed on a non-zero exit.
+    ``src``: run distrl from this ``src`` folder (another checkout's) instead of the installed one."""
+    env = env_without_launcher()
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     start = time.perf_counter()
-    done = subprocess.run(
-        cmd, check=False, capture_output=True, text=True, env=env_without_launcher(), cwd=cwd
-    )
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=cwd)
     wall_s = time.perf_counter() - start
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if not line.startswith("W")]

@@ -12,7 +12,11 @@ Each contender runs ``--repeats`` times, interleaved; medians reported. Speed is
 loop's own (the final line's seconds, start-up excluded). ``--solve`` also trains ppo and
 appo (lag 1) on ``--seeds`` to the configs' stop return and reports env steps and seconds.
 
+``--root CHECKOUT`` also runs every contender from another checkout's code (a ``git worktree`` of
+an older commit), interleaved with this one's, and reports this tree's speed over that one's.
+
 Usage: python benchmarks/collector_processes_bench.py [--steps 65536] [--repeats 3 (0: none)] [--solve]
+       [--root CHECKOUT]
 """
 
 from __future__ import annotations
@@ -41,9 +45,12 @@ V-trace's, 1) and one collector process one update ahead."""
 FINAL_LINE = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+)s")
 
 
-def train(run_dir: Path, ranks: int, overrides: list[str], config: Path) -> tuple[int, float, list[dict]]:
-    """(env steps, the loop's seconds, metrics rows) of one run."""
-    _, output = run_timed(distrl_cmd(ranks, run_dir, "log.progress=false", *overrides, config=config))
+def train(
+    run_dir: Path, ranks: int, overrides: list[str], config: Path, src: Path | None = None
+) -> tuple[int, float, list[dict]]:
+    """(env steps, the loop's seconds, metrics rows) of one run (of the code in ``src``, if given)."""
+    command = distrl_cmd(ranks, run_dir, "log.progress=false", *overrides, config=config)
+    _, output = run_timed(command, src=src)
     found = FINAL_LINE.search(output)
     if found is None:
         sys.exit(f"no final line in the output of {run_dir}:\n{output[-2000:]}")
@@ -74,23 +81,33 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--solve", action="store_true")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--root", type=Path, help="also run every contender from this checkout's code")
     args = parser.parse_args()
     budget = [f"train.total_steps={args.steps}", "train.stop_return=null"]
-    speeds: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    sources = {"": None, **({" (root)": args.root / "src"} if args.root else {})}
+    speeds: dict[str, list[float]] = {name + tag: [] for name in CONTENDERS for tag in sources}
     ages: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for name, (ranks, config, overrides) in CONTENDERS.items():
-                steps, seconds, rows = train(Path(tmp) / f"{repeat}", ranks, [*budget, *overrides], config)
-                speeds[name].append(steps / seconds)
-                ages[name] = mean_age(rows)
-                print(f"{name}: {steps / seconds:,.0f} env steps/s", flush=True)
+                for tag, src in sources.items():
+                    run_dir = Path(tmp) / f"{repeat}"
+                    steps, seconds, rows = train(run_dir, ranks, [*budget, *overrides], config, src)
+                    speeds[name + tag].append(steps / seconds)
+                    ages[name + tag] = mean_age(rows)
+                    print(f"{name}{tag}: {steps / seconds:,.0f} env steps/s", flush=True)
         if args.repeats:
             heading = (
                 f"Collecting while learning, CartPole-v1, {args.steps:,} env steps, medians of "
                 f"{args.repeats} interleaved runs"
             )
             print_speeds(speeds, ages, "ppo", heading)
+            if args.root:
+                print(f"\n## This tree over {args.root}'s code, the same runs\n")
+                print("| contender | this tree / root |\n| --- | --- |")
+                for name in CONTENDERS:
+                    ratio = statistics.median(speeds[name]) / statistics.median(speeds[name + " (root)"])
+                    print(f"| {name} | {ratio:.2f}x |")
         if args.solve:
             print("\n| contender | seed | env steps to the stop return | loop seconds |")
             print("| --- | --- | --- | --- |")
