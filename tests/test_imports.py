@@ -52,7 +52,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("distrl.algos.*_config", "distrl.algos.algorithm", r"re:distrl\.algorithms\.\w+",
      "distrl.algorithms.*.config"),
     ("distrl.algos.registry",),
-    ("distrl.config", "distrl.config.run", "distrl.config.run_algorithm"),  # the whole run's config
+    # the whole run's config, and the rules across its sections
+    ("distrl.config", "distrl.config.rules", "distrl.config.run", "distrl.config.run_algorithm"),
     ("distrl.envs", "distrl.envs.*"),
     ("distrl.tasks", "distrl.tasks.*"),
     ("distrl.io", "distrl.io.*"),

@@ -20,7 +20,7 @@ LARGE_FILES: dict[str, tuple[int, str]] = {
         "collector processes and their supervision (the schedule is collect/ahead.py's)",
     ),
     "runners/loop.py": (517, "the one loop: stop rules, evaluation, checkpoints, the final line"),
-    "config/run.py": (515, "the whole config read, and its cross-section rules: to move beside their owners"),
+    "config/run.py": (439, "the whole config read: keys, sections, groups and their old names"),
     "ray/workers.py": (511, "retries, failure causes and queued calls of every worker group"),
     "config/sections.py": (479, "every shared section: to split with the rules beside their owners"),
     "data/logged.py": (476, "the logged-data schema, its validation and reading shared over ranks"),

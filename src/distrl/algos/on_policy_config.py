@@ -19,6 +19,7 @@ class OnPolicySection(AlgorithmSection):
 
     resume_fixed_keys: ClassVar[tuple[str, ...]] = ("model.activation",)  # what the weights compute
     phases: ClassVar[tuple[str, ...]] = ("returns",)
+    normalizes: ClassVar[bool] = True  # the runner's running normalisers (models.policies)
 
     rollout_steps: PositiveInt = 128
     """Steps collected per env per update (per rank)."""

@@ -39,7 +39,10 @@ class AlgorithmSection(Section):
     step_unit: ClassVar[str] = "env steps"
     """What ``train.total_steps`` counts, in the final line."""
     honoured_train_switches: ClassVar[tuple[str, ...]] = ()
-    """The ``train`` keys (``config.run.TRAIN_SWITCHES``) its torch learner honours."""
+    """The ``train`` keys (``config.rules.TRAIN_SWITCHES``) its torch learner honours."""
+    normalizes: ClassVar[bool] = False
+    """Its runner keeps the running normalisers ``normalize.observations`` and
+    ``normalize.rewards`` ask for (PPO's runner does); any other refuses them (``config.rules``)."""
     phases: ClassVar[tuple[str, ...]] = ()
     """Phases its runner times beyond ``timing.SHARED_PHASES`` (``time/<phase>`` metrics)."""
     collection_phases: ClassVar[tuple[str, ...]] = ("env", "inference")

@@ -29,7 +29,8 @@ from distrl.algos.registry import (
     load,
 )
 from distrl.collect.ahead import check_transport, transport
-from distrl.config.run import RunConfig, collecting_workers
+from distrl.config.rules import collecting_workers
+from distrl.config.run import RunConfig
 from distrl.config.run_algorithm import check_acting, learns_from, runner_reference
 from distrl.config.sections import ClusterConfig, WorkersSection
 from distrl.errors import UserError

@@ -332,12 +332,3 @@ def rank_collector(ctx: RunContext, rank_envs: RankEnvs, modules: dict[str, nn.M
         ctx.cfg, rank_envs.env, modules, rank_envs.noise_seed, count, slice(None), ctx.device, ctx.clock
     )
     return build_collector(inputs)
-
-
-def refuse_normalizers(cfg: RunConfig) -> None:
-    """PPO's observation and reward normalisers, asked of another algorithm's run: one line."""
-    if cfg.normalize.observations or cfg.normalize.rewards:
-        raise UserError(
-            f"normalize.observations and normalize.rewards are PPO's: set them false for {cfg.algo.name}",
-            code="algo-normalize-ppo-only",
-        )

@@ -34,7 +34,6 @@ from distrl.runners.base import (
     Runner,
     check_update_rule,
     rank_collector,
-    refuse_normalizers,
     scheduled_learning_rate,
     skipped_count,
     start_rank_envs,
@@ -200,7 +199,6 @@ class ContinuousActorRunner(CountsGradientSteps, ReplayRunner):
 
     def __init__(self, ctx: RunContext) -> None:
         cfg, device = ctx.cfg, ctx.device
-        refuse_normalizers(cfg)
         rank_envs = start_rank_envs(ctx)
         self.observation_space, self.action_space = rank_envs.observation_space, rank_envs.action_space
         space = self.action_space

@@ -18,7 +18,6 @@ from distrl.runners.base import (
     CountsGradientSteps,
     RunContext,
     Runner,
-    refuse_normalizers,
     start_rank_envs,
 )
 from distrl.runners.learner import set_up_learner
@@ -35,7 +34,6 @@ class QLearningRunner(CountsGradientSteps, Runner):
         self, ctx: RunContext, observation_space: gym.spaces.Box, action_space: gym.spaces.Space
     ) -> None:
         cfg, comm = ctx.cfg, ctx.comm
-        refuse_normalizers(cfg)
         self.cfg = cfg
         self.device = ctx.device
         self.observation_space, self.action_space = observation_space, action_space

@@ -13,7 +13,7 @@ from distrl.algorithms.iql.update import IQL
 from distrl.errors import UserError
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.models.continuous import ActionScale, ScaledDeterministicActor, TwinQ
-from distrl.runners.base import CountsGradientSteps, RunContext, refuse_normalizers
+from distrl.runners.base import CountsGradientSteps, RunContext
 from distrl.runners.learner import set_up_learner
 from distrl.runners.logged import LoggedDataRunner
 
@@ -23,7 +23,6 @@ class IQLRunner(LoggedDataRunner, CountsGradientSteps):
 
     def __init__(self, ctx: RunContext) -> None:
         cfg, comm, device = ctx.cfg, ctx.comm, ctx.device
-        refuse_normalizers(cfg)
         observation_space, action_space = self.open_logged_data(ctx)
         if not self.dataset.continuous:
             raise UserError(
