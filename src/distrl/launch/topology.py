@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from distrl.errors import UserError
@@ -81,23 +81,19 @@ SINGLE_PROCESS = Topology(launcher="single", rank=0, local_rank=0, world_size=1)
 
 
 def discover_topology(env: Mapping[str, str] | None = None, require_launcher: bool = False) -> Topology:
-    """Read the topology from launcher variables. torchrun, the file rendezvous and the JAX launcher
-    win over SLURM when both are set: they are often started inside a SLURM allocation."""
+    """Read the topology from the variables of the first of ``LAUNCHERS`` that started this
+    process; one process alone without any."""
     env = os.environ if env is None else env
-    if all(v in env for v in _TORCHRUN_VARS):
-        return _from_torchrun(env)
-    if all(v in env for v in FILE_RENDEZVOUS_VARS):
-        return _from_file_rendezvous(env)
-    if all(v in env for v in JAX_VARS):
-        return _from_jax(env)
-    if all(v in env for v in _SLURM_VARS) and int(env["SLURM_NTASKS"]) > 1:
-        return _from_slurm(env)
+    for launcher in LAUNCHERS:
+        if all(v in env for v in launcher.variables) and launcher.started_several(env):
+            return launcher.topology(env)
     if require_launcher:
+        starts = [
+            f"{launcher.how} (sets {', '.join(launcher.variables)})" for launcher in LAUNCHERS if launcher.how
+        ]
         raise UserError(
             "--distributed was given but no launcher variables were found: start with "
-            "`python -m torch.distributed.run --nproc_per_node=N -m distrl.train ...` "
-            f"(sets {', '.join(_TORCHRUN_VARS)}), srun (sets {', '.join(_SLURM_VARS)}) or "
-            f"`python -m distrl.launch.jax` for JAX (sets {', '.join(JAX_VARS)})",
+            f"{', '.join(starts[:-1])} or {starts[-1]}",
             code="launch-no-launcher-variables",
         )
     if "SLURM_RESTART_COUNT" in env:  # a requeued one-task SLURM job
@@ -186,6 +182,34 @@ def _from_slurm(env: Mapping[str, str]) -> Topology:
         master_port=port,
         restart_count=_int_var(env, "SLURM_RESTART_COUNT", 0),
     )
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """A launcher that starts processes with variables: which, and how its topology reads."""
+
+    variables: tuple[str, ...]
+    """All set: this launcher started the process."""
+    topology: Callable[[Mapping[str, str]], Topology]
+    how: str = ""
+    """How a user starts it (said when ``--distributed`` finds none); empty: distrl starts it."""
+    started_several: Callable[[Mapping[str, str]], bool] = lambda env: True
+    """It started more than this one process (a one-task SLURM job runs alone)."""
+
+
+LAUNCHERS = (
+    Launcher(
+        _TORCHRUN_VARS,
+        _from_torchrun,
+        "`python -m torch.distributed.run --nproc_per_node=N -m distrl.train ...`",
+    ),
+    Launcher(FILE_RENDEZVOUS_VARS, _from_file_rendezvous),
+    Launcher(JAX_VARS, _from_jax, "`python -m distrl.launch.jax` for JAX"),
+    Launcher(_SLURM_VARS, _from_slurm, "srun", lambda env: int(env["SLURM_NTASKS"]) > 1),
+)
+"""The launchers read from variables, the first whose variables are all set winning: torchrun,
+the file rendezvous and the JAX launcher win over SLURM, as they are often started inside a SLURM
+allocation. A new launcher is a ``Launcher`` here (and its module under ``launch/``)."""
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
