@@ -27,7 +27,10 @@ minibatches as chunk index tensors."""
 
 
 class OnPolicyUpdate(Protocol):
-    """What ``runners.on_policy.OnPolicyRunner`` asks of an on-policy actor-critic's update."""
+    """What ``runners.on_policy.OnPolicyRunner`` asks of an on-policy actor-critic's update. One
+    with returns of its own also makes the update's batch from the rollout,
+    ``training_batch(rollout, sequence_length)`` (APPO's V-trace); without it the runner's is
+    GAE's."""
 
     num_minibatches: int
     """Parts each rank splits its rollout into per pass (its collection must reach one sample

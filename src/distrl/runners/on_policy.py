@@ -233,8 +233,12 @@ class OnPolicyRunner(Runner):
         return self.algo.update(batch), int(collected)
 
     def returns(self, rollout: RolloutSegment) -> RolloutBatch:
-        """The rollout as the update's batch, with GAE's advantages and returns (an algorithm
-        with returns of its own overrides this)."""
+        """The rollout as the update's batch: made by the update rule where it has returns of its
+        own (``training_batch(rollout, sequence_length)``: APPO's V-trace), else with GAE's
+        advantages and returns."""
+        own = getattr(self.algo, "training_batch", None)
+        if own is not None:
+            return own(rollout, self.sequence_length)
         return rollout.batch(self.cfg.algo.gamma, self.cfg.algo.gae_lambda, self.sequence_length)
 
     def _update_obs_stats(self, raw_obs: torch.Tensor) -> None:

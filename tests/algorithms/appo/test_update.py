@@ -52,7 +52,7 @@ def policy_and_rollout(seed: int = 0) -> tuple[ActorCritic, RolloutSegment]:
 
 def test_without_lag_the_batch_is_ppos_with_gae_1() -> None:
     policy, rollout = policy_and_rollout()
-    batch = APPO(policy, CFG, CFG.num_minibatches).vtrace_batch(rollout)
+    batch = APPO(policy, CFG, CFG.num_minibatches).training_batch(rollout)
     advantages, returns = compute_gae(
         rollout.rewards, rollout.values, rollout.dones, rollout.last_values, CFG.gamma, 1.0
     )
@@ -86,7 +86,7 @@ def test_a_recurrent_policy_replays_each_envs_segment_from_its_acting_state() ->
         "actions": torch.stack(acted["actions"]), "behaviour_log_probs": torch.stack(acted["log_probs"]),
         "values": torch.stack(acted["values"]), "memory_states": torch.stack(acted["states"]),
     })  # fmt: skip
-    batch = APPO(policy, CFG, CFG.num_minibatches).vtrace_batch(rollout, sequence_length=STEPS // 2)
+    batch = APPO(policy, CFG, CFG.num_minibatches).training_batch(rollout, sequence_length=STEPS // 2)
     advantages, returns = compute_gae(
         rollout.rewards, rollout.values, rollout.dones, rollout.last_values, CFG.gamma, 1.0
     )
@@ -102,7 +102,7 @@ def test_samples_of_other_weights_get_rllibs_ratio_and_v_trace_advantages() -> N
     target_log_probs = rollout.behaviour_log_probs  # the target network is the policy here
     shift = torch.linspace(-2.0, 2.0, STEPS * ENVS).view(STEPS, ENVS)  # target / mu from e^-2 to e^2
     behaviour = target_log_probs - shift
-    batch = algo.vtrace_batch(RolloutSegment(**{**vars(rollout), "behaviour_log_probs": behaviour}))
+    batch = algo.training_batch(RolloutSegment(**{**vars(rollout), "behaviour_log_probs": behaviour}))
     _, expected = vtrace(
         rollout.rewards, rollout.values, rollout.dones, rollout.last_values, shift, CFG.gamma
     )
@@ -123,7 +123,7 @@ def test_the_target_network_is_copied_every_so_many_updates(every: int) -> None:
     policy, rollout = policy_and_rollout()
     algo = APPO(policy, CFG.model_copy(update={"target_update_every": every}), CFG.num_minibatches)
     for update in range(1, 4):
-        algo.update(algo.vtrace_batch(rollout))
+        algo.update(algo.training_batch(rollout))
         same = all(
             torch.equal(a, b) for a, b in zip(policy.parameters(), algo.target.parameters(), strict=True)
         )
@@ -171,8 +171,8 @@ def test_a_resumed_run_has_the_saved_target_network_and_its_cadence(tmp_path: Pa
 def test_between_copies_the_ratios_are_the_target_networks() -> None:
     policy, rollout = policy_and_rollout()
     algo = APPO(policy, CFG.model_copy(update={"target_update_every": 3}), CFG.num_minibatches)
-    algo.update(algo.vtrace_batch(rollout))  # the policy moved; the target network did not
-    batch = algo.vtrace_batch(rollout)
+    algo.update(algo.training_batch(rollout))  # the policy moved; the target network did not
+    batch = algo.training_batch(rollout)
     obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten()
     with torch.no_grad():
         target = algo.target.action_stats(obs, actions)[0]

@@ -1,5 +1,6 @@
-"""APPO's runner: PPO's collection and loop (``OnPolicyRunner``) with V-trace returns and APPO's
-update; its target network is checkpointed with the policy."""
+"""APPO's runner: PPO's collection and loop (``OnPolicyRunner``) with APPO's update, which makes
+its own V-trace batch (``APPO.training_batch``); its target network is checkpointed with the
+policy."""
 
 from __future__ import annotations
 
@@ -9,16 +10,12 @@ from typing import Any
 from distrl.algorithms.appo.update import APPO
 from distrl.io.train_state import ModuleTrainState, TrainState
 from distrl.runners.on_policy import OnPolicyRunner
-from distrl.storage.rollout import RolloutBatch, RolloutSegment
 
 
 class APPORunner(OnPolicyRunner):
     algorithm = "appo"
     update_rule = APPO
     algo: APPO
-
-    def returns(self, rollout: RolloutSegment) -> RolloutBatch:
-        return self.algo.vtrace_batch(rollout, self.sequence_length)
 
     def train_state(self) -> TrainState:
         state = super().train_state()

@@ -55,7 +55,7 @@ class APPO(PPO):
         """Updates since the target network's creation: times its copies (kept in checkpoints
         through the runner's state)."""
 
-    def vtrace_batch(self, rollout: RolloutSegment, sequence_length: int = 1) -> RolloutBatch:
+    def training_batch(self, rollout: RolloutSegment, sequence_length: int = 1) -> RolloutBatch:
         """The rollout as PPO's batch (chunks of ``sequence_length`` steps with memory): V-trace
         targets as returns and its advantages, the old log-probabilities that make PPO's ratio
         RLlib's, the current values."""
