@@ -32,7 +32,7 @@ LONG_FUNCTIONS: dict[str, tuple[int, str]] = {
     "runners/grpo.py:iteration": (67, "one GRPO step: generate, score, advantages, update, in order"),
     "collect/processes.py:run_part": (81, "a collector process's whole life, its loop and its exits"),
     "models/generate.py:generate": (76, "the decoding loop with its cache, sampling and ends"),
-    "runners/grpo.py:__init__": (72, "GRPO's learner set-up: one learner set-up for every runner (issue 59)"),
+    "runners/grpo.py:__init__": (71, "GRPO's learner set-up: one learner set-up for every runner (issue 59)"),
     "ray/driver.py:check_fits": (70, "every group's CPUs and GPUs against the cluster, each with its line"),
     "runners/loop.py:_metrics_row": (61, "the metrics row's keys in one place"),
 }

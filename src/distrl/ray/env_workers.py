@@ -188,9 +188,6 @@ class RemoteCollection:
         """Segments dropped in this launch for being more than ``collect.max_age`` updates old."""
         self.board: Any = None
         """The ``NewestWeights`` actor the workers read (``collect.weights: newest``)."""
-        self.call: tuple[str, list[tuple[Any, ...]]] = ("collect", [])
-        """What the segments asked for next call on the workers (their method, each one's
-        arguments): the newest request's."""
         if schedule.newest:
             self.board = ray.remote(num_cpus=0)(NewestWeights).remote()
 
@@ -207,12 +204,13 @@ class RemoteCollection:
         with self.clock("publish"):
             weights, _ = self.weights.publish(request.policy_version)
             request = replace(request, should_stop=never)
+            workers = len(self.workers.handles)
             if self.board is None:  # segments up to index requests + lag act as this request asks
-                self.call = ("collect", [(weights, request)] * len(self.workers.handles))
+                call = ("collect", [(weights, request)] * workers)
             else:  # each segment as the newest request when it starts
                 ray.get(self.board.publish.remote(request.policy_version, request, [weights]))
-                self.call = ("collect_newest", [(self.board,)] * len(self.workers.handles))
-            self._ask_ahead()
+                call = ("collect_newest", [(self.board,)] * workers)
+            self._ask_ahead(*call)
         self.queue_depth = sum(_finished(call) for call in self.queued)
         dropped = False
         with self.clock("collector_wait"):
@@ -222,13 +220,14 @@ class RemoteCollection:
                 if not self.schedule.too_old(request.policy_version, segment.policy_version):
                     break
                 self.dropped, dropped = self.dropped + 1, True
-                self._ask_ahead()
+                self._ask_ahead(*call)
         return cut_episodes(segment) if dropped else segment
 
-    def _ask_ahead(self) -> None:
-        """Keep the schedule's segments asked for beyond the one the learner takes next."""
+    def _ask_ahead(self, method: str, args: list[tuple[Any, ...]]) -> None:
+        """Keep the schedule's segments asked for beyond the one the learner takes next, each as
+        ``method(*args[i])`` on worker i."""
         while len(self.queued) <= self.schedule.requested_ahead:
-            self.queued.append(self.workers.send(*self.call))
+            self.queued.append(self.workers.send(method, args))
 
     def counts(self) -> dict[str, float]:
         if self.schedule.max_age is None:  # nothing is dropped: the rows stay as they were

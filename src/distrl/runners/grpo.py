@@ -80,7 +80,6 @@ class GRPORunner(Runner):
             comm, cfg.train.sharding, [self.policy], [self.policy] if cfg.algo.kl_coef > 0 else [],
             copies_act=True, param_dtype=self.autocast, offload=cfg.train.optimizer_offload,
         )  # fmt: skip
-        self.reference: nn.Module | None = next(iter(self.networks.copies), None)  # GRPO's reference
         self.algo = GRPO(
             self.policy,
             cfg.algo,
@@ -91,7 +90,7 @@ class GRPORunner(Runner):
             accumulation_steps=cfg.train.gradient_accumulation_steps,
             optimizer_offload=cfg.train.optimizer_offload,
             hold_unsharded_gradients=cfg.train.hold_unsharded_gradients,
-            reference=self.reference,
+            reference=next(iter(self.networks.copies), None),
         )
         # In Ray mode generation workers may generate the completions, collect.lag steps ahead.
         generation_workers = ctx.workers.group("generation")  # ray.generation_workers.RayGenerationWorkers
@@ -251,8 +250,8 @@ class GRPORunner(Runner):
     def train_state(self) -> TrainState:
         vocab, context = self.tokenizer.vocab_size, self.cfg.model.transformer.context
         modules: dict[str, nn.Module] = {"policy": self.policy}
-        if self.reference is not None:
-            modules["reference"] = self.reference
+        if self.algo.reference is not None:
+            modules["reference"] = self.algo.reference
         return ModuleTrainState(
             self.algorithm,
             gym.spaces.MultiDiscrete([vocab] * context),

@@ -3,7 +3,7 @@ broadcast), the frozen copies its update keeps (targets, a reference policy) mad
 networks are still whole, then everything sharded as ``train.sharding`` asks; and, afterwards,
 the one answer to "is this learner sharded?" and to "give every rank the whole acting weights".
 
-A runner names its networks, their copies and the ones it acts (or evaluates) with; an
+A runner names its networks (the one it acts and evaluates with first) and those to copy; an
 algorithm's update only ever sees modules, whole or sharded, and knows nothing of ranks.
 """
 
@@ -49,7 +49,6 @@ def set_up_learner(
     sharding: str,
     networks: Sequence[nn.Module],
     copied: Sequence[nn.Module] = (),
-    acting: Sequence[nn.Module] | None = None,
     copies_act: bool = False,
     param_dtype: torch.dtype | None = None,
     offload: bool = False,
@@ -58,13 +57,13 @@ def set_up_learner(
     each of ``copied`` (a sharded network cannot be copied: its copy is made whole, then sharded
     alike, so that updating it from the network is local to each rank), then all of them sharded
     as ``sharding`` (``train.sharding``) asks.
-    ``acting`` (default: the first network): the ones ``LearnerNetworks.whole_weights`` gathers, with the
-    copies when ``copies_act`` (GRPO's reference policy, scored in the same block).
+    The first network is the one that acts, which ``LearnerNetworks.whole_weights`` gathers, with
+    the copies when ``copies_act`` (GRPO's reference policy, scored in the same block).
     ``param_dtype`` and ``offload``: ``comm.sharded.shard_module_``'s."""
     for network in networks:
         comm.broadcast_parameters_(network)
     copies = [copy.deepcopy(network).requires_grad_(False) for network in copied]
     for network in (*networks, *copies):
         comm.shard_(network, sharding, param_dtype, offload)
-    acting = (*(networks[:1] if acting is None else acting), *(copies if copies_act else ()))
+    acting = (networks[0], *(copies if copies_act else ()))
     return LearnerNetworks(copies, acting, sharded=is_sharded(networks[0].parameters()))
